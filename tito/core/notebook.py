@@ -1,0 +1,144 @@
+"""Reading lessons: jupytext sources and student notebooks, as one kind of object.
+
+A lesson is a list of cells. Code cells may carry directives on their first lines:
+
+    #| default_exp core.tensor     the export target of the whole module
+    #| export                      this cell goes into the package (names in __all__)
+    #| exporti                     exported too, but internal: not re-exported
+
+and nbgrader metadata (``grade``, ``grade_id``, ``points``, ``solution``, ``locked``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+SOLUTION_BEGIN = "### BEGIN SOLUTION"
+SOLUTION_END = "### END SOLUTION"
+_DIRECTIVE = re.compile(r"^#\|\s*(\w+)\s*(.*?)\s*$")
+
+
+class NotebookError(Exception):
+    """A lesson or notebook that cannot be read; the message says which file and why."""
+
+
+@dataclass
+class Cell:
+    index: int  # position in the notebook, counting every cell from 0
+    kind: str  # "code" or "markdown"
+    source: str
+    nbgrader: dict
+
+    @property
+    def directives(self) -> dict[str, str]:
+        found = {}
+        for line in self.source.splitlines():
+            match = _DIRECTIVE.match(line)
+            if match:
+                found[match.group(1)] = match.group(2)
+            elif line.strip():
+                break  # directives only at the top of a cell
+        return found
+
+    @property
+    def is_export(self) -> bool:
+        """``#| export`` (public API) or ``#| exporti`` (exported, kept out of ``__all__``)."""
+        return self.kind == "code" and ("export" in self.directives or "exporti" in self.directives)
+
+    @property
+    def is_public_export(self) -> bool:
+        return self.kind == "code" and "export" in self.directives
+
+    @property
+    def is_graded(self) -> bool:
+        return self.kind == "code" and bool(self.nbgrader.get("grade"))
+
+    @property
+    def grade_id(self) -> str:
+        return self.nbgrader.get("grade_id", f"cell-{self.index}")
+
+    @property
+    def points(self) -> float:
+        return float(self.nbgrader.get("points", 0))
+
+    def code(self, keep_solution_markers: bool = False) -> str:
+        """The source without directive lines (and without solution markers)."""
+        lines = []
+        for line in self.source.splitlines():
+            if _DIRECTIVE.match(line):
+                continue
+            if not keep_solution_markers and line.strip() in (SOLUTION_BEGIN, SOLUTION_END):
+                continue
+            lines.append(line)
+        return "\n".join(lines).strip("\n")
+
+
+def load_notebook(path: Path) -> nbformat.NotebookNode:
+    """Read a ``.py`` lesson (jupytext) or an ``.ipynb`` notebook; never writes."""
+    path = Path(path)
+    if not path.is_file():
+        raise NotebookError(f"{path} does not exist.")
+    try:
+        if path.suffix == ".py":
+            import jupytext
+
+            return jupytext.read(path)
+        with open(path, encoding="utf-8") as handle:
+            return nbformat.read(handle, as_version=4)
+    except (json.JSONDecodeError, nbformat.reader.NotJSONError) as error:
+        raise NotebookError(
+            f"{path} is not a valid notebook (it is not readable JSON: {error}). "
+            "The file was left as it is."
+        ) from None
+    except Exception as error:  # nbformat validation and jupytext parse errors
+        raise NotebookError(
+            f"{path} could not be read as a notebook: {error}. The file was left as it is."
+        ) from None
+
+
+def cells_of(notebook) -> list[Cell]:
+    cells = []
+    for i, cell in enumerate(notebook.cells):
+        meta = cell.get("metadata", {}).get("nbgrader", {}) or {}
+        cells.append(Cell(i, cell.cell_type, cell.source, dict(meta)))
+    return cells
+
+
+def read_cells(path: Path) -> list[Cell]:
+    return cells_of(load_notebook(path))
+
+
+def default_exp(cells: list[Cell]) -> str | None:
+    for cell in cells:
+        if cell.kind == "code" and "default_exp" in cell.directives:
+            return cell.directives["default_exp"]
+    return None
+
+
+def solution_lines(cell: Cell) -> list[str]:
+    """The lines inside ``### BEGIN SOLUTION`` / ``### END SOLUTION`` blocks of a cell."""
+    out, inside = [], False
+    for line in cell.source.splitlines():
+        stripped = line.strip()
+        if stripped == SOLUTION_BEGIN:
+            inside = True
+        elif stripped == SOLUTION_END:
+            inside = False
+        elif inside:
+            out.append(line)
+    return out
+
+
+def to_ipynb(path: Path) -> nbformat.NotebookNode:
+    """A lesson source as a notebook with a python3 kernelspec, ready for nbgrader."""
+    notebook = load_notebook(path)
+    notebook.metadata["kernelspec"] = {
+        "name": "python3", "display_name": "Python 3", "language": "python",
+    }
+    notebook.metadata.setdefault("language_info", {"name": "python"})
+    return notebook

@@ -1,0 +1,216 @@
+"""The course registry: the one list of modules and milestones.
+
+Everything that needs to know which modules exist reads this file: the CLI, the exporter,
+the student workspace, the milestones, the tests and the website. Do not keep a second
+list anywhere else; add a field here instead.
+
+A module is *written* when its lesson file ``modules/NN_slug/slug.py`` exists. Modules
+that are planned but not written are listed all the same, so that ``tito module list``
+shows the whole course and ``tito`` can say plainly that a module is not written yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# The course repository: modules/ sits beside tito/ (editable install, or a source tree).
+COURSE_ROOT = Path(__file__).resolve().parents[2]
+MODULES_DIR = COURSE_ROOT / "modules"
+MILESTONES_DIR = COURSE_ROOT / "milestones"
+
+
+@dataclass(frozen=True)
+class Module:
+    number: int
+    slug: str
+    title: str
+    tier: str
+    summary: str
+    # Dotted path under ``tinytorch`` that the module's ``#| export`` cells become.
+    target: str
+    # Direct prerequisites; the full set is ``prerequisites(number)``.
+    requires: tuple[int, ...] = ()
+    # Public namespaces that re-export this module's names, PyTorch style:
+    # "" is ``tinytorch`` itself, "nn" is ``tinytorch.nn``, and so on.
+    namespaces: tuple[str, ...] = ()
+    hours: str = "2-3"
+
+    @property
+    def key(self) -> str:
+        """Two-digit form used in paths and on the command line: ``01``."""
+        return f"{self.number:02d}"
+
+    @property
+    def dirname(self) -> str:
+        return f"{self.key}_{self.slug}"
+
+    @property
+    def source(self) -> Path:
+        """The lesson file (jupytext percent format) with the reference solution."""
+        return MODULES_DIR / self.dirname / f"{self.slug}.py"
+
+    @property
+    def written(self) -> bool:
+        return self.source.is_file()
+
+    @property
+    def target_path(self) -> Path:
+        """Where the export lands, relative to the folder that holds ``tinytorch/``."""
+        return Path("tinytorch", *self.target.split(".")).with_suffix(".py")
+
+    @property
+    def notebook_relpath(self) -> Path:
+        """Where a student's notebook for this module lives inside a workspace."""
+        return Path("modules") / self.dirname / f"{self.slug}.ipynb"
+
+
+@dataclass(frozen=True)
+class Milestone:
+    name: str
+    year: int
+    title: str
+    summary: str
+    requires: tuple[int, ...]
+    script: str  # file under milestones/
+    extra: dict = field(default_factory=dict)
+
+
+MODULES: tuple[Module, ...] = (
+    Module(1, "tensor", "Tensor", "foundation",
+           "N-dimensional arrays on NumPy: creation, arithmetic with broadcasting, matmul, "
+           "reductions, reshaping, indexing, and the op records autograd will need.",
+           "core.tensor", (), ("",)),
+    Module(2, "activations", "Activations", "foundation",
+           "ReLU, Sigmoid, Tanh, GELU, SiLU, Softmax and LogSoftmax, numerically stable.",
+           "core.activations", (1,), ("nn",)),
+    Module(3, "layers", "Layers", "foundation",
+           "Module with a parameter registry, Linear, Dropout, Sequential, state dicts.",
+           "core.layers", (1, 2), ("nn",)),
+    Module(4, "losses", "Losses", "foundation",
+           "Mean squared error, cross-entropy from logits, binary cross-entropy with logits.",
+           "core.losses", (1, 2), ("nn",)),
+    Module(5, "dataloader", "DataLoader", "foundation",
+           "Dataset, TensorDataset and a batching, shuffling DataLoader.",
+           "data.loader", (1,), ("data",)),
+    Module(6, "autograd", "Autograd", "foundation",
+           "Reverse-mode differentiation: derivative rules, an iterative topological "
+           "backward, no_grad, detach and gradcheck.",
+           "core.autograd", (1, 2, 3, 4), ("",)),
+    Module(7, "optimizers", "Optimizers", "foundation",
+           "SGD with momentum, Adam, AdamW, gradient clipping.",
+           "core.optimizers", (6,), ("optim",)),
+    Module(8, "training", "Training", "foundation",
+           "Training loops, learning-rate schedules, safe checkpoints, resumable runs.",
+           "core.training", (5, 7), ("",)),
+    Module(9, "convolutions", "Convolutions", "architecture",
+           "Conv2d with im2col, pooling, a CNN on digits.",
+           "core.convolutions", (8,), ("nn",)),
+    Module(10, "tokenization", "Tokenization", "architecture",
+           "Character and byte-level BPE tokenizers.",
+           "text.tokenization", (1,), ()),
+    Module(11, "embeddings", "Embeddings", "architecture",
+           "Token embeddings, learned and sinusoidal positions, rotary embeddings.",
+           "core.embeddings", (6, 10), ("nn",)),
+    Module(12, "attention", "Attention", "architecture",
+           "Scaled dot-product, causal and padding masks, multi-head and grouped-query attention.",
+           "core.attention", (11,), ("nn",)),
+    Module(13, "transformers", "Transformers", "architecture",
+           "LayerNorm, RMSNorm, MLPs, the pre-norm block, and GPT with generation.",
+           "models.transformer", (8, 12), ("nn",)),
+    Module(14, "profiling", "Profiling", "optimization",
+           "Measure time, memory and FLOPs of your own models.",
+           "perf.profiling", (13,), ()),
+    Module(15, "quantization", "Quantization", "optimization",
+           "Real int8 weights and activations, calibration, accuracy against size.",
+           "perf.quantization", (14,), ()),
+    Module(16, "compression", "Compression", "optimization",
+           "Pruning and distillation.",
+           "perf.compression", (14,), ()),
+    Module(17, "acceleration", "Acceleration", "optimization",
+           "Vectorization, fused kernels and memory layout.",
+           "perf.acceleration", (14,), ()),
+    Module(18, "kv_caching", "KV Caching", "optimization",
+           "Cache keys and values for fast autoregressive generation, measured.",
+           "perf.kv_cache", (13, 14), ()),
+    Module(19, "benchmarking", "Benchmarking", "optimization",
+           "Fair, repeatable measurements against a reference framework.",
+           "perf.benchmarking", (14,), ()),
+    Module(20, "capstone", "Capstone", "capstone",
+           "Make your TinyGPT fast and small, and prove it with measurements.",
+           "capstone", tuple(range(14, 20)), ()),
+)
+
+MILESTONES: tuple[Milestone, ...] = (
+    Milestone("perceptron", 1957, "Rosenblatt's perceptron",
+              "A single neuron learns a linearly separable problem.",
+              (1, 2, 3, 4, 6, 7), "perceptron.py"),
+    Milestone("xor", 1969, "The XOR problem",
+              "One layer fails on XOR; two layers solve it.",
+              (1, 2, 3, 4, 6, 7), "xor.py"),
+    Milestone("mlp_digits", 1986, "Backpropagation on handwritten digits",
+              "An MLP classifies 8x8 digits.",
+              (1, 2, 3, 4, 5, 6, 7, 8), "mlp_digits.py"),
+    Milestone("cnn_digits", 1998, "Convolutional networks",
+              "A small CNN classifies 8x8 digits.",
+              (1, 2, 3, 4, 5, 6, 7, 8, 9), "cnn_digits.py"),
+    Milestone("tinygpt", 2018, "TinyGPT on Tiny Shakespeare",
+              "Your own framework trains a character-level GPT on a CPU.",
+              (1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13), "tinygpt.py"),
+)
+
+TIERS = {
+    "foundation": "Foundation",
+    "architecture": "Architecture",
+    "optimization": "Optimization",
+    "capstone": "Capstone",
+}
+
+
+class UnknownModule(LookupError):
+    """A module number or name that the registry does not know."""
+
+
+def valid_keys() -> str:
+    return ", ".join(m.key for m in MODULES)
+
+
+def get_module(ref: int | str) -> Module:
+    """Find a module by number (1, "1", "01") or slug ("tensor", "01_tensor")."""
+    text = str(ref).strip().lower()
+    for m in MODULES:
+        if text in (m.key, str(m.number), m.slug, m.dirname):
+            return m
+    raise UnknownModule(
+        f"There is no module {ref!r}. Valid modules are {valid_keys()} "
+        f"(or their names: {', '.join(m.slug for m in MODULES)}). See `tito module list`."
+    )
+
+
+def get_milestone(name: str) -> Milestone:
+    for ms in MILESTONES:
+        if name.lower() in (ms.name, ms.name.replace("_", "-")):
+            return ms
+    names = ", ".join(ms.name for ms in MILESTONES)
+    raise UnknownModule(f"There is no milestone {name!r}. Valid milestones are {names}.")
+
+
+def prerequisites(number: int) -> tuple[int, ...]:
+    """Every module that must be completed before ``number``, sorted (transitive closure)."""
+    seen: set[int] = set()
+    stack = list(get_module(number).requires)
+    while stack:
+        n = stack.pop()
+        if n not in seen:
+            seen.add(n)
+            stack.extend(get_module(n).requires)
+    return tuple(sorted(seen))
+
+
+def unlocked_by(number: int) -> tuple[Milestone, ...]:
+    """Milestones whose last missing module is ``number`` (they need it and nothing later)."""
+    return tuple(ms for ms in MILESTONES if number in ms.requires and max(ms.requires) == number)
+
+
+def written_modules() -> list[Module]:
+    return [m for m in MODULES if m.written]

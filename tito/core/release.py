@@ -1,0 +1,66 @@
+"""Student versions of lessons, made by nbgrader itself.
+
+``nbgrader generate_assignment`` replaces every ``### BEGIN SOLUTION`` block with
+``raise NotImplementedError()``, locks the read-only and test cells and records their
+checksums. We never strip solutions by hand: the notebooks a student receives from ``tito``
+are the same ones an instructor's nbgrader course would release.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+
+from .notebook import to_ipynb
+from .registry import Module
+
+ASSIGNMENT = "tinytorch"
+
+
+class ReleaseError(Exception):
+    """nbgrader refused a lesson; the message carries nbgrader's own explanation."""
+
+
+def nbgrader_env() -> dict[str, str]:
+    """The environment for running nbgrader: this interpreter's scripts first on PATH.
+
+    nbgrader starts helper programs (``alembic``) by name; in a virtual environment that was
+    not activated they would not be found.
+    """
+    bindir = str(Path(sys.executable).parent)
+    return dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
+
+
+def run_nbgrader(args: list[str], course_root: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "nbgrader", *args, f"--CourseDirectory.root={course_root}"],
+        cwd=course_root, env=nbgrader_env(), capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def release_notebooks(modules: list[Module]) -> dict[int, nbformat.NotebookNode]:
+    """Generate the student version of each lesson with one nbgrader run."""
+    if not modules:
+        return {}
+    with tempfile.TemporaryDirectory(prefix="tito-release-") as tmp:
+        root = Path(tmp)
+        source = root / "source" / ASSIGNMENT
+        source.mkdir(parents=True)
+        for m in modules:
+            nbformat.write(to_ipynb(m.source), source / f"{m.dirname}.ipynb")
+        done = run_nbgrader(["generate_assignment", ASSIGNMENT, "--force", "--no-db"], root)
+        released = {}
+        for m in modules:
+            path = root / "release" / ASSIGNMENT / f"{m.dirname}.ipynb"
+            if done.returncode != 0 or not path.is_file():
+                raise ReleaseError(
+                    f"nbgrader could not release module {m.key} ({m.dirname}):\n"
+                    + (done.stderr or done.stdout)[-3000:]
+                )
+            released[m.number] = nbformat.read(path, as_version=4)
+        return released
