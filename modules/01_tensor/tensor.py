@@ -348,6 +348,9 @@ test_unit_tensor_creation()
 # Module 06 adds each operation's derivative in a table keyed by the `Function` class, and
 # walks these records backwards. Nothing here changes then.
 #
+# The cell also holds the course's one random generator: `manual_seed(0)` makes initial
+# weights and dropout masks repeatable, like `torch.manual_seed`.
+#
 # The cell below is given to you: read it, it is short.
 
 # %% nbgrader={"grade": false, "grade_id": "function", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -369,6 +372,20 @@ def set_grad_enabled(enabled):
     global _grad_enabled
     previous, _grad_enabled = _grad_enabled, bool(enabled)
     return previous
+
+
+_generator = np.random.default_rng()
+
+
+def manual_seed(seed):
+    """Seed the generator that layers (initial weights) and dropout draw from."""
+    global _generator
+    _generator = np.random.default_rng(seed)
+
+
+def default_generator():
+    """The shared NumPy Generator; its `.bit_generator.state` can be saved in checkpoints."""
+    return _generator
 
 
 class Context:

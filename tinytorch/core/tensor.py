@@ -2,7 +2,7 @@
 # Do not edit: change the lesson and export again.
 """Module 01 (Tensor): N-dimensional arrays on NumPy: creation, arithmetic with broadcasting, matmul, reductions, reshaping, indexing, and the op records autograd will need."""
 
-__all__ = ['Tensor', 'ShapeError', 'is_grad_enabled', 'set_grad_enabled', 'Context', 'Function', 'Add', 'Sub', 'Mul', 'Div', 'Neg', 'Pow', 'Exp', 'Log', 'MatMul', 'Reshape', 'Transpose', 'Permute', 'GetItem', 'Sum', 'Mean', 'Max']
+__all__ = ['Tensor', 'ShapeError', 'is_grad_enabled', 'set_grad_enabled', 'manual_seed', 'default_generator', 'Context', 'Function']
 
 import numpy as np
 
@@ -216,6 +216,20 @@ def set_grad_enabled(enabled):
     global _grad_enabled
     previous, _grad_enabled = _grad_enabled, bool(enabled)
     return previous
+
+
+_generator = np.random.default_rng()
+
+
+def manual_seed(seed):
+    """Seed the generator that layers (initial weights) and dropout draw from."""
+    global _generator
+    _generator = np.random.default_rng(seed)
+
+
+def default_generator():
+    """The shared NumPy Generator; its `.bit_generator.state` can be saved in checkpoints."""
+    return _generator
 
 
 class Context:
