@@ -48,7 +48,7 @@ def main(spec_path, results_path):
         os.replace(tmp, results_path)
 
     for cell in spec["cells"]:
-        label = f"<cell {cell['index']}>"
+        label = f"<cell {cell['index']} '{cell['name']}'>"
         source = _strip_magics(cell["source"])
         linecache.cache[label] = (len(source), None, source.splitlines(True), label)
         record = {"index": cell["index"], "status": "running"}

@@ -90,7 +90,7 @@ def run_notebook(path: Path, package_root: Path, timeout: float = DEFAULT_TIMEOU
     cells = [c for c in cells_of(load_notebook(path)) if c.kind == "code"]
     spec = {
         "package_root": str(Path(package_root).resolve()),
-        "cells": [{"index": c.index, "source": c.source} for c in cells],
+        "cells": [{"index": c.index, "name": c.grade_id, "source": c.source} for c in cells],
     }
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="tito-run-") as tmp:

@@ -1,0 +1,226 @@
+"""The student's path through the real CLI, in temporary workspaces, and every bad input."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from conftest import run_tito
+from tito.core.notebook import read_cells
+from tito.core.registry import MODULES, get_module, prerequisites, written_modules
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def fresh_workspace(tmp_path_factory):
+    """One `tito init` (an nbgrader run); each test works on its own copy."""
+    root = tmp_path_factory.mktemp("init") / "course"
+    done = run_tito("init", str(root), cwd=root.parent)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return root
+
+
+@pytest.fixture
+def ws(fresh_workspace, tmp_path):
+    root = tmp_path / "ws"
+    shutil.copytree(fresh_workspace, root)
+    return root
+
+
+def digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_like_a_student(ws, number, *, mark="# written by the student", bug=None):
+    """Fill the student's notebook with the reference solution, marked as theirs.
+
+    ``bug`` = (old, new) replaces a snippet in the student's code to plant a mistake.
+    """
+    module = get_module(number)
+    reference = {c.grade_id: c.source for c in read_cells(module.source) if c.nbgrader.get("solution")}
+    path = ws / module.notebook_relpath
+    notebook = nbformat.read(path, as_version=4)
+    for cell in notebook.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id in reference:
+            source = reference[grade_id] + "\n" + mark
+            if bug and bug[0] in source:
+                source = source.replace(bug[0], bug[1], 1)
+            cell.source = source
+    nbformat.write(notebook, path)
+
+
+def python_in(ws, code):
+    return subprocess.run([sys.executable, "-c", code], cwd=ws, capture_output=True, text=True)
+
+
+def test_init_makes_a_workspace(fresh_workspace):
+    ws = fresh_workspace
+    assert (ws / ".tito" / "progress.json").is_file()
+    for m in written_modules():
+        assert (ws / ".tito" / "release" / f"{m.dirname}.ipynb").is_file()
+    assert json.loads((ws / ".tito" / "progress.json").read_text())["completed"] == {}
+    # the package is there but empty: importing it works, using Tensor explains what to do
+    done = python_in(ws, "import tinytorch; tinytorch.Tensor")
+    assert done.returncode != 0 and "module 01" in done.stderr and "tito module complete 01" in done.stderr
+    done = python_in(ws, "from tinytorch.core.tensor import Tensor")
+    assert "module 01 (Tensor)" in done.stderr and "tito module start 01" in done.stderr
+    again = run_tito("init", str(ws), cwd=ws.parent)
+    assert again.returncode == 2 and "already a TinyTorch workspace" in again.stderr
+
+
+def test_student_journey_module_01(ws):
+    notebook = ws / "modules" / "01_tensor" / "tensor.ipynb"
+    done = run_tito("module", "start", "01", cwd=ws)
+    assert done.returncode == 0, done.stderr
+    assert notebook.is_file() and "raise NotImplementedError()" in notebook.read_text()
+
+    # The untouched notebook: every test fails, with a message, and nothing is exported.
+    done = run_tito("module", "complete", "01", cwd=ws)
+    assert done.returncode == 1
+    n_tests = sum(c.is_graded for c in read_cells(get_module(1).source))
+    assert f"{n_tests} tests: 0 passed, {n_tests} failed" in done.stdout
+    assert "not implemented yet" in done.stdout and "Nothing was exported" in done.stdout
+    assert "PLACEHOLDER" in (ws / "tinytorch/core/tensor.py").read_text()
+    assert json.loads((ws / ".tito/progress.json").read_text())["completed"] == {}
+
+    # A student bug (subtracting in Add) fails exactly the arithmetic test: their code is tested.
+    write_like_a_student(ws, 1, bug=("return a + b", "return a - b"))
+    done = run_tito("module", "complete", "01", cwd=ws)
+    assert done.returncode == 1
+    assert "✗ test_unit_arithmetic" in done.stdout and "a + b gave" in done.stdout
+    assert f"{n_tests - 1} passed, 1 failed" in done.stdout
+
+    # Fixed: tests pass on THEIR code, which is exported into THEIR package.
+    write_like_a_student(ws, 1)
+    done = run_tito("module", "complete", "01", cwd=ws)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{n_tests} tests: {n_tests} passed, 0 failed" in done.stdout
+    assert "Module 01 completed" in done.stdout
+    assert "Next: `tito module start" in done.stdout or "No other module is open" in done.stdout
+    exported = (ws / "tinytorch/core/tensor.py").read_text()
+    assert "written by the student" in exported and "your notebook" in exported.splitlines()[0]
+    progress = json.loads((ws / ".tito/progress.json").read_text())
+    assert progress["completed"]["01"]["tests_passed"] == n_tests
+    done = python_in(ws, "import tinytorch; print(tinytorch.Tensor([1,2]) + 1); print(tinytorch.__file__)")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "Tensor([2., 3.])"
+    assert done.stdout.splitlines()[1].startswith(str(ws))
+
+    status = run_tito("module", "status", "--json", cwd=ws)
+    states = {r["key"]: r["state"] for r in json.loads(status.stdout)["modules"]}
+    assert states["01"] == "completed"
+    assert all(states[m.key] == "not written" for m in MODULES if not m.written)
+
+
+def test_untouched_release_fails_every_test_through_the_cli(ws):
+    for m in written_modules():
+        if not prerequisites(m.number):
+            run_tito("module", "start", m.key, cwd=ws)
+            done = run_tito("module", "test", m.key, cwd=ws)
+            assert done.returncode == 1 and " 0 passed" in done.stdout
+
+
+def test_unknown_module_lists_the_valid_ones(ws):
+    for command in (["module", "start", "42"], ["module", "complete", "x"], ["module", "test", "0"]):
+        done = run_tito(*command, cwd=ws)
+        assert done.returncode == 2 and "Valid modules are 01, 02" in done.stderr
+
+
+def test_unwritten_module_is_named_coming_soon(ws):
+    unwritten = next(m for m in MODULES if not m.written)
+    done = run_tito("module", "start", unwritten.key, cwd=ws)
+    assert done.returncode == 2 and "not written yet" in done.stderr
+
+
+def test_complete_before_prerequisites_names_them(ws):
+    candidates = [m for m in written_modules() if prerequisites(m.number)]
+    assert candidates, "no written module has prerequisites yet"
+    m = candidates[0]
+    done = run_tito("module", "complete", m.key, cwd=ws)
+    assert done.returncode == 2
+    for n in prerequisites(m.number):
+        assert f"{get_module(n).key} ({get_module(n).title})" in done.stderr
+
+
+def test_complete_without_notebook_says_start(ws):
+    done = run_tito("module", "complete", "01", cwd=ws)
+    assert done.returncode == 2 and "tito module start 01" in done.stderr
+
+
+def test_corrupt_notebook_is_reported_and_left_untouched(ws):
+    run_tito("module", "start", "01", cwd=ws)
+    notebook = ws / "modules/01_tensor/tensor.ipynb"
+    notebook.write_text('{"cells": [ this is not json')
+    before = digest(notebook)
+    done = run_tito("module", "complete", "01", cwd=ws)
+    assert done.returncode == 2 and "not a valid notebook" in done.stderr
+    assert digest(notebook) == before
+
+
+def test_start_refuses_to_overwrite_and_force_keeps_a_backup(ws):
+    run_tito("module", "start", "01", cwd=ws)
+    notebook = ws / "modules/01_tensor/tensor.ipynb"
+    write_like_a_student(ws, 1, mark="# my precious work")
+    before = digest(notebook)
+    done = run_tito("module", "start", "01", cwd=ws)
+    assert done.returncode == 2 and "--force" in done.stderr and digest(notebook) == before
+    done = run_tito("module", "start", "01", "--force", cwd=ws)
+    assert done.returncode == 0
+    backups = list(notebook.parent.glob("tensor.ipynb.bak-*"))
+    assert len(backups) == 1 and digest(backups[0]) == before
+    assert "my precious work" not in notebook.read_text()
+
+
+def test_reset_never_prompts_without_a_terminal(ws):
+    run_tito("module", "start", "01", cwd=ws)
+    done = run_tito("module", "reset", "01", cwd=ws)  # stdin is not a terminal
+    assert done.returncode == 2 and "--yes" in done.stderr
+    done = run_tito("module", "reset", "01", "--yes", cwd=ws)
+    assert done.returncode == 0 and list((ws / "modules/01_tensor").glob("*.bak-*"))
+
+
+def test_corrupt_progress_is_an_error_with_the_recovery_command(ws):
+    run_tito("module", "start", "01", cwd=ws)
+    write_like_a_student(ws, 1)
+    assert run_tito("module", "complete", "01", cwd=ws).returncode == 0
+    progress = ws / ".tito/progress.json"
+    progress.write_text("{ truncated")
+    for command in (["module", "status"], ["module", "complete", "01"], ["module", "start", "01"]):
+        done = run_tito(*command, cwd=ws)
+        assert done.returncode == 2 and "tito system repair-progress" in done.stderr, command
+        assert progress.read_text() == "{ truncated", "the damaged file must not be reset silently"
+    done = run_tito("system", "repair-progress", cwd=ws)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(progress.read_text())["completed"]["01"]["rebuilt"] is True
+    assert [p.read_text() for p in ws.glob(".tito/progress.json.bak-*")] == ["{ truncated"]
+
+
+def test_outside_a_workspace_complete_explains(tmp_path):
+    done = run_tito("module", "complete", "01", cwd=tmp_path)
+    assert done.returncode == 2 and "tito init" in done.stderr
+
+
+def test_repository_commands(repo):
+    done = run_tito("module", "list", "--json", cwd=repo)
+    rows = json.loads(done.stdout)
+    assert len(rows) == 20 and rows[12]["slug"] == "transformers"
+    assert set(rows[12]["prerequisites"]) == {"01", "02", "03", "04", "05", "06", "07", "08", "10", "11", "12"}
+    assert run_tito("module", "test", "01", cwd=repo).returncode == 0
+    assert run_tito("--version", cwd=repo).stdout.strip() == "tito, version 0.1.0"
+
+
+def test_doctor_checks_kernel_and_workspace(ws):
+    done = run_tito("system", "doctor", cwd=ws)
+    assert "Jupyter kernel" in done.stdout and "progress file" in done.stdout
+    assert done.returncode == 0, done.stdout
+    (ws / ".tito/progress.json").write_text("[]")
+    done = run_tito("system", "doctor", cwd=ws)
+    assert done.returncode == 1 and "repair-progress" in done.stdout

@@ -1,0 +1,92 @@
+"""The course pipeline, for every written module: lesson format, reference, release, stubs.
+
+These run over whatever modules exist, so a new lesson is checked without editing this file.
+"""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+
+from tito.core.notebook import SOLUTION_BEGIN, SOLUTION_END, read_cells, solution_lines
+from tito.core.registry import COURSE_ROOT, MODULES, prerequisites, written_modules
+from tito.core.runner import run_notebook
+
+WRITTEN = written_modules()
+IDS = [m.dirname for m in WRITTEN]
+REQUIRED_META = {"grade", "grade_id", "locked", "schema_version", "solution", "task"}
+
+
+def test_registry_lists_the_twenty_modules_in_order():
+    assert [m.number for m in MODULES] == list(range(1, 21))
+    assert [m.slug for m in MODULES][:13] == [
+        "tensor", "activations", "layers", "losses", "dataloader", "autograd", "optimizers",
+        "training", "convolutions", "tokenization", "embeddings", "attention", "transformers",
+    ]
+    assert set(prerequisites(13)) == set(range(1, 9)) | {10, 11, 12}
+    for m in MODULES:
+        assert all(p < m.number for p in m.requires), f"{m.key} requires a later module"
+    assert len({m.target for m in MODULES}) == len(MODULES)
+
+
+def test_every_module_folder_is_in_the_registry():
+    folders = {p.name for p in (COURSE_ROOT / "modules").iterdir() if p.is_dir()}
+    assert folders <= {m.dirname for m in MODULES}, folders - {m.dirname for m in MODULES}
+
+
+@pytest.mark.parametrize("module", WRITTEN, ids=IDS)
+def test_lesson_format(module):
+    cells = read_cells(module.source)
+    text = "\n".join(c.source for c in cells if c.kind == "markdown")
+    for heading in ("Overview", "Learning objectives", "What you build",
+                    "What you are not building yet", "Systems analysis", "What comes next"):
+        assert heading.lower() in text.lower(), f"{module.dirname} lacks a '{heading}' section"
+    ids = [c.grade_id for c in cells if c.nbgrader]
+    assert len(ids) == len(set(ids)), f"duplicate grade_id in {module.dirname}"
+    graded = [c for c in cells if c.is_graded]
+    assert graded, f"{module.dirname} has no graded tests"
+    for c in cells:
+        if c.nbgrader:
+            assert REQUIRED_META <= set(c.nbgrader), f"cell {c.grade_id} lacks {REQUIRED_META - set(c.nbgrader)}"
+            assert c.nbgrader["schema_version"] == 3
+        if c.is_graded:
+            assert c.nbgrader["locked"] and c.points > 0, f"{c.grade_id} must be locked with points"
+        markers = c.source.count(SOLUTION_BEGIN), c.source.count(SOLUTION_END)
+        assert markers[0] == markers[1], f"unbalanced solution markers in {c.grade_id}"
+        if markers[0]:
+            assert c.nbgrader.get("solution"), f"{c.grade_id} has a solution block but solution=false"
+
+
+@pytest.mark.parametrize("module", WRITTEN, ids=IDS)
+def test_reference_passes_every_graded_test(module):
+    report = run_notebook(module.source, COURSE_ROOT)
+    failures = [f"{r.cell.grade_id}: {r.explain()}" for r in report.failed + report.other_errors]
+    assert report.ok and not report.other_errors, "\n".join(failures)
+
+
+@pytest.mark.parametrize("module", WRITTEN, ids=IDS)
+def test_release_leaks_no_solution_line(module, released):
+    cells = read_cells(module.source)
+    given = set()
+    for c in cells:  # lines that are legitimately visible: everything outside solution blocks
+        inside = False
+        for line in c.source.splitlines():
+            if line.strip() in (SOLUTION_BEGIN, SOLUTION_END):
+                inside = line.strip() == SOLUTION_BEGIN
+            elif not inside:
+                given.add(line.strip())
+    secret = {line.strip() for c in cells for line in solution_lines(c)} - given - {""}
+    assert secret, f"{module.dirname} has no solution lines to hide"
+    notebook = nbformat.read(released[module.number], as_version=4)
+    shown = {line.strip() for cell in notebook.cells for line in cell.source.splitlines()}
+    leaked = sorted(secret & shown)
+    assert not leaked, f"solution lines visible in the student notebook of {module.dirname}: {leaked[:5]}"
+    assert "BEGIN SOLUTION" not in nbformat.writes(notebook)
+
+
+@pytest.mark.parametrize("module", WRITTEN, ids=IDS)
+def test_every_graded_test_fails_on_the_release(module, released):
+    report = run_notebook(released[module.number], COURSE_ROOT)
+    assert len(report.tests) == sum(c.is_graded for c in read_cells(module.source))
+    passing = [r.cell.grade_id for r in report.passed]
+    assert not passing, f"these graded tests pass on the empty stub, so they test nothing: {passing}"

@@ -1,0 +1,49 @@
+"""`tito export`: the committed package is generated from the lessons, and drift is caught."""
+
+import shutil
+
+from conftest import run_tito
+from tito.core.exporter import HEADER, check_plan, reference_plan
+from tito.core.registry import written_modules
+
+
+def test_committed_package_is_in_sync(repo):
+    assert check_plan(repo, reference_plan()) == []
+    done = run_tito("export", "--check", cwd=repo)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_check_catches_an_edited_file_and_a_stale_one(repo, tmp_path):
+    shutil.copytree(repo / "tinytorch", tmp_path / "tinytorch")
+    plan = reference_plan()
+    assert check_plan(tmp_path, plan) == []
+    edited = tmp_path / written_modules()[0].target_path
+    edited.write_text(edited.read_text() + "\n# a hand edit\n")
+    stale = tmp_path / "tinytorch" / "core" / "old_module.py"
+    stale.write_text(HEADER + " from modules/99_old/old.py\n")
+    problems = check_plan(tmp_path, plan)
+    assert any("differs" in p and edited.name in p for p in problems)
+    assert any("stale" in p and "old_module" in p for p in problems)
+    (tmp_path / written_modules()[0].target_path).unlink()
+    assert any("missing" in p for p in check_plan(tmp_path, plan))
+
+
+def test_generated_files_name_their_source(repo):
+    for m in written_modules():
+        text = (repo / m.target_path).read_text()
+        assert text.startswith(HEADER) and f"modules/{m.dirname}/{m.slug}.py" in text.splitlines()[0]
+
+
+def test_public_api_is_pytorch_style():
+    import tinytorch
+
+    assert tinytorch.Tensor is tinytorch.core.tensor.Tensor
+    assert "Add" not in dir(tinytorch), "op classes are exported with #| exporti, not into the API"
+
+
+def test_export_refuses_unknown_and_unwritten_modules(repo):
+    done = run_tito("export", "99", cwd=repo)
+    assert done.returncode == 2 and "Valid modules are 01" in done.stderr
+    unwritten = next(m for m in __import__("tito.core.registry").core.registry.MODULES if not m.written)
+    done = run_tito("export", unwritten.key, cwd=repo)
+    assert done.returncode == 2 and "not written yet" in done.stderr

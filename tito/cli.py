@@ -1,0 +1,27 @@
+"""`tito`: the command line of the TinyTorch course.
+
+Each verb group lives in its own file under ``tito/commands``; the logic they share lives
+in ``tito/core``. Run ``tito --help`` for the map.
+"""
+
+import click
+
+from . import __version__
+from .commands import export, init, milestone, module, system
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="tito")
+def cli():
+    """Run the TinyTorch course: modules, exports, milestones and grading."""
+
+
+cli.add_command(init.init)
+cli.add_command(module.module)
+cli.add_command(export.export)
+cli.add_command(milestone.milestone)
+cli.add_command(system.system)
+
+
+def main():
+    cli()

@@ -1,0 +1,42 @@
+"""`tito export`: lessons -> the committed reference package (course repository only)."""
+
+import click
+
+from ..core.exporter import ExportError, check_plan, reference_plan, write_plan
+from ..core.registry import COURSE_ROOT, UnknownModule, get_module
+from ..core.ui import Failure, console
+from ..core.workspace import Workspace
+
+
+@click.command()
+@click.argument("modules", nargs=-1)
+@click.option("--check", is_flag=True, help="Exit non-zero if tinytorch/ differs from the lessons.")
+def export(modules, check):
+    """Write the #| export cells of MODULES (default: all written) into tinytorch/."""
+    ws = Workspace.find()
+    if ws is not None and ws.root != COURSE_ROOT:
+        raise Failure(
+            "`tito export` writes the course's reference package. In a workspace your code is "
+            "exported by `tito module complete N`, after its tests pass."
+        )
+    try:
+        chosen = [get_module(m) for m in modules] or None
+        for m in chosen or []:
+            if not m.written:
+                raise Failure(f"Module {m.key} ({m.title}) is not written yet: nothing to export.")
+        plan = reference_plan(chosen)
+    except (UnknownModule, ExportError) as error:
+        raise Failure(str(error)) from None
+    if check:
+        problems = check_plan(COURSE_ROOT, reference_plan())
+        if problems:
+            for p in problems:
+                console.print(f"  [red]✗[/] {p}")
+            console.print("tinytorch/ is out of sync with modules/: run `tito export`.")
+            raise SystemExit(1)
+        console.print(f"[green]✓[/] tinytorch/ matches modules/ ({len(plan)} generated files)")
+        return
+    written = write_plan(COURSE_ROOT, plan)
+    for rel in written:
+        console.print(f"  wrote {rel}")
+    console.print(f"[green]✓[/] exported: {len(written)} file(s) changed, {len(plan) - len(written)} already current")

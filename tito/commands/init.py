@@ -1,0 +1,35 @@
+"""`tito init DIR`: make a student workspace."""
+
+from pathlib import Path
+
+import click
+
+from ..core.registry import written_modules
+from ..core.release import ReleaseError, release_notebooks
+from ..core.ui import Failure, console
+from ..core.workspace import MARKER, Workspace
+
+
+@click.command()
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--force", is_flag=True,
+              help="Refresh the released notebooks of an existing workspace (your work is kept).")
+def init(directory, force):
+    """Create a workspace in DIRECTORY: released notebooks, an empty tinytorch package, progress."""
+    root = directory.resolve()
+    if (root / MARKER).exists() and not force:
+        raise Failure(
+            f"{root} is already a TinyTorch workspace. `tito init {directory} --force` refreshes "
+            "its released notebooks; your notebooks, package and progress are never touched."
+        )
+    modules = written_modules()
+    console.print(f"Releasing {len(modules)} module notebooks with nbgrader ...")
+    try:
+        releases = release_notebooks(modules)
+    except ReleaseError as error:
+        raise Failure(str(error)) from None
+    Workspace.create(root, releases)
+    console.print(f"[green]✓[/] workspace ready in {root}")
+    console.print(f"  {len(releases)} notebooks released (solutions removed by nbgrader), "
+                  "tinytorch/ waiting for your code, progress in .tito/progress.json")
+    console.print(f"Next: `cd {directory}` then `tito module start 01`")

@@ -1,0 +1,77 @@
+"""`tito milestone ...`: historical runs on the student's own package."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import click
+
+from ..core.registry import COURSE_ROOT, MILESTONES, MILESTONES_DIR, UnknownModule, get_milestone, get_module
+from ..core.ui import Failure, console, table
+from ..core.workspace import Workspace, WorkspaceError
+
+
+@click.group()
+def milestone():
+    """Run the course's historical milestones with your own tinytorch."""
+
+
+def _context():
+    """(package root, completed-or-written module numbers, who) for the current folder."""
+    ws = Workspace.find()
+    if ws is None or ws.root == COURSE_ROOT:
+        from ..core.registry import written_modules
+
+        return COURSE_ROOT, {m.number for m in written_modules()}, "the reference package"
+    try:
+        return ws.root, ws.completed(), "your package"
+    except WorkspaceError as error:
+        raise Failure(str(error)) from None
+
+
+@milestone.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def list_(as_json):
+    """The milestones and the modules each needs."""
+    _, have, _ = _context()
+    rows = [{"name": ms.name, "year": ms.year, "title": ms.title,
+             "requires": [get_module(n).key for n in ms.requires],
+             "missing": [get_module(n).key for n in ms.requires if n not in have],
+             "available": (MILESTONES_DIR / ms.script).is_file()} for ms in MILESTONES]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    t = table("milestone", "year", "what", "needs", "ready")
+    for r in rows:
+        ready = ("[dim]coming soon[/]" if not r["available"] else
+                 "[green]yes[/]" if not r["missing"] else f"needs {' '.join(r['missing'])}")
+        t.add_row(r["name"], str(r["year"]), r["title"], " ".join(r["requires"]), ready)
+    console.print(t)
+
+
+@milestone.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("name")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def run(name, args):
+    """Run milestone NAME with your package (extra ARGS go to the script, e.g. --quick)."""
+    try:
+        ms = get_milestone(name)
+    except UnknownModule as error:
+        raise Failure(str(error)) from None
+    root, have, who = _context()
+    missing = [n for n in ms.requires if n not in have]
+    if missing:
+        names = ", ".join(f"{get_module(n).key} ({get_module(n).title})" for n in missing)
+        raise Failure(f"Milestone {ms.name} needs modules {names}. "
+                      f"Complete them first: `tito module complete {get_module(missing[0]).key}`.")
+    script = MILESTONES_DIR / ms.script
+    if not script.is_file():
+        raise Failure(f"Milestone {ms.name} is not written yet: coming soon.")
+    console.print(f"[bold]{ms.year} · {ms.title}[/] with {who} ({root / 'tinytorch'})")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(root), str(MILESTONES_DIR), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    done = subprocess.run([sys.executable, str(script), *args], env=env, cwd=os.getcwd())
+    raise SystemExit(done.returncode)

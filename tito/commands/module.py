@@ -1,0 +1,319 @@
+"""`tito module ...`: list, status, start, test, complete, reset."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import click
+
+from ..core.exporter import ExportError, render_module
+from ..core.notebook import NotebookError, cells_of, load_notebook
+from ..core.registry import (
+    COURSE_ROOT, MILESTONES, MODULES, Module, UnknownModule, get_module, prerequisites,
+)
+from ..core.release import ReleaseError, release_notebooks
+from ..core.runner import DEFAULT_TIMEOUT, RunReport, run_notebook
+from ..core.ui import Failure, console, interactive, table
+from ..core.workspace import Workspace, WorkspaceError, backup_path
+
+
+@click.group()
+def module():
+    """Work on the course's modules."""
+
+
+def _module(ref: str) -> Module:
+    try:
+        return get_module(ref)
+    except UnknownModule as error:
+        raise Failure(str(error)) from None
+
+
+def _written(ref: str) -> Module:
+    m = _module(ref)
+    if not m.written:
+        raise Failure(
+            f"Module {m.key} ({m.title}) is not written yet: it is coming soon. "
+            "`tito module list` shows which modules are ready."
+        )
+    return m
+
+
+def _workspace() -> Workspace:
+    try:
+        return Workspace.require()
+    except WorkspaceError as error:
+        raise Failure(str(error)) from None
+
+
+def _completed(ws: Workspace) -> set[int]:
+    try:
+        return ws.completed()
+    except WorkspaceError as error:
+        raise Failure(str(error)) from None
+
+
+def _names(numbers) -> str:
+    return ", ".join(f"{get_module(n).key} ({get_module(n).title})" for n in numbers)
+
+
+# ---- list ------------------------------------------------------------------------------
+@module.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def list_(as_json):
+    """Every module of the course, from the registry."""
+    rows = []
+    for m in MODULES:
+        rows.append({
+            "number": m.number, "key": m.key, "slug": m.slug, "title": m.title, "tier": m.tier,
+            "written": m.written, "export": f"tinytorch.{m.target}",
+            "requires": [get_module(n).key for n in m.requires],
+            "prerequisites": [get_module(n).key for n in prerequisites(m.number)],
+            "unlocks": [ms.name for ms in MILESTONES if max(ms.requires) == m.number],
+        })
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    t = table("#", "module", "status", "needs", "exports to", "unlocks",
+              title=f"TinyTorch: {len(MODULES)} modules, {sum(r['written'] for r in rows)} written")
+    for r in rows:
+        status = "[green]ready[/]" if r["written"] else "[dim]coming soon[/]"
+        t.add_row(r["key"], r["title"], status, " ".join(r["requires"]) or "-",
+                  r["export"].removeprefix("tinytorch."), ", ".join(r["unlocks"]))
+    for column in t.columns[:3]:
+        column.no_wrap = True
+    console.print(t)
+
+
+# ---- status ----------------------------------------------------------------------------
+def _states(ws: Workspace) -> list[dict]:
+    done = _completed(ws)
+    rows = []
+    for m in MODULES:
+        missing = [n for n in prerequisites(m.number) if n not in done]
+        if not m.written:
+            state = "not written"
+        elif m.number in done:
+            state = "completed"
+        elif ws.notebook_path(m).is_file():
+            state = "started"
+        elif not missing:
+            state = "available"
+        else:
+            state = "locked"
+        rows.append({"key": m.key, "title": m.title, "state": state,
+                     "missing": [get_module(n).key for n in missing]})
+    return rows
+
+
+@module.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status(as_json):
+    """Your progress through the course (in a workspace)."""
+    ws = _workspace()
+    rows = _states(ws)
+    if as_json:
+        click.echo(json.dumps({"workspace": str(ws.root), "modules": rows}, indent=2))
+        return
+    colours = {"completed": "green", "started": "yellow", "available": "cyan",
+               "locked": "dim", "not written": "dim"}
+    t = table("#", "module", "state", "needs first", title=f"Progress in {ws.root}")
+    for r in rows:
+        t.add_row(r["key"], r["title"], f"[{colours[r['state']]}]{r['state']}[/]",
+                  " ".join(r["missing"]) if r["state"] == "locked" else "")
+    console.print(t)
+    done = sum(r["state"] == "completed" for r in rows)
+    written = sum(r["state"] != "not written" for r in rows)
+    console.print(f"{done} of {written} written modules completed.")
+    nxt = _next_module(rows)
+    if nxt:
+        console.print(f"Next: `tito module start {nxt}`")
+
+
+def _next_module(rows) -> str | None:
+    for r in rows:
+        if r["state"] in ("started", "available"):
+            return r["key"]
+    return None
+
+
+# ---- start / reset -----------------------------------------------------------------------
+def _release_for(ws: Workspace, m: Module):
+    """The student notebook for ``m``, generating it with nbgrader if init did not."""
+    path = ws.release_path(m)
+    if not path.is_file():
+        try:
+            notebook = release_notebooks([m])[m.number]
+        except ReleaseError as error:
+            raise Failure(str(error)) from None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        import nbformat
+
+        nbformat.write(notebook, path)
+    return path
+
+
+def _hand_out(ws: Workspace, m: Module, force: bool, verb: str) -> None:
+    target = ws.notebook_path(m)
+    source = _release_for(ws, m)
+    if target.exists():
+        if not force:
+            raise Failure(
+                f"{target.relative_to(ws.root)} already exists and holds your work; it was not "
+                f"touched. To replace it with a fresh copy, run `tito module {verb} {m.key} "
+                "--force` (your current notebook is kept as a .bak file)."
+            )
+        backup = backup_path(target)
+        shutil.copy2(target, backup)
+        console.print(f"  kept your previous notebook as {backup.relative_to(ws.root)}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
+    console.print(f"[green]✓[/] {target.relative_to(ws.root)} is ready: open it with "
+                  f"`jupyter lab {target.relative_to(ws.root)}`")
+
+
+@module.command()
+@click.argument("number")
+@click.option("--force", is_flag=True, help="Replace an existing notebook (a backup is kept).")
+def start(number, force):
+    """Hand out module NUMBER's notebook, solutions cleared by nbgrader."""
+    ws = _workspace()
+    m = _written(number)
+    done = _completed(ws)
+    missing = [n for n in prerequisites(m.number) if n not in done]
+    console.print(f"[bold]Module {m.key}: {m.title}[/] · {m.summary}")
+    if missing:
+        console.print(f"[yellow]note:[/] you can read ahead, but `tito module complete {m.key}` "
+                      f"will need {_names(missing)} first.")
+    _hand_out(ws, m, force, "start")
+    console.print(f"When your code is written: `tito module complete {m.key}`")
+
+
+@module.command()
+@click.argument("number")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def reset(number, yes):
+    """Start module NUMBER over: a fresh notebook (yours is kept as a backup)."""
+    ws = _workspace()
+    m = _written(number)
+    if not yes:
+        if not interactive():
+            raise Failure(f"`tito module reset {m.key}` replaces your notebook; add --yes to confirm.")
+        click.confirm(f"Replace your notebook for module {m.key} with a fresh copy?", abort=True)
+    _hand_out(ws, m, force=True, verb="reset")
+    if ws.forget_completion(m):
+        console.print(f"  module {m.key} is marked not completed; your exported package code "
+                      "stays until you complete it again")
+
+
+# ---- test / complete ---------------------------------------------------------------------
+def _print_report(report: RunReport, label: str) -> None:
+    for r in report.tests:
+        if r.passed:
+            console.print(f"  [green]✓[/] {r.cell.grade_id} [dim]({r.cell.points:g} pts, "
+                          f"{r.seconds:.2f} s)[/]")
+        else:
+            console.print(f"  [red]✗[/] {r.cell.grade_id} [dim]({r.cell.points:g} pts)[/]")
+            console.print(f"      {r.explain()}", markup=False)
+    if report.other_errors:
+        console.print("  [yellow]other cells that raised[/] (not graded, but tests may depend on them):")
+        for r in report.other_errors:
+            console.print(f"    cell {r.cell.index} ({r.cell.grade_id}): {r.explain()}", markup=False)
+    got, total = report.points()
+    n_pass, n = len(report.passed), len(report.tests)
+    colour = "green" if report.ok else "red"
+    console.print(f"[{colour}]{n} tests: {n_pass} passed, {n - n_pass} failed[/] · "
+                  f"{got:g}/{total:g} points · {report.seconds:.1f} s · {label}")
+
+
+def _run(m: Module, ws: Workspace | None, timeout: float) -> tuple[RunReport, object, str]:
+    if ws is None:
+        path, root, label = m.source, COURSE_ROOT, f"reference solution {m.source.relative_to(COURSE_ROOT)}"
+    else:
+        path, root = ws.notebook_path(m), ws.root
+        label = f"your notebook {path.relative_to(ws.root)}"
+        if not path.is_file():
+            raise Failure(f"{path.relative_to(ws.root)} does not exist: run `tito module start {m.key}` first.")
+    try:
+        notebook = load_notebook(path)
+    except NotebookError as error:
+        raise Failure(str(error)) from None
+    console.print(f"[bold]Module {m.key}: {m.title}[/] · testing {label}")
+    report = run_notebook(path, root, timeout=timeout)
+    if not report.tests:
+        raise Failure(f"{label} has no graded test cells (nbgrader metadata grade: true). "
+                      f"Was it replaced? `tito module reset {m.key}` gives a fresh copy.")
+    return report, notebook, label
+
+
+@module.command()
+@click.argument("number")
+@click.option("--timeout", default=DEFAULT_TIMEOUT, show_default=True, help="Seconds before the run is stopped.")
+def test(number, timeout):
+    """Run module NUMBER's graded tests (your notebook in a workspace, else the reference)."""
+    m = _written(number)
+    ws = Workspace.find()
+    if ws is not None and ws.root == COURSE_ROOT:
+        ws = None
+    report, _, label = _run(m, ws, timeout)
+    _print_report(report, label)
+    raise SystemExit(0 if report.ok else 1)
+
+
+@module.command()
+@click.argument("number")
+@click.option("--timeout", default=DEFAULT_TIMEOUT, show_default=True, help="Seconds before the run is stopped.")
+def complete(number, timeout):
+    """Test YOUR notebook for module NUMBER; if every test passes, export it and record it."""
+    ws = _workspace()
+    m = _written(number)
+    done = _completed(ws)
+    missing = [n for n in prerequisites(m.number) if n not in done]
+    if missing:
+        first = get_module(missing[0]).key
+        raise Failure(
+            f"Module {m.key} ({m.title}) builds on modules you have not completed: "
+            f"{_names(missing)}. Complete them first, starting with `tito module complete {first}`."
+        )
+    report, notebook, label = _run(m, ws, timeout)
+    _print_report(report, label)
+    if not report.ok:
+        console.print("[red]Not completed.[/] Nothing was exported; your package is unchanged. "
+                      "Fix the failures above and run this command again.")
+        raise SystemExit(1)
+    rel = m.notebook_relpath
+    try:
+        export = render_module(m, cells_of(notebook), str(rel), " (your notebook)")
+    except ExportError as error:
+        raise Failure(str(error)) from None
+    path = ws.export_student(m, export.text)
+    got, total = report.points()
+    ws.record_completion(m, {"tests_passed": len(report.passed), "tests_total": len(report.tests),
+                             "points": got, "points_total": total,
+                             "seconds": round(report.seconds, 2)})
+    console.print(f"[green]✓ Module {m.key} completed.[/] Your code is now "
+                  f"{path.relative_to(ws.root)} ({len(export.names)} public names: "
+                  f"{', '.join(export.names[:6])}{'…' if len(export.names) > 6 else ''}).")
+    _announce_unlocks(ws, m)
+
+
+def _announce_unlocks(ws: Workspace, m: Module) -> None:
+    done = ws.completed()
+    milestones = [ms for ms in MILESTONES if m.number in ms.requires and set(ms.requires) <= done]
+    for ms in milestones:
+        console.print(f"  [magenta]unlocked milestone[/] {ms.name} ({ms.year}, {ms.title}): "
+                      f"`tito milestone run {ms.name}`")
+    opened = [
+        x for x in MODULES
+        if m.number in prerequisites(x.number) and set(prerequisites(x.number)) <= done
+        and x.number not in done
+    ]
+    for x in opened:
+        if x.written:
+            console.print(f"  [cyan]unlocked module[/] {x.key} ({x.title})")
+    nxt = _next_module(_states(ws))
+    if nxt:
+        console.print(f"Next: `tito module start {nxt}`")
+    else:
+        console.print("No other module is open to you yet: `tito module status` shows what each needs.")
