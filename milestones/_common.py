@@ -1,0 +1,96 @@
+"""What every milestone script shares: arguments, the student's package, data, output.
+
+Milestones run with the student's own `tinytorch` first on the path (`tito milestone run`
+arranges that). If a module they need is missing, the package's own placeholder explains
+which module to complete; we show that message instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "data"
+console = Console(highlight=False)
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--quick", action="store_true", help="a few steps only (used by the tests)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (data split, init, order)")
+    return p
+
+
+def need_tinytorch():
+    """Import the student's package, or exit with the message that names the module to do."""
+    try:
+        import tinytorch  # noqa: F401
+        from tinytorch import Tensor  # noqa: F401
+        from tinytorch.core import autograd  # noqa: F401  (backward lives there)
+    except (ImportError, AttributeError) as error:
+        console.print(f"[red]This milestone needs modules you have not completed:[/] {error}")
+        sys.exit(2)
+    import tinytorch
+
+    console.print(f"[dim]using tinytorch from {Path(tinytorch.__file__).parent}[/]")
+    return tinytorch
+
+
+def load_digits(seed: int, test_fraction: float = 0.2):
+    """The 8x8 digits (see data/README.md): features in [0, 1], a seeded held-out split."""
+    with np.load(DATA / "digits.npz", allow_pickle=False) as data:
+        images, labels = data["images"], data["labels"]
+    x = (images.reshape(len(images), -1) / 16.0).astype(np.float32)
+    y = labels.astype(np.int64)
+    order = np.random.default_rng(seed).permutation(len(x))
+    n_test = int(round(len(x) * test_fraction))
+    test, train = order[:n_test], order[n_test:]
+    return x[train], y[train], x[test], y[test]
+
+
+def accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
+    return float((logits.argmax(axis=-1) == labels).mean())
+
+
+class Timer:
+    def __enter__(self):
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.seconds = time.perf_counter() - self.start
+
+
+def curve_table(title: str, rows: list[dict], columns: list[str]) -> Table:
+    t = Table(title=title, title_justify="left")
+    for c in columns:
+        t.add_column(c, justify="right")
+    for r in rows:
+        t.add_row(*[r[c] if isinstance(r[c], str) else f"{r[c]:.4f}" if isinstance(r[c], float) else str(r[c]) for c in columns])
+    return t
+
+
+def save_plot(path: str, series: dict[str, list[float]], xlabel: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    for label, values in series.items():
+        ax.plot(range(1, len(values) + 1), values, label=label, marker="o", markersize=3)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    console.print(f"saved the training curve to {path}")
