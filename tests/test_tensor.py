@@ -115,3 +115,19 @@ def test_function_subclass_records_params():
 
     out = Scale.apply(Tensor([2.0], requires_grad=True), factor=3)
     assert out.data.tolist() == [6.0] and out._ctx.params == {"factor": 3}
+
+
+def test_fused_function_can_save_for_backward_only_when_recording():
+    class Normalize(Function):
+        saves_for_backward = True
+
+        @staticmethod
+        def forward(x):
+            inv = 1.0 / np.sqrt((x * x).sum())
+            return x * inv, inv
+
+    x = Tensor([3.0, 4.0], requires_grad=True)
+    out = Normalize.apply(x)
+    np.testing.assert_allclose(out.data, [0.6, 0.8])
+    assert out._ctx.saved == pytest.approx(0.2)
+    assert Normalize.apply(Tensor([3.0, 4.0]))._ctx is None

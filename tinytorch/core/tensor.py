@@ -247,7 +247,14 @@ class Context:
 
 
 class Function:
-    """An operation. Subclasses define `forward(*arrays, **params) -> array`."""
+    """An operation. Subclasses define `forward(*arrays, **params) -> array`.
+
+    A fused operation whose derivative needs intermediate results (attention's
+    probabilities, layer norm's inverse standard deviation) sets `saves_for_backward = True`
+    and returns `(output, saved)`; the record keeps `saved` in `ctx.saved` for module 06.
+    """
+
+    saves_for_backward = False
 
     @staticmethod
     def forward(*arrays, **params):
@@ -281,10 +288,14 @@ class Function:
                 "one of them 1. Reshape one operand (for example with .reshape) so they "
                 f"line up. NumPy said: {error}"
             ) from None
+        saved = None
+        if cls.saves_for_backward:
+            out, saved = out
         result = Tensor._make(out)
         if _grad_enabled and any(t.requires_grad for t in tensors):
             result.requires_grad = True
             result._ctx = Context(cls, tuple(tensors), arrays, out, params)
+            result._ctx.saved = saved
         return result
 
 

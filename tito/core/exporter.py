@@ -161,16 +161,25 @@ def init_files(present: dict[int, list[str]], missing_names: dict[str, Module], 
     return files
 
 
-def reference_plan(only: list[Module] | None = None) -> dict[Path, str]:
-    """Every file ``tito export`` writes in the course repository, path -> text."""
-    from .registry import written_modules
+def reference_plan(only: list[Module] | None = None, root: Path | None = None) -> dict[Path, str]:
+    """Every file ``tito export`` writes in the course repository, path -> text.
 
+    With ``only``, just those modules are exported, and the ``__init__`` files import the
+    modules that will exist afterwards (those exported now, or already on disk under
+    ``root``), so a partial export never leaves an import of a missing file.
+    """
+    from .registry import COURSE_ROOT, written_modules
+
+    root = root or COURSE_ROOT
     plan: dict[Path, str] = {}
     present: dict[int, list[str]] = {}
     for m in written_modules():
+        chosen = only is None or m in only
+        if not chosen and not (root / m.target_path).is_file():
+            continue
         export = reference_export(m)
         present[m.number] = export.names
-        if only is None or m in only:
+        if chosen:
             plan[m.target_path] = export.text
     plan.update(init_files(present, {}, "reference solutions"))
     return plan
