@@ -2,6 +2,8 @@
 """TinyTorch: a deep-learning framework you build yourself, one module at a time."""
 __version__ = "0.1.0"
 from .core.tensor import *  # module 01: Tensor
+from .core.autograd import *  # module 06: Autograd
+from .core.training import *  # module 08: Training
 from . import data, nn, optim  # PyTorch-style namespaces
 
 _COMING_FROM = {

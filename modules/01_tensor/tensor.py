@@ -171,7 +171,7 @@ class Tensor:
         ### END SOLUTION
 
     # ---- gradients (the engine is module 06) ----------------------------------------
-    def backward(self, grad=None):
+    def backward(self, grad=None, retain_graph=False):
         """Compute d(self)/d(leaf) for every leaf that requires grad; see module 06."""
         try:
             from tinytorch.core.autograd import backward
@@ -180,7 +180,7 @@ class Tensor:
                 "backward() is written in module 06 (autograd). Complete it with "
                 f"`tito module complete 06`. ({error})"
             ) from error
-        backward(self, grad)
+        backward(self, grad, retain_graph=retain_graph)
 
     def detach(self):
         """The same data, cut from the graph: a leaf that does not require grad."""

@@ -90,7 +90,7 @@ class Tensor:
         return f"Tensor({body}{extra})"
 
     # ---- gradients (the engine is module 06) ----------------------------------------
-    def backward(self, grad=None):
+    def backward(self, grad=None, retain_graph=False):
         """Compute d(self)/d(leaf) for every leaf that requires grad; see module 06."""
         try:
             from tinytorch.core.autograd import backward
@@ -99,7 +99,7 @@ class Tensor:
                 "backward() is written in module 06 (autograd). Complete it with "
                 f"`tito module complete 06`. ({error})"
             ) from error
-        backward(self, grad)
+        backward(self, grad, retain_graph=retain_graph)
 
     def detach(self):
         """The same data, cut from the graph: a leaf that does not require grad."""

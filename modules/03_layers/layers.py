@@ -1,0 +1,1350 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Module 03: Layers
+#
+# ## Overview
+#
+# A neural network is a function with millions of numbers inside it, the **parameters**,
+# that training adjusts. Your `Tensor` can already do the arithmetic of a network; what it
+# cannot do yet is keep track of which tensors are parameters, of which layer, under which
+# name. In this module you build that bookkeeping, the `Module`, and the first layers made
+# with it.
+#
+# `Module` is the most reused class of the course. The optimizer of module 07 asks a model
+# for `model.parameters()`; the training loop of module 08 saves `model.state_dict()` and
+# switches `model.train()` / `model.eval()`; the GPT of module 13 is a `Module` made of
+# `Module`s, and loads weights by name. All of that rests on one idea: when you write
+# `self.fc = Linear(4, 8)` inside a module, the module *notices* and records `fc` as a child.
+#
+# ## Learning objectives
+#
+# - Explain what a parameter is and why it is a special kind of `Tensor`.
+# - Build a registry with `__setattr__`, and walk a tree of modules to find every parameter
+#   exactly once, even when two layers share (tie) a weight.
+# - Give every parameter a dotted name (`"encoder.fc.weight"`), and save and load a model's
+#   weights by those names, with errors that say everything that is wrong at once.
+# - Implement `Linear` as `x @ W.T + b`, and measure why its initial weights are scaled by
+#   `1 / sqrt(in_features)`.
+# - Implement dropout, and explain why kept units are scaled by `1 / (1 - p)`.
+# - Count a model's parameters and bytes, and measure how batch size changes throughput.
+#
+# ## What you build
+#
+# - `Parameter`: a `Tensor` that always requires gradients.
+# - `Module`: the registry (`parameters()`, `named_parameters()`, `children()`,
+#   `modules()`), `train()` / `eval()`, `zero_grad()`, `state_dict()` /
+#   `load_state_dict()`, and a readable `repr`.
+# - `Linear`, `Dropout` and `Sequential`.
+#
+# ## What you are not building yet
+#
+# - **Gradients.** A `Parameter` requires grad, and `Linear` is built from `Tensor`
+#   operations so that module 06 can differentiate it without changing a line here. Nothing
+#   in this module calls `backward()`.
+# - **Training.** Losses are module 04, optimizers module 07, the training loop module 08.
+# - **Buffers** (non-trainable state saved with a model, such as a running mean). None of
+#   this course's layers needs one.
+
+# %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#| default_exp core.layers
+#| export
+import math
+from collections import namedtuple
+
+import numpy as np
+
+from tinytorch.core.tensor import ShapeError, Tensor, default_generator
+
+# %% [markdown]
+# The lesson itself (tests and measurements, not the package) also uses the seed function of
+# module 01:
+
+# %% nbgrader={"grade": false, "grade_id": "lesson-imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
+import time
+
+from tinytorch.core.tensor import manual_seed
+
+# %% [markdown]
+# ## Part 1: parameters
+#
+# A model holds two kinds of tensors: **parameters**, which training changes (weights,
+# biases), and everything else (inputs, intermediate activations, constants). The difference
+# matters to three pieces of the framework:
+#
+# - autograd (module 06) must compute a gradient for every parameter, so a parameter always
+#   has `requires_grad=True`;
+# - the optimizer (module 07) updates exactly the parameters, so it needs to find them all;
+# - a checkpoint saves exactly the parameters.
+#
+# PyTorch marks parameters with a subclass of `Tensor`, `nn.Parameter`, and so do we. Being a
+# subclass, a `Parameter` works in every operation a `Tensor` works in (`x @ w`, `w.T`, ...),
+# and the results of those operations are ordinary `Tensor`s: only the leaf is special.
+#
+# A parameter is float32 unless asked otherwise (`Tensor`'s rule) and, like `Tensor`, it does
+# not copy a float32 array it is given.
+
+# %% nbgrader={"grade": false, "grade_id": "parameter", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
+class Parameter(Tensor):
+    """A Tensor that a Module owns and training updates: it always requires grad."""
+
+    def __init__(self, data, dtype=None):
+        ### BEGIN SOLUTION
+        super().__init__(data, dtype=dtype, requires_grad=True)
+        ### END SOLUTION
+
+    def __repr__(self):
+        return "Parameter containing:\n" + super().__repr__()
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_parameter", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+def test_unit_parameter():
+    """Parameters are float32 Tensors that require grad; ops on them record a graph."""
+    p = Parameter(np.arange(6).reshape(2, 3))
+    assert isinstance(p, Tensor), "Parameter must subclass Tensor so every op accepts it"
+    assert p.requires_grad, (
+        "Parameter(...).requires_grad is False: pass requires_grad=True to Tensor.__init__ "
+        "(super().__init__(data, dtype=dtype, requires_grad=True))"
+    )
+    assert p.shape == (2, 3) and p.dtype == np.float32, (
+        f"Parameter of int data should be float32 with shape (2, 3), got {p.dtype} {p.shape}: "
+        "let Tensor.__init__ do the conversion"
+    )
+    a = np.ones(3, dtype=np.float32)
+    assert np.shares_memory(Parameter(a).data, a), (
+        "Parameter(float32_array) copied the array: Tensor.__init__ already avoids the copy, "
+        "call it instead of building the array yourself"
+    )
+    assert Parameter([1.0], dtype=np.float64).dtype == np.float64, (
+        "Parameter(..., dtype=np.float64) must stay float64: pass dtype through to Tensor"
+    )
+    y = p * 2
+    assert type(y) is Tensor and y.requires_grad and y._ctx is not None, (
+        "p * 2 should be an ordinary Tensor that requires grad and records its parent"
+    )
+    assert "Parameter" in repr(p), f"repr(Parameter) should say Parameter, got {repr(p)!r}"
+
+
+test_unit_parameter()
+
+# %% [markdown]
+# ## Part 2: Module, a registry of parameters and sub-modules
+#
+# A model is a tree. A `Sequential` holds `Linear`s; a GPT holds blocks that hold attention
+# layers that hold `Linear`s. Each node of the tree is a `Module`: it owns some parameters
+# directly and some child modules, and it has a `forward`.
+#
+# ```
+# Net                          named_parameters()
+# ├── scale   (Parameter)      scale
+# ├── encoder (Encoder)
+# │   └── fc  (Linear)         encoder.fc.weight, encoder.fc.bias
+# └── head    (Linear)         head.weight, head.bias
+# ```
+#
+# ### The registry: `__setattr__`
+#
+# How does `Net` learn that it has a child called `encoder`? Python calls
+# `self.__setattr__(name, value)` for every `self.name = value`. `Module` overrides it:
+#
+# - a `Parameter` is recorded in `self._parameters[name]` (and dropped from `_modules`);
+# - a `Module` is recorded in `self._modules[name]` (and dropped from `_parameters`);
+# - anything else (a number, `None`, a plain `Tensor`) is an ordinary attribute, and **also
+#   removes** `name` from both registries, so that `self.bias = None` really drops a bias.
+#
+# Re-assigning a name replaces its entry: `self.head = Linear(8, 3)` swaps the old head for
+# the new one, which keeps the old one's place in the order (a Python `dict` keeps a key's
+# position when its value changes; PyTorch behaves the same way).
+#
+# In every case the value is also stored as a normal attribute (with
+# `object.__setattr__(self, name, value)`), so `self.fc` reads it back as usual.
+#
+# Why a registry, and not a scan of `self.__dict__` for parameters? A scan finds whatever
+# happens to be lying around (a tensor kept for debugging, a list of layers that is not meant
+# to be trained), its order depends on how attributes were created, and every call to
+# `parameters()` pays for it. A registry records exactly what was assigned, in the order it
+# was assigned, once. (A plain Python `list` of layers is **not** registered: use
+# `Sequential`, or assign each layer to its own attribute.)
+#
+# The registries must exist before the first assignment, which is why every subclass starts
+# its `__init__` with `super().__init__()`. Forgetting that line is the most common mistake
+# with modules, so `__setattr__` checks for it and says so.
+#
+# ### Walking the tree: each parameter once
+#
+# `named_modules()` walks the tree depth-first, the module itself first, with dotted
+# prefixes: `("", net)`, `("encoder", ...)`, `("encoder.fc", ...)`, `("head", ...)`.
+# `named_parameters()` visits each of those modules and yields its own parameters,
+# prefixed: `"encoder.fc.weight"`. This is PyTorch's order, so names and order match its
+# checkpoints.
+#
+# Both walks skip what they have already seen, **by identity** (`id(obj)`), not by name and
+# not by value. Two layers may share one weight: a language model often uses the same matrix
+# to embed tokens and to score the next token ("tied weights"). That matrix is one
+# `Parameter` reachable under two names. If `parameters()` yielded it twice, the optimizer
+# would apply every update twice, and the parameter count would be wrong. The same goes for
+# one module used twice (`Sequential(block, block)`).
+#
+# ### Modes and gradients
+#
+# Some layers behave differently in training and evaluation (dropout, Part 4). Every module
+# has a `training` flag; `train(mode=True)` sets it on the module **and all its
+# descendants**, and returns the module so you can write `model = Net().eval()`.
+# `zero_grad()` sets every parameter's `.grad` to `None`. In module 06 gradients
+# **accumulate**: each `backward()` adds to `.grad`, so a training loop clears them before
+# every step. Setting `None` is cheaper than filling zeros, and makes "no gradient yet"
+# visible.
+#
+# ### Saving and loading: state dicts
+#
+# `state_dict()` maps every parameter name to a **copy** of its array: a snapshot that later
+# training cannot change. Unlike `named_parameters()`, it lists a tied parameter under each
+# of its names (PyTorch does the same, so checkpoints have the names the model has).
+#
+# `load_state_dict(state)` writes values **into the existing arrays** (`p.data[...] =
+# value`). It does not replace the `Parameter` objects: the optimizer holds references to
+# them, and would go on updating the old ones. Writing into a float32 array also keeps the
+# model float32 when the checkpoint holds float64.
+#
+# A load either succeeds completely or changes nothing. It first compares the keys and
+# shapes, collects **every** problem (missing keys, unexpected keys, shape mismatches, each
+# with both shapes), and raises one error listing them all. Fixing a checkpoint one error at
+# a time, each found after a new run, is a miserable afternoon. With `strict=False`, missing
+# and unexpected keys are allowed (and returned); a wrong shape is always an error. The error
+# type, `StateDictError`, is both a `KeyError` and a `ValueError`, so code written for either
+# convention catches it.
+#
+# ### repr
+#
+# `print(model)` shows the tree, in PyTorch's format. A layer describes its own settings in
+# `extra_repr()` (for `Linear`: `in_features=4, out_features=8, bias=True`).
+#
+# Read the whole class first; the methods you write are marked.
+
+# %% nbgrader={"grade": false, "grade_id": "module", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
+class StateDictError(KeyError, ValueError):
+    """A state dict whose keys or shapes do not fit the model; the message lists them all."""
+
+    def __str__(self):  # KeyError would print the message in quotes, on one line
+        return str(self.args[0]) if self.args else ""
+
+
+_IncompatibleKeys = namedtuple("_IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+
+
+class Module:
+    """Base class of every layer and model: a registry of parameters and sub-modules."""
+
+    def __init__(self):
+        # object.__setattr__ skips our own __setattr__, which needs these to exist.
+        object.__setattr__(self, "_parameters", {})
+        object.__setattr__(self, "_modules", {})
+        object.__setattr__(self, "training", True)
+
+    # ---- the registry -------------------------------------------------------------------
+    def __setattr__(self, name, value):
+        """Record Parameters in _parameters and Modules in _modules, then store the value."""
+        ### BEGIN SOLUTION
+        registries = self.__dict__.get("_parameters"), self.__dict__.get("_modules")
+        if registries[0] is None or registries[1] is None:
+            if isinstance(value, (Parameter, Module)):
+                raise AttributeError(
+                    f"cannot assign {type(value).__name__} '{name}' before Module.__init__() "
+                    f"ran: call super().__init__() at the top of {type(self).__name__}.__init__"
+                )
+            object.__setattr__(self, name, value)
+            return
+        parameters, modules = registries
+        if isinstance(value, Parameter):
+            modules.pop(name, None)
+            parameters[name] = value  # a re-assigned name keeps its place in the order
+        elif isinstance(value, Module):
+            parameters.pop(name, None)
+            modules[name] = value
+        else:
+            parameters.pop(name, None)
+            modules.pop(name, None)
+        ### END SOLUTION
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name):
+        self.__dict__.get("_parameters", {}).pop(name, None)
+        self.__dict__.get("_modules", {}).pop(name, None)
+        object.__delattr__(self, name)
+
+    def named_modules(self, prefix="", remove_duplicate=True):
+        """Yield (dotted name, module) for this module and every descendant, depth-first."""
+        ### BEGIN SOLUTION
+        seen = set()
+        stack = [(prefix, self)]
+        while stack:
+            name, module = stack.pop()
+            if remove_duplicate:
+                if id(module) in seen:
+                    continue
+                seen.add(id(module))
+            yield name, module
+            children = [
+                (f"{name}.{child_name}" if name else child_name, child)
+                for child_name, child in module._modules.items()
+            ]
+            stack.extend(reversed(children))  # reversed: pop them in assignment order
+        ### END SOLUTION
+
+    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+        """Yield (dotted name, Parameter): each module's own parameters, module by module."""
+        ### BEGIN SOLUTION
+        if recurse:
+            modules = self.named_modules(prefix, remove_duplicate=remove_duplicate)
+        else:
+            modules = [(prefix, self)]
+        seen = set()
+        for module_name, module in modules:
+            for name, parameter in module._parameters.items():
+                if remove_duplicate:
+                    if id(parameter) in seen:
+                        continue
+                    seen.add(id(parameter))
+                yield (f"{module_name}.{name}" if module_name else name), parameter
+        ### END SOLUTION
+
+    def parameters(self, recurse=True):
+        """Every parameter, once each (tied parameters once)."""
+        for _, parameter in self.named_parameters(recurse=recurse):
+            yield parameter
+
+    def named_children(self):
+        """Yield (name, module) for the direct sub-modules, each module once."""
+        seen = set()
+        for name, module in self._modules.items():
+            if id(module) not in seen:
+                seen.add(id(module))
+                yield name, module
+
+    def children(self):
+        for _, module in self.named_children():
+            yield module
+
+    def modules(self):
+        """This module and every descendant, once each."""
+        for _, module in self.named_modules():
+            yield module
+
+    def num_parameters(self):
+        """How many numbers training adjusts (tied parameters counted once)."""
+        return sum(p.size for p in self.parameters())
+
+    # ---- modes and gradients ------------------------------------------------------------
+    def train(self, mode=True):
+        """Set training mode on this module and all its descendants; return self."""
+        if not isinstance(mode, bool):
+            raise TypeError(f"train(mode) takes True or False, got {mode!r}")
+        ### BEGIN SOLUTION
+        for module in self.modules():
+            module.training = mode
+        return self
+        ### END SOLUTION
+
+    def eval(self):
+        """Evaluation mode (dropout off); the same as train(False)."""
+        return self.train(False)
+
+    def zero_grad(self):
+        """Forget the gradients of every parameter: .grad = None."""
+        ### BEGIN SOLUTION
+        for parameter in self.parameters():
+            parameter.grad = None
+        ### END SOLUTION
+
+    # ---- saving and loading -------------------------------------------------------------
+    def state_dict(self):
+        """{name: copy of the parameter's array}, every name of every parameter."""
+        ### BEGIN SOLUTION
+        state, copies = {}, {}
+        for name, parameter in self.named_parameters(remove_duplicate=False):
+            if id(parameter) not in copies:  # a tied parameter: one copy, several names
+                copies[id(parameter)] = parameter.data.copy()
+            state[name] = copies[id(parameter)]
+        return state
+        ### END SOLUTION
+
+    def load_state_dict(self, state, strict=True):
+        """Copy values into the parameters, in place; all problems are reported at once."""
+        ### BEGIN SOLUTION
+        expected = dict(self.named_parameters(remove_duplicate=False))
+        missing = [name for name in expected if name not in state]
+        unexpected = [name for name in state if name not in expected]
+        mismatched, values = [], {}
+        for name, parameter in expected.items():
+            if name not in state:
+                continue
+            value = state[name]
+            value = value.data if isinstance(value, Tensor) else np.asarray(value)
+            if value.shape != parameter.shape:
+                mismatched.append(
+                    f"{name!r}: state dict has shape {value.shape}, model has {parameter.shape}"
+                )
+            else:
+                values[name] = value
+        problems = []
+        if strict and missing:
+            problems.append("missing keys (in the model, not in the state dict): "
+                            + ", ".join(map(repr, missing)))
+        if strict and unexpected:
+            problems.append("unexpected keys (in the state dict, not in the model): "
+                            + ", ".join(map(repr, unexpected)))
+        if mismatched:
+            problems.append("shape mismatches: " + "; ".join(mismatched))
+        if problems:
+            raise StateDictError(
+                f"load_state_dict for {type(self).__name__} failed, nothing was loaded:\n  "
+                + "\n  ".join(problems)
+                + "\nWas the model built with the same sizes and layer names as the one that "
+                "saved the state dict? To load only the keys that match, pass strict=False "
+                "(shapes must still match)."
+            )
+        for name, value in values.items():
+            expected[name].data[...] = value  # in place, converted to the parameter's dtype
+        return _IncompatibleKeys(missing, unexpected)
+        ### END SOLUTION
+
+    # ---- calling ------------------------------------------------------------------------
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(
+            f"{type(self).__name__} has no forward(): define `def forward(self, x):` in the "
+            "class. Calling model(x) runs model.forward(x)."
+        )
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    # ---- printing -----------------------------------------------------------------------
+    def extra_repr(self):
+        """This layer's own settings, shown inside its repr; override in layers."""
+        return ""
+
+    def _repr_children(self):
+        return list(self._modules.items())
+
+    def __repr__(self):
+        extra = self.extra_repr()
+        children = self._repr_children()
+        if not children:
+            return f"{type(self).__name__}({extra})"
+        lines = [f"{type(self).__name__}("]
+        if extra:
+            lines.append(f"  {extra}")
+        for name, child in children:
+            lines.append(f"  ({name}): " + repr(child).replace("\n", "\n  "))
+        lines.append(")")
+        return "\n".join(lines)
+
+
+# %% [markdown]
+# ### Tests: the registry
+#
+# Before `Linear` exists, the tests build small modules out of `Parameter`s directly.
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_module_registry", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+def test_unit_module_registry():
+    """Assignments register Parameters and Modules; reassigning replaces, None removes."""
+
+    class Scale(Module):
+        def __init__(self, n):
+            super().__init__()
+            self.w = Parameter(np.ones(n))
+            self.note = "not a parameter"
+
+        def forward(self, x):
+            return x * self.w
+
+    class Pair(Module):
+        def __init__(self):
+            super().__init__()
+            self.first = Scale(2)
+            self.second = Scale(2)
+            self.bias = Parameter(np.zeros(2))
+
+        def forward(self, x):
+            return self.second(self.first(x)) + self.bias
+
+    m = Pair()
+    assert list(m._modules) == ["first", "second"], (
+        f"_modules should hold the two Scale children in assignment order, got {list(m._modules)}: "
+        "in __setattr__, record Module values in self._modules[name]"
+    )
+    assert list(m._parameters) == ["bias"], (
+        f"_parameters should hold only 'bias', got {list(m._parameters)}: record Parameter values "
+        "in self._parameters[name] (children's parameters stay in the children)"
+    )
+    assert "note" not in m.first._parameters and m.first.note == "not a parameter", (
+        "a plain attribute must be stored normally and not registered"
+    )
+    assert m.first.w is m.first._parameters["w"], (
+        "self.w must read back the Parameter that was assigned: also store it with "
+        "object.__setattr__(self, name, value)"
+    )
+    m.second = Scale(3)
+    assert m._modules["second"] is m.second and m.second.w.shape == (3,), (
+        "re-assigning self.second should replace the registered child"
+    )
+    m.bias = None
+    assert "bias" not in m._parameters and m.bias is None, (
+        f"after self.bias = None, _parameters still has {list(m._parameters)}: assigning a value "
+        "that is not a Parameter must remove the name from both registries"
+    )
+    m.first = "gone"
+    assert "first" not in m._modules, "assigning a non-Module must remove the name from _modules"
+    del m.second
+    assert "second" not in m._modules, "del self.second must remove it from _modules"
+    assert np.allclose(Scale(2)(Tensor([1.0, 2.0])).data, [1.0, 2.0]), "module(x) calls forward(x)"
+
+    class Forgot(Module):
+        def __init__(self):
+            self.w = Parameter([1.0])  # no super().__init__()
+
+    try:
+        Forgot()
+    except AttributeError as error:
+        assert "super().__init__()" in str(error), (
+            f"the error for a missing super().__init__() should name the fix: {error}"
+        )
+    else:
+        raise AssertionError(
+            "assigning a Parameter before super().__init__() must raise AttributeError naming "
+            "super().__init__(), instead of failing later with a confusing message"
+        )
+    try:
+        Module()(Tensor([1.0]))
+    except NotImplementedError as error:
+        assert "forward" in str(error), "the base forward's error should mention forward"
+    else:
+        raise AssertionError("Module().forward must raise NotImplementedError")
+
+
+test_unit_module_registry()
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_named_parameters", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+def test_unit_named_parameters():
+    """Dotted names, PyTorch's order: a module's own parameters, then each child's."""
+
+    class Leaf(Module):
+        def __init__(self, n):
+            super().__init__()
+            self.weight = Parameter(np.ones((n, n)))
+            self.bias = Parameter(np.zeros(n))
+
+    class Encoder(Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = Leaf(4)
+
+    class Net(Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = Encoder()
+            self.scale = Parameter(np.ones(4))
+            self.head = Leaf(2)
+
+    net = Net()
+    names = [name for name, _ in net.named_parameters()]
+    want = ["scale", "encoder.fc.weight", "encoder.fc.bias", "head.weight", "head.bias"]
+    assert names == want, (
+        f"named_parameters() gave {names}, expected {want}. Walk named_modules() (the module "
+        "itself first, then children depth-first in assignment order) and yield each module's "
+        "own _parameters with the module's dotted prefix"
+    )
+    module_names = [name for name, _ in net.named_modules()]
+    assert module_names == ["", "encoder", "encoder.fc", "head"], (
+        f"named_modules() gave {module_names}, expected ['', 'encoder', 'encoder.fc', 'head']"
+    )
+    assert [p.shape for p in net.parameters()] == [(4,), (4, 4), (4,), (2, 2), (2,)], (
+        "parameters() should yield the same parameters, in the same order, as named_parameters()"
+    )
+    assert [name for name, _ in net.named_children()] == ["encoder", "head"], (
+        "named_children() yields only the direct sub-modules"
+    )
+    assert len(list(net.modules())) == 4, "modules() yields the module itself and its 3 descendants"
+    assert net.num_parameters() == 4 + 16 + 4 + 4 + 2, (
+        f"num_parameters() is {net.num_parameters()}, expected 30"
+    )
+
+
+test_unit_named_parameters()
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_tied_parameters", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+def test_unit_tied_parameters():
+    """A parameter (or module) reachable twice is yielded once, under its first name."""
+
+    class Leaf(Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = Parameter(np.ones((3, 3)))
+            self.bias = Parameter(np.zeros(3))
+
+    class Tied(Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = Leaf()
+            self.head = Leaf()
+            self.head.weight = self.embed.weight  # one matrix, two names
+
+    model = Tied()
+    names = [name for name, _ in model.named_parameters()]
+    assert names == ["embed.weight", "embed.bias", "head.bias"], (
+        f"with head.weight tied to embed.weight, named_parameters() gave {names}: yield each "
+        "Parameter once, by identity (keep a set of id(p) already yielded)"
+    )
+    assert len(list(model.parameters())) == 3 and model.num_parameters() == 9 + 3 + 3, (
+        "a tied weight must be counted once: otherwise the optimizer updates it twice"
+    )
+
+    class Twice(Module):
+        def __init__(self):
+            super().__init__()
+            self.block = Leaf()
+            self.again = self.block  # the same module under two names
+
+    twice = Twice()
+    assert [n for n, _ in twice.named_parameters()] == ["block.weight", "block.bias"], (
+        "a module reachable twice should be visited once (named_modules skips modules seen "
+        f"before, by identity); got {[n for n, _ in twice.named_parameters()]}"
+    )
+    assert len(list(twice.modules())) == 2, "modules() should yield a shared sub-module once"
+
+
+test_unit_tied_parameters()
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_train_eval", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+def test_unit_train_eval():
+    """train()/eval() reach every descendant and return the module; zero_grad clears grads."""
+
+    class Inner(Module):
+        def __init__(self):
+            super().__init__()
+            self.w = Parameter(np.ones(2))
+
+    class Outer(Module):
+        def __init__(self):
+            super().__init__()
+            self.a = Inner()
+            self.b = Module()
+            self.b.deep = Inner()
+
+    model = Outer()
+    assert all(m.training for m in model.modules()), "a new module is in training mode"
+    returned = model.eval()
+    assert returned is model, "eval() (and train()) must return self, so `m = Net().eval()` works"
+    flags = {name: m.training for name, m in model.named_modules()}
+    assert not any(flags.values()), (
+        f"after eval(), training flags are {flags}: set .training on every module in "
+        "self.modules(), not only on self"
+    )
+    model.train()
+    assert all(m.training for m in model.modules()), "train() must switch every descendant back"
+    model.train(False)
+    assert not model.b.deep.training, "train(False) is the same as eval()"
+    for p in model.parameters():
+        p.grad = Tensor(np.ones(p.shape))
+    model.zero_grad()
+    assert all(p.grad is None for p in model.parameters()), (
+        "zero_grad() must set .grad = None on every parameter, including those of sub-modules"
+    )
+
+
+test_unit_train_eval()
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_state_dict", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+def test_unit_state_dict():
+    """state_dict copies; load_state_dict writes in place, float32, and round-trips."""
+
+    class Leaf(Module):
+        def __init__(self, fill):
+            super().__init__()
+            self.weight = Parameter(np.full((2, 3), fill))
+            self.bias = Parameter(np.full(2, fill))
+
+    class Net(Module):
+        def __init__(self, fill):
+            super().__init__()
+            self.fc = Leaf(fill)
+            self.out = Leaf(fill + 1)
+
+    a, b = Net(1.0), Net(5.0)
+    state = a.state_dict()
+    assert list(state) == ["fc.weight", "fc.bias", "out.weight", "out.bias"], (
+        f"state_dict keys are {list(state)}: use the names of named_parameters()"
+    )
+    assert all(isinstance(v, np.ndarray) for v in state.values()), "state_dict values are ndarrays"
+    state["fc.weight"][0, 0] = 99.0
+    assert a.fc.weight.data[0, 0] == 1.0, (
+        "changing a state_dict value changed the model: state_dict must hold copies "
+        "(p.data.copy()), a snapshot that training cannot change"
+    )
+    state = a.state_dict()
+    weight_before, array_before = b.fc.weight, b.fc.weight.data
+    result = b.load_state_dict(state)
+    assert b.fc.weight is weight_before and b.fc.weight.data is array_before, (
+        "load_state_dict replaced the Parameter or its array: write into it in place "
+        "(p.data[...] = value) so that an optimizer holding the Parameter still sees it"
+    )
+    assert np.array_equal(b.out.bias.data, a.out.bias.data), (
+        "loaded values differ from the saved ones"
+    )
+    assert list(result.missing_keys) == [] and list(result.unexpected_keys) == [], (
+        "a complete load returns empty missing_keys and unexpected_keys"
+    )
+    b.load_state_dict({k: v.astype(np.float64) * 2 for k, v in state.items()})
+    assert b.fc.weight.dtype == np.float32 and b.fc.weight.data[0, 0] == 2.0, (
+        f"loading float64 values made the parameter {b.fc.weight.dtype}: copy into the existing "
+        "float32 array so the model stays float32"
+    )
+    b.load_state_dict({k: Tensor(v) for k, v in state.items()})
+    assert b.fc.weight.data[0, 0] == 1.0, "load_state_dict should also accept Tensor values"
+
+    class Tied(Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = Leaf(1.0)
+            self.out = Leaf(2.0)
+            self.out.weight = self.fc.weight
+
+    tied = Tied()
+    keys = list(tied.state_dict())
+    assert keys == ["fc.weight", "fc.bias", "out.weight", "out.bias"], (
+        f"state_dict of a tied model has keys {keys}: list a tied parameter under every name "
+        "(named_parameters(remove_duplicate=False)), as PyTorch checkpoints do"
+    )
+    tied.load_state_dict(tied.state_dict())
+
+
+test_unit_state_dict()
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_load_state_dict_errors", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+def test_unit_load_state_dict_errors():
+    """One error lists every missing key, unexpected key and mis-shaped key; nothing loads."""
+
+    class Leaf(Module):
+        def __init__(self, n):
+            super().__init__()
+            self.weight = Parameter(np.zeros((n, 3)))
+            self.bias = Parameter(np.zeros(n))
+
+    class Net(Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = Leaf(4)
+            self.out = Leaf(2)
+
+    net = Net()
+    bad = {
+        "fc.weight": np.ones((5, 3)),  # wrong shape
+        "fc.bias": np.ones(4),  # fine
+        "head.weight": np.ones((2, 3)),  # unexpected
+        "extra": np.ones(1),  # unexpected
+        # out.weight and out.bias are missing
+    }
+    caught = None
+    try:
+        net.load_state_dict(bad)
+    except KeyError as error:
+        caught = error
+        message = str(error)
+        for key in ("out.weight", "out.bias", "head.weight", "extra", "fc.weight"):
+            assert key in message, (
+                f"the error should name every problem key, {key!r} is missing from:\n{message}\n"
+                "collect all missing, unexpected and mis-shaped keys first, then raise once"
+            )
+        assert "(5, 3)" in message and "(4, 3)" in message, (
+            f"a shape mismatch should show both shapes, (5, 3) and (4, 3):\n{message}"
+        )
+        assert "fc.bias" not in message, f"fc.bias is fine and should not be listed:\n{message}"
+    else:
+        raise AssertionError("load_state_dict with missing/unexpected/mis-shaped keys must raise")
+    assert isinstance(caught, ValueError), (
+        "raise StateDictError (a KeyError and a ValueError), so either except clause catches it"
+    )
+    assert net.fc.bias.data[0] == 0.0, (
+        "a failed load changed fc.bias: check everything first, then copy, so a failed load "
+        "leaves the model untouched"
+    )
+    result = net.load_state_dict({"fc.bias": np.ones(4), "extra": np.ones(1)}, strict=False)
+    assert net.fc.bias.data[0] == 1.0, "with strict=False the matching keys are loaded"
+    assert sorted(result.missing_keys) == ["fc.weight", "out.bias", "out.weight"], (
+        f"strict=False should return the missing keys, got {result.missing_keys}"
+    )
+    assert list(result.unexpected_keys) == ["extra"], (
+        f"strict=False should return the unexpected keys, got {result.unexpected_keys}"
+    )
+    try:
+        net.load_state_dict({"fc.bias": np.ones(7)}, strict=False)
+    except ValueError as error:
+        assert "(7,)" in str(error), f"the shape error should name both shapes: {error}"
+    else:
+        raise AssertionError("a wrong shape is an error even with strict=False")
+
+
+test_unit_load_state_dict_errors()
+
+# %% [markdown]
+# ## Part 3: Linear
+#
+# `Linear(in_features, out_features)` computes `y = x @ W.T + b`:
+#
+# ```
+# x  (batch, in_features)
+# W  (out_features, in_features)      W.T  (in_features, out_features)
+# b  (out_features,)                  broadcast over the batch
+# y  (batch, out_features)
+# ```
+#
+# Row `j` of `W` holds the weights of output unit `j`, which is PyTorch's layout: you can
+# load a PyTorch `Linear`'s weights without transposing them. Because `@` broadcasts over
+# leading axes, the same layer works on `(batch, seq, in_features)` as a transformer needs.
+# The work is `2 * batch * in * out` floating-point operations, and the weights take
+# `(in + 1) * out * 4` bytes.
+#
+# Build `forward` from `Tensor` operations (`@`, `.T`, `+`), not from NumPy on `.data`:
+# `Function.apply` then records the graph, and module 06 differentiates `Linear` without a
+# line of new code. Check the input's last axis yourself and raise `ShapeError` naming the
+# input shape and the layer's `in_features`: the matmul error would talk about "the
+# second-to-last axis of the second operand", which is the transposed weight the user never
+# wrote.
+#
+# ### Why the initial weights are scaled
+#
+# Each output is a sum of `in_features` products. If the weights have variance `v` and the
+# inputs variance 1, the output has variance about `in_features * v`. With `v = 1`, a
+# 512-wide layer multiplies the spread of its input by `sqrt(512) ~ 23`; ten such layers
+# turn 1 into `1e13`, and 1e13 squared overflows float32. To make the output independent of
+# the width, `v` must be proportional to `1 / in_features`.
+#
+# PyTorch draws both `W` and `b` from the uniform distribution `U(-k, k)` with
+# `k = 1 / sqrt(in_features)`, whose variance is `k**2 / 3 = 1 / (3 * in_features)`. Use
+# the shared generator of module 01, `default_generator()`, and call it when the layer is
+# built (not once at import: `manual_seed` replaces the generator), so that
+# `manual_seed(0)` makes every model reproducible. The measurement after the tests shows
+# what that scale does through a deep stack, and where it falls short.
+
+# %% nbgrader={"grade": false, "grade_id": "linear", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
+class Linear(Module):
+    """y = x @ W.T + b, with W of shape (out_features, in_features)."""
+
+    def __init__(self, in_features, out_features, bias=True):
+        super().__init__()
+        for label, value in (("in_features", in_features), ("out_features", out_features)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"Linear: {label} must be a positive integer, got {value!r}")
+        self.in_features = int(in_features)
+        self.out_features = int(out_features)
+        ### BEGIN SOLUTION
+        bound = 1.0 / math.sqrt(self.in_features)
+        generator = default_generator()
+        shape = (self.out_features, self.in_features)
+        self.weight = Parameter(generator.uniform(-bound, bound, shape).astype(np.float32))
+        if bias:
+            bias_values = generator.uniform(-bound, bound, self.out_features)
+            self.bias = Parameter(bias_values.astype(np.float32))
+        else:
+            self.bias = None
+        ### END SOLUTION
+
+    def forward(self, x):
+        if not isinstance(x, Tensor):
+            x = Tensor(x)
+        ### BEGIN SOLUTION
+        if x.ndim == 0 or x.shape[-1] != self.in_features:
+            raise ShapeError(
+                f"Linear(in_features={self.in_features}, out_features={self.out_features}) got "
+                f"an input of shape {x.shape}: its last axis must be {self.in_features}. Check "
+                "the previous layer's out_features, or flatten the input to (batch, features)."
+            )
+        y = x @ self.weight.T
+        if self.bias is not None:
+            y = y + self.bias
+        return y
+        ### END SOLUTION
+
+    def extra_repr(self):
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}")
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_linear", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
+def test_unit_linear():
+    """Linear's parameters, output shapes and values match x @ W.T + b in NumPy."""
+    layer = Linear(5, 3)
+    assert [name for name, _ in layer.named_parameters()] == ["weight", "bias"], (
+        f"Linear's parameters are {[n for n, _ in layer.named_parameters()]}: assign "
+        "self.weight and self.bias as Parameters"
+    )
+    assert layer.weight.shape == (3, 5), (
+        f"Linear(5, 3).weight has shape {layer.weight.shape}, expected (3, 5) = "
+        "(out_features, in_features), PyTorch's layout"
+    )
+    assert layer.bias.shape == (3,), (
+        f"Linear(5, 3).bias has shape {layer.bias.shape}, expected (3,)"
+    )
+    assert layer.weight.dtype == np.float32 and layer.bias.dtype == np.float32, (
+        f"Linear's parameters are {layer.weight.dtype}/{layer.bias.dtype}: NumPy's uniform() "
+        "returns float64, convert with .astype(np.float32)"
+    )
+    x = np.random.default_rng(0).standard_normal((4, 5)).astype(np.float32)
+    y = layer(Tensor(x))
+    want = x @ layer.weight.data.T + layer.bias.data
+    assert y.shape == (4, 3), f"Linear(5, 3) on (4, 5) gave {y.shape}, expected (4, 3)"
+    assert np.allclose(y.data, want, atol=1e-5), (
+        "Linear's output differs from x @ W.T + b: did you use W instead of W.T, or forget "
+        "the bias?"
+    )
+    assert y.dtype == np.float32, f"Linear on float32 input gave {y.dtype}"
+    assert y.requires_grad and y._ctx is not None, (
+        "Linear's output does not record a graph: build forward from Tensor operations "
+        "(x @ self.weight.T + self.bias), not NumPy on .data, so autograd can reach the weights"
+    )
+    seq = np.random.default_rng(1).standard_normal((2, 6, 5)).astype(np.float32)
+    y3 = layer(Tensor(seq))
+    assert y3.shape == (2, 6, 3), f"Linear(5, 3) on (2, 6, 5) gave {y3.shape}, expected (2, 6, 3)"
+    assert np.allclose(y3.data, seq @ layer.weight.data.T + layer.bias.data, atol=1e-5), (
+        "Linear on a 3-D input should apply the same map to every position"
+    )
+    no_bias = Linear(5, 3, bias=False)
+    assert no_bias.bias is None and [n for n, _ in no_bias.named_parameters()] == ["weight"], (
+        "Linear(..., bias=False) should set self.bias = None and have only a weight parameter"
+    )
+    assert np.allclose(no_bias(Tensor(x)).data, x @ no_bias.weight.data.T, atol=1e-5), (
+        "Linear without bias should compute x @ W.T"
+    )
+    try:
+        layer(Tensor(np.ones((4, 6), dtype=np.float32)))
+    except ShapeError as error:
+        assert "(4, 6)" in str(error) and "5" in str(error), (
+            f"the error should name the input shape (4, 6) and in_features=5: {error}"
+        )
+    else:
+        raise AssertionError("Linear(5, 3) on an input of shape (4, 6) must raise ShapeError")
+    assert "in_features=5, out_features=3, bias=True" in repr(layer), (
+        f"repr(Linear(5, 3)) is {repr(layer)!r}"
+    )
+
+
+test_unit_linear()
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_linear_init", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+def test_unit_linear_init():
+    """Weights and biases are U(-k, k), k = 1/sqrt(in_features), from the shared generator."""
+    manual_seed(0)
+    layer = Linear(400, 300)
+    k = 1 / math.sqrt(400)
+    w, b = layer.weight.data, layer.bias.data
+    assert np.abs(w).max() <= k, (
+        f"a weight of {np.abs(w).max():.4f} lies outside [-{k}, {k}]: draw from "
+        "uniform(-1/sqrt(in_features), 1/sqrt(in_features))"
+    )
+    assert np.abs(w).max() > 0.95 * k and w.min() < -0.95 * k, (
+        f"the weights only reach {np.abs(w).max():.4f}, expected close to {k}: use the whole range"
+    )
+    assert abs(w.std() - k / math.sqrt(3)) < 0.05 * k, (
+        f"weight std is {w.std():.4f}, expected {k / math.sqrt(3):.4f} for U(-k, k): "
+        "is the distribution uniform, with k = 1/sqrt(in_features) (not out_features)?"
+    )
+    assert abs(w.mean()) < 0.01 * k, f"the weights should be centred on 0, mean is {w.mean():.5f}"
+    assert np.abs(b).max() <= k and np.abs(b).max() > 0.5 * k, (
+        f"bias values reach {np.abs(b).max():.4f}: draw the bias from the same U(-k, k) "
+        "(not zeros)"
+    )
+    manual_seed(0)
+    again = Linear(400, 300)
+    assert np.array_equal(again.weight.data, w) and np.array_equal(again.bias.data, b), (
+        "after manual_seed(0) two Linear(400, 300) differ: draw from default_generator(), "
+        "called when the layer is built, not from np.random"
+    )
+    other = Linear(400, 300)
+    assert not np.array_equal(other.weight.data, w), "two layers built in a row must differ"
+
+
+test_unit_linear_init()
+
+# %% [markdown]
+# ### Measured: activation scale through a deep stack
+#
+# Push a batch of unit-variance inputs through twelve `Linear(256, 256)` layers, each
+# followed by ReLU (module 02; here `np.maximum` on the raw array, so the measurement stands
+# alone), with three initializations, and print the standard deviation of the activations:
+#
+# - `N(0, 1)`: no scaling;
+# - PyTorch's default, the one you just wrote: `U(-k, k)`, variance `1 / (3 * in)`;
+# - He (Kaiming) initialization, `N(0, 2 / in)`: variance 2/in makes up for ReLU zeroing
+#   half of the units.
+
+# %% nbgrader={"grade": false, "grade_id": "demo-init-scale", "locked": false, "schema_version": 3, "solution": false, "task": false}
+def init_scale_report(depth=12, width=256, batch=512):
+    rng = np.random.default_rng(0)
+    x = Tensor(rng.standard_normal((batch, width)).astype(np.float32))
+    schemes = {
+        "N(0, 1)": lambda shape: rng.standard_normal(shape),
+        "U(+-1/sqrt(in)) (default)": None,
+        "He N(0, 2/in)": lambda shape: rng.standard_normal(shape) * math.sqrt(2 / width),
+    }
+    print(f"std of activations after each Linear({width}, {width}) + ReLU, input std 1.0")
+    print(f"{'init':>27} " + " ".join(f"{i:>8}" for i in (1, 2, 4, 8, depth)))
+    manual_seed(0)
+    for label, draw in schemes.items():
+        h, stds = x, []
+        for _ in range(depth):
+            layer = Linear(width, width)
+            if draw is not None:
+                layer.weight.data[...] = draw(layer.weight.shape)
+                layer.bias.data[...] = 0.0
+            h = Tensor(np.maximum(layer(h).data, 0))
+            stds.append(float(h.data.std()))
+        print(f"{label:>27} " + " ".join(f"{stds[i - 1]:8.2g}" for i in (1, 2, 4, 8, depth)))
+
+
+init_scale_report()
+
+# %% [markdown]
+# Unscaled weights blow up by a factor of about `sqrt(256 / 2) ~ 11` per layer. The
+# default keeps the scale independent of the width, which is what matters most, but its
+# variance `1 / (3 * in)` is six times too small to make up for ReLU, so the signal
+# shrinks (by about `sqrt(6) ~ 2.4` per layer) until the small random biases are all that is
+# left. He initialization holds the scale steady. Deep networks therefore use He-style
+# initialization, or normalization layers and residual connections (module 13), which
+# re-scale the signal at every block whatever the initialization did. Gradients, which flow
+# back through the same weights, shrink and grow the same way.
+#
+# ## Part 4: Dropout
+#
+# Dropout (Srivastava et al., 2014) fights overfitting: during training, each unit of its
+# input is set to zero with probability `p`, a fresh random choice on every call, so the
+# network cannot rely on any single unit. The kept units are multiplied by `1 / (1 - p)`,
+# which keeps the **expected value** of every unit unchanged:
+# `E[y] = (1 - p) * x / (1 - p) + p * 0 = x`. At evaluation time dropout is the identity, and
+# because of that scaling the next layer sees inputs of the same size in both modes
+# ("inverted dropout"; the original paper scaled the weights at test time instead).
+#
+# ```
+# x     = [1.0, 2.0, 3.0, 4.0]          p = 0.5
+# keep  = [  1,   0,   1,   1]          (random, each kept with probability 0.5)
+# y     = [2.0, 0.0, 6.0, 8.0]          x * keep / (1 - p)
+# ```
+#
+# Implementation notes:
+#
+# - draw the mask from `default_generator()` (so `manual_seed` makes it repeatable), fold the
+#   scale into it, and multiply with a `Tensor` operation, `x * Tensor(mask, dtype=x.dtype)`.
+#   Module 06 then differentiates dropout for free: the gradient is the same mask times the
+#   incoming gradient. Make the mask in `x`'s dtype: a float64 mask would turn float32
+#   activations into float64;
+# - `generator.random(shape, dtype=np.float32)` draws uniform numbers in `[0, 1)` at half the
+#   cost of float64; a unit is kept when its number is `>= p`, which happens with
+#   probability `1 - p`;
+# - return `x` itself in evaluation mode and when `p == 0`: no mask, no copy;
+# - reject `p` outside `[0, 1)` with a `ValueError`: `p = 1` drops everything and would
+#   divide by zero.
+#
+# Dropout costs one random number and one multiply per unit, and (in module 06) the mask is
+# kept for backward: one more activation-sized array per dropout layer.
+
+# %% nbgrader={"grade": false, "grade_id": "dropout", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
+class Dropout(Module):
+    """In training, zero each unit with probability p and scale the rest by 1/(1-p)."""
+
+    def __init__(self, p=0.5):
+        super().__init__()
+        ### BEGIN SOLUTION
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
+            raise ValueError(
+                f"Dropout probability p must be a number in [0, 1), got {p!r}: p is the "
+                "fraction of units set to zero (p = 1 would drop everything)"
+            )
+        ### END SOLUTION
+        self.p = float(p)
+
+    def forward(self, x):
+        ### BEGIN SOLUTION
+        if not self.training or self.p == 0.0:
+            return x
+        keep = default_generator().random(x.shape, dtype=np.float32) >= self.p
+        mask = keep.astype(x.dtype) * x.dtype.type(1.0 / (1.0 - self.p))
+        return x * Tensor(mask, dtype=x.dtype)
+        ### END SOLUTION
+
+    def extra_repr(self):
+        return f"p={self.p}"
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_dropout", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+def test_unit_dropout():
+    """Dropout zeros a fraction p, scales the rest by 1/(1-p), and is off in eval."""
+    x = Tensor(np.ones((200, 500), dtype=np.float32))
+    drop = Dropout(0.3)
+    manual_seed(0)
+    y = drop(x)
+    assert isinstance(y, Tensor) and y.shape == x.shape, f"Dropout changed the shape to {y.shape}"
+    assert y.dtype == np.float32, (
+        f"Dropout on float32 gave {y.dtype}: build the mask in x's dtype"
+    )
+    zeros = float((y.data == 0).mean())
+    assert abs(zeros - 0.3) < 0.01, (
+        f"Dropout(0.3) zeroed {zeros:.3f} of the units, expected about 0.3: keep a unit when "
+        "its uniform draw is >= p (drop with probability p, not 1 - p)"
+    )
+    kept = y.data[y.data != 0]
+    assert np.allclose(kept, 1 / 0.7), (
+        f"kept units of an all-ones input are {kept[:3]}, expected 1/(1-p) = {1 / 0.7:.4f}: "
+        "scale the kept units by 1/(1-p) so the expected value stays the same"
+    )
+    assert abs(float(y.data.mean()) - 1.0) < 0.02, (
+        f"the mean after dropout is {y.data.mean():.3f}, expected about 1.0 (the input's mean)"
+    )
+    assert not np.array_equal(drop(x).data, y.data), "each call must draw a fresh mask"
+    manual_seed(7)
+    first = drop(x).data
+    manual_seed(7)
+    assert np.array_equal(drop(x).data, first), (
+        "after manual_seed(7) two calls gave different masks: draw the mask from "
+        "default_generator(), called inside forward (manual_seed replaces the generator)"
+    )
+    z = Tensor(np.ones(4, dtype=np.float32), requires_grad=True)
+    assert drop(z)._ctx is not None, (
+        "Dropout's output should record a graph: multiply with a Tensor op, x * Tensor(mask)"
+    )
+    x64 = Tensor(np.ones(10), dtype=np.float64)
+    assert drop(x64).dtype == np.float64, "Dropout on float64 input should stay float64"
+    drop.eval()
+    assert np.array_equal(drop(x).data, x.data), (
+        "in eval mode Dropout must return its input unchanged (no mask, no scaling)"
+    )
+    assert np.array_equal(Dropout(0.0)(x).data, x.data), "Dropout(0.0) must be the identity"
+    for bad in (1.0, -0.1, 1.5):
+        try:
+            Dropout(bad)
+        except ValueError as error:
+            assert repr(bad) in str(error), (
+                f"the error for Dropout({bad}) should name the value it got: {error}"
+            )
+        else:
+            raise AssertionError(f"Dropout({bad}) must raise ValueError: p must be in [0, 1)")
+    assert repr(Dropout(0.25)) == "Dropout(p=0.25)", f"repr is {repr(Dropout(0.25))!r}"
+
+
+test_unit_dropout()
+
+# %% [markdown]
+# ## Part 5: Sequential
+#
+# Most models begin as a chain: `Sequential(Linear(784, 128), ReLU(), Linear(128, 10))`
+# calls each layer on the output of the previous one. `Sequential` is a `Module` whose
+# children are named by position, `"0"`, `"1"`, `"2"`, so the parameters above are called
+# `"0.weight"`, `"0.bias"`, `"2.weight"`, `"2.bias"`, as in PyTorch.
+#
+# The activations of module 02 are plain callable objects, not `Module`s: they have no
+# parameters and no training mode. `Sequential` accepts any callable: it registers the
+# `Module`s (with `setattr(self, str(i), layer)`, so that your `__setattr__` records them),
+# keeps **every** layer in a list in order, calls them all in `forward`, and shows them all in
+# its `repr`. Anything that is not callable is a `TypeError`, raised when the model is
+# built rather than halfway through the first forward pass.
+#
+# `model[0]` returns a layer, `model[1:]` a new `Sequential` of the same layer objects (their
+# parameters are shared, not copied), `len(model)` counts the layers, and `for layer in
+# model` iterates them.
+
+# %% nbgrader={"grade": false, "grade_id": "sequential", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
+class Sequential(Module):
+    """Calls its layers in order; Module layers are registered as children "0", "1", ..."""
+
+    def __init__(self, *layers):
+        super().__init__()
+        ### BEGIN SOLUTION
+        for i, layer in enumerate(layers):
+            if not callable(layer):
+                raise TypeError(
+                    f"Sequential: layer {i} is a {type(layer).__name__}, which cannot be called. "
+                    "Pass layer objects such as Linear(4, 8) or callables such as ReLU(); "
+                    "unpack a list of layers with Sequential(*layers)."
+                )
+            if isinstance(layer, Module):
+                setattr(self, str(i), layer)
+        self._layers = list(layers)
+        ### END SOLUTION
+
+    def forward(self, x):
+        ### BEGIN SOLUTION
+        for layer in self._layers:
+            x = layer(x)
+        return x
+        ### END SOLUTION
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return Sequential(*self._layers[index])
+        return self._layers[index]
+
+    def __len__(self):
+        return len(self._layers)
+
+    def __iter__(self):
+        return iter(self._layers)
+
+    def _repr_children(self):
+        return [(str(i), layer) for i, layer in enumerate(self._layers)]
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_sequential", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+def test_unit_sequential():
+    """Sequential registers Modules as "0", "1", ...; keeps and calls every callable."""
+
+    class Double:  # a plain callable, like module 02's activations
+        def __call__(self, x):
+            return x * 2
+
+        def __repr__(self):
+            return "Double()"
+
+    manual_seed(0)
+    first, second = Linear(4, 8), Linear(8, 2)
+    model = Sequential(first, Double(), second, Dropout(0.5))
+    names = [name for name, _ in model.named_parameters()]
+    assert names == ["0.weight", "0.bias", "2.weight", "2.bias"], (
+        f"Sequential's parameter names are {names}, expected ['0.weight', '0.bias', "
+        "'2.weight', '2.bias']: register each Module layer with setattr(self, str(i), layer), "
+        "numbering every layer (callables too)"
+    )
+    assert len(model) == 4, (
+        f"len(model) is {len(model)}, expected 4: keep every layer, plain callables included"
+    )
+    assert model[1].__class__.__name__ == "Double" and model[2] is second, (
+        "model[i] should return the i-th layer as given"
+    )
+    assert [type(layer).__name__ for layer in model] == ["Linear", "Double", "Linear", "Dropout"], (
+        "iterating a Sequential yields its layers in order"
+    )
+    x = Tensor(np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32))
+    model.eval()
+    y = model(x)
+    want = second(first(x) * 2).data
+    assert y.shape == (3, 2) and np.allclose(y.data, want, atol=1e-6), (
+        "Sequential's output differs from calling the layers in order: call every layer, "
+        "plain callables included, each on the previous output"
+    )
+    assert not model[3].training, "model.eval() should reach the Dropout inside the Sequential"
+    tail = model[2:]
+    assert isinstance(tail, Sequential) and len(tail) == 2 and tail[0] is second, (
+        "model[2:] should be a new Sequential holding the same layer objects"
+    )
+    text = repr(model)
+    for part in ("(0): Linear(in_features=4", "(1): Double()", "(3): Dropout(p=0.5)"):
+        assert part in text, f"repr(model) should contain {part!r}; it is:\n{text}"
+    try:
+        Sequential(Linear(2, 2), [Linear(2, 2)])
+    except TypeError as error:
+        assert "1" in str(error), f"the error should say which layer is wrong: {error}"
+    else:
+        raise AssertionError("Sequential(Linear(2, 2), [ ... ]) must raise TypeError: a list "
+                             "is not callable")
+
+
+test_unit_sequential()
+
+# %% [markdown]
+# ## Systems analysis: parameters, memory and throughput, measured on your machine
+#
+# **Parameters and memory.** A `Linear(in, out)` has `(in + 1) * out` parameters, 4 bytes
+# each in float32. Training needs more than the weights: one gradient per parameter (module
+# 06) and, with Adam (module 07), two more running averages. The cell below builds a
+# classic MLP for 28x28 images and counts.
+
+# %% nbgrader={"grade": false, "grade_id": "analysis-memory", "locked": false, "schema_version": 3, "solution": false, "task": false}
+def parameter_report():
+    manual_seed(0)
+    # The activations of module 02 would sit between the layers; they have no parameters.
+    mlp = Sequential(Linear(784, 256), Dropout(0.2), Linear(256, 128), Dropout(0.2),
+                     Linear(128, 10))
+    print(mlp)
+    for name, p in mlp.named_parameters():
+        print(f"  {name:9} {str(p.shape):11} {p.size:>8,} parameters")
+    count = mlp.num_parameters()
+    mib = sum(p.data.nbytes for p in mlp.parameters()) / 2**20
+    print(f"total {count:,} parameters = {mib:.2f} MiB of float32 weights; with gradients "
+          f"{2 * mib:.2f} MiB, with gradients and Adam's two moments {4 * mib:.2f} MiB")
+    first = mlp[0].weight.size / count
+    print(f"the first layer holds {first:.0%} of the parameters: wide inputs are expensive")
+
+
+parameter_report()
+
+# %% [markdown]
+# **Throughput against batch size.** A `Linear(512, 512)` reads its whole 1 MiB weight
+# matrix on every call, whatever the batch size. With one example per call that matrix is
+# used for only `2 * 512 * 512` operations, and the fixed cost of the call (Python, the
+# `Tensor` bookkeeping, NumPy's dispatch) weighs heavily; with a batch of 256 the same weights
+# serve 256 examples. Measure examples per second and GFLOP/s as the batch grows.
+#
+# Each time is the **best of five** repeats. On a shared machine other programs can only make
+# a run slower, never faster, so the minimum is the most repeatable estimate of what the code
+# itself costs.
+
+# %% nbgrader={"grade": false, "grade_id": "analysis-throughput", "locked": false, "schema_version": 3, "solution": false, "task": false}
+def best_time(fn, repeats=5, target=0.004):
+    """Seconds per call of fn(): the best of `repeats` runs of about `target` seconds each."""
+    start = time.perf_counter()
+    fn()
+    number = max(1, int(target / max(time.perf_counter() - start, 1e-7)))
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        best = min(best, (time.perf_counter() - start) / number)
+    return best
+
+
+def throughput_report(width=512, batches=(1, 8, 64, 256, 1024)):
+    manual_seed(0)
+    layer = Linear(width, width)
+    rng = np.random.default_rng(0)
+    print(f"Linear({width}, {width}) forward, best of 5")
+    print(f"{'batch':>6} {'time/call':>11} {'examples/s':>12} {'GFLOP/s':>8}")
+    for batch in batches:
+        x = Tensor(rng.standard_normal((batch, width)).astype(np.float32))
+        seconds = best_time(lambda: layer(x))
+        flops = 2 * batch * width * width
+        print(f"{batch:>6} {seconds * 1e6:>9.1f}us {batch / seconds:>12,.0f} "
+              f"{flops / seconds / 1e9:>8.1f}")
+
+
+throughput_report()
+
+# %% [markdown]
+# Examples per second grow several-fold from batch 1 to a few hundred, then level off: once
+# the weights are reused across enough examples, the arithmetic itself is the bottleneck
+# and GFLOP/s approach what NumPy's matrix multiply can do on your machine. (At the largest
+# batches they may dip again: inputs and outputs of several MiB no longer fit in the
+# processor's caches.) That is why training feeds examples in batches (module 05) and why generating text one
+# token at a time (modules 13 and 18) is slow per token.
+#
+# ## What comes next
+#
+# - **Module 04 (losses)** measures how wrong a model's outputs are.
+# - **Module 05 (dataloader)** feeds a model shuffled mini-batches.
+# - **Module 06 (autograd)** computes the gradient of a loss with respect to every
+#   `Parameter` you registered here; `Linear` and `Dropout` need no changes for it.
+# - **Module 07 (optimizers)** updates `model.parameters()` from those gradients: each tied
+#   weight once, thanks to the identity check you wrote.

@@ -1,0 +1,736 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Module 05: DataLoader
+#
+# ## Overview
+#
+# Training never shows a model the whole data set at once. It shows it **mini-batches**: 32
+# or 256 examples stacked into one tensor, in a new random order every epoch. Batches make
+# each step cheap enough to take thousands of them, and they keep the matrix multiplies
+# large enough to run fast (you measured that in module 03). The random order keeps the
+# gradient of each step an unbiased estimate of the gradient over all the data.
+#
+# In this module you build the three pieces PyTorch uses for this: a `Dataset` (what one
+# example is), a `collate` function (how examples become a batch), and a `DataLoader` (which
+# examples go in which batch, in what order). You also make the order **reproducible and
+# resumable**: a training run stopped at epoch 5 and restarted must see exactly the batches
+# it would have seen, or a resumed run is not the same experiment.
+#
+# ## Learning objectives
+#
+# - Separate *what an example is* (`Dataset`) from *how examples are batched*
+#   (`DataLoader`), and write a dataset of your own with two methods.
+# - Stack examples into batch tensors, keeping float data float32 and integer labels
+#   integer.
+# - Write a Python iterator that yields batches, with `len()` that agrees with it.
+# - Derive each epoch's shuffle from `(seed, epoch)` alone, so any epoch can be replayed.
+# - Measure the cost of a per-example Python loop against one vectorized gather.
+#
+# ## What you build
+#
+# - `Dataset`, the base class (given), and `TensorDataset(*tensors)`.
+# - `default_collate(items)`.
+# - `DataLoader(dataset, batch_size=1, shuffle=False, drop_last=False, seed=None,
+#   collate_fn=None)` with `len()`, iteration, `order(epoch)` and `set_epoch(epoch)`.
+#
+# ## What you are not building yet
+#
+# - **Parallel loading.** PyTorch's loader can prepare batches in worker processes while the
+#   model trains. The data sets of this course fit in memory and batch in microseconds, so
+#   one process is enough (measured in the systems analysis).
+# - **Samplers.** PyTorch lets you plug in the index order (weighted, distributed). Here the
+#   order is either sequential or a seeded permutation.
+# - **Data augmentation** (random crops, flips): a `Dataset` of your own can do it in
+#   `__getitem__`.
+
+# %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#| default_exp data.loader
+#| export
+import numpy as np
+
+from tinytorch.core.tensor import Tensor, default_generator
+
+# %% [markdown]
+# The lesson itself (tests and measurements, not the package) also uses:
+
+# %% nbgrader={"grade": false, "grade_id": "lesson-imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
+import time
+
+from tinytorch.core.tensor import manual_seed
+
+# %% [markdown]
+# ## Part 1: datasets
+#
+# A data set, to the loader, is anything with two methods:
+#
+# - `len(dataset)`: how many examples there are;
+# - `dataset[i]`: example number `i`, for `0 <= i < len(dataset)`, usually a tuple such as
+#   `(image, label)`.
+#
+# That is the whole contract (PyTorch calls it a "map-style" dataset). Because it is so
+# small, a dataset can do anything inside `__getitem__`: read a file, decode an image,
+# crop it at random. The base class `Dataset` below only documents the contract and fails
+# with a helpful message when a subclass forgets a method.
+#
+# The most common dataset is data already in memory: an array of inputs and an array of
+# labels, one row per example. `TensorDataset(x, y)` wraps such arrays (or `Tensor`s):
+#
+# - it checks that every array has the **same first dimension**. A mismatch is the most
+#   common data bug there is (labels from one split, images from another, or a transposed
+#   array), and if it is not caught here it surfaces much later as a silent mis-pairing of
+#   inputs and labels. The error names every length, so the culprit is obvious;
+# - it stores plain NumPy arrays. A `Tensor` is unwrapped with its dtype as is (whoever made
+#   it chose that dtype). A raw NumPy float array is converted to float32 **once, here**,
+#   instead of on every batch; integer arrays (labels) keep their integer dtype, because
+#   module 04's cross-entropy uses them as indices;
+# - `dataset[i]` returns a tuple with one `Tensor` per array: `(x[i], y[i])`, each keeping its
+#   array's dtype (`Tensor(a[i], dtype=a.dtype)`; without `dtype=`, `Tensor` would turn the
+#   integer label into a float).
+#
+# It also offers `get_batch(indices)`: the same tuple for a whole array of indices at once,
+# `(x[indices], y[indices])`. The code is the same expression as `__getitem__`, because
+# NumPy indexing takes an integer or an array of integers alike. Part 3 shows why the loader
+# prefers it. (One consequence: a subclass that changes `__getitem__`, say to augment the
+# examples, must change `get_batch` too, or set `get_batch = None` to send the loader down the
+# per-example path.)
+
+# %% nbgrader={"grade": false, "grade_id": "dataset-base", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#| export
+class Dataset:
+    """A map-style data set: len(dataset) examples, dataset[i] returns example i."""
+
+    def __getitem__(self, index):
+        raise NotImplementedError(
+            f"{type(self).__name__} must define __getitem__(self, index), returning example "
+            "number index, e.g. a tuple (x, y)."
+        )
+
+    def __len__(self):
+        raise NotImplementedError(
+            f"{type(self).__name__} must define __len__(self), returning the number of examples."
+        )
+
+
+# %% nbgrader={"grade": false, "grade_id": "tensor-dataset", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
+class TensorDataset(Dataset):
+    """Examples are the rows of the given arrays: dataset[i] = (a[i], b[i], ...)."""
+
+    def __init__(self, *tensors):
+        ### BEGIN SOLUTION
+        if not tensors:
+            raise ValueError("TensorDataset needs at least one array, e.g. TensorDataset(x, y)")
+        arrays = []
+        for t in tensors:
+            if isinstance(t, Tensor):
+                array = t.data
+            else:
+                array = np.asarray(t)
+                if np.issubdtype(array.dtype, np.floating) and array.dtype != np.float32:
+                    array = array.astype(np.float32)
+            if array.ndim == 0:
+                raise ValueError(
+                    "TensorDataset got a 0-d array: each array needs a first axis with one row "
+                    "per example"
+                )
+            arrays.append(array)
+        lengths = [len(a) for a in arrays]
+        if len(set(lengths)) > 1:
+            shapes = ", ".join(f"array {i}: shape {a.shape}" for i, a in enumerate(arrays))
+            raise ValueError(
+                "TensorDataset: every array needs the same first dimension (one row per "
+                f"example), got lengths {lengths} ({shapes}). Are inputs and labels from the "
+                "same split, and is any array transposed?"
+            )
+        ### END SOLUTION
+        self.arrays = tuple(arrays)
+
+    def __len__(self):
+        return len(self.arrays[0])
+
+    def __getitem__(self, index):
+        ### BEGIN SOLUTION
+        return tuple(Tensor(a[index], dtype=a.dtype) for a in self.arrays)
+        ### END SOLUTION
+
+    def get_batch(self, indices):
+        """All the examples at `indices` (an integer array), one gather per array."""
+        ### BEGIN SOLUTION
+        return tuple(Tensor(a[indices], dtype=a.dtype) for a in self.arrays)
+        ### END SOLUTION
+
+    @property
+    def tensors(self):
+        """The stored arrays as Tensors (no copies)."""
+        return tuple(Tensor(a, dtype=a.dtype) for a in self.arrays)
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_tensor_dataset", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+def test_unit_tensor_dataset():
+    """TensorDataset pairs rows, keeps label dtypes, and names every length on a mismatch."""
+    x = np.arange(20, dtype=np.float64).reshape(10, 2)  # float64 on purpose
+    y = np.arange(10, dtype=np.int64) % 3
+    ds = TensorDataset(x, y)
+    assert len(ds) == 10, f"len(TensorDataset(x, y)) is {len(ds)}, expected 10 (rows of x)"
+    item = ds[3]
+    assert isinstance(item, tuple) and len(item) == 2, (
+        f"ds[3] should be a tuple (x[3], y[3]), got {type(item).__name__}"
+    )
+    xi, yi = item
+    assert isinstance(xi, Tensor) and isinstance(yi, Tensor), "each field of an example is a Tensor"
+    assert np.array_equal(xi.data, [6.0, 7.0]) and int(yi.item()) == 0, (
+        f"ds[3] is ({xi.data}, {yi.data}), expected ([6, 7], 0): index every array with the same i"
+    )
+    assert xi.dtype == np.float32, (
+        f"float64 input rows came out as {xi.dtype}: convert raw float arrays to float32 once, "
+        "in __init__"
+    )
+    assert yi.dtype == np.int64, (
+        f"the integer label came out as {yi.dtype}: wrap with Tensor(a[i], dtype=a.dtype), "
+        "otherwise Tensor turns labels into float32"
+    )
+    kept = Tensor(x, dtype=np.float64)
+    assert TensorDataset(kept, y)[0][0].dtype == np.float64, (
+        "a Tensor's dtype was chosen by its maker: keep it (unwrap with .data, no conversion)"
+    )
+    labels = np.array([1, 2, 3], dtype=np.uint8)
+    assert TensorDataset(np.zeros((3, 2)), labels)[2][1].dtype == np.uint8, (
+        "uint8 labels must stay uint8"
+    )
+    xs, ys = ds.get_batch(np.array([4, 0, 4]))
+    assert xs.shape == (3, 2) and ys.shape == (3,), (
+        f"get_batch([4, 0, 4]) gave shapes {xs.shape}, {ys.shape}, expected (3, 2), (3,)"
+    )
+    assert np.array_equal(xs.data, x[[4, 0, 4]]) and ys.dtype == np.int64, (
+        "get_batch(indices) should index every array with the whole index array, keeping dtypes"
+    )
+    try:
+        TensorDataset(np.zeros((5, 2)), np.zeros(5), np.zeros(4))
+    except ValueError as error:
+        assert "5" in str(error) and "4" in str(error) and "[5, 5, 4]" in str(error), (
+            f"the error should list every length, [5, 5, 4]: {error}"
+        )
+    else:
+        raise AssertionError("arrays with 5, 5 and 4 rows must raise ValueError")
+    try:
+        TensorDataset()
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("TensorDataset() with no arrays must raise ValueError")
+
+
+test_unit_tensor_dataset()
+
+# %% [markdown]
+# ## Part 2: collating examples into a batch
+#
+# A generic dataset hands the loader a list of examples, say eight `(x, y)` tuples. The
+# model wants two tensors: all the `x`s stacked into shape `(8, ...)` and all the `y`s into
+# `(8,)`. That transposition, from a list of tuples to a tuple of stacked arrays, is
+# `default_collate`:
+#
+# ```
+# [(x0, y0), (x1, y1), (x2, y2)]   ->   (stack([x0, x1, x2]), stack([y0, y1, y2]))
+# ```
+#
+# Rules:
+#
+# - tuples and lists of fields become a tuple of batches, one per field; a dict becomes a
+#   dict with the same keys; a single value (a dataset of bare inputs) becomes one batch;
+# - a field of `Tensor`s is stacked keeping their dtype;
+# - a field of raw numbers or NumPy arrays is stacked, then float data becomes float32
+#   (Python's `3.5` and NumPy's defaults are float64), while integers and booleans keep
+#   their dtype;
+# - fields whose shapes differ cannot be stacked: raise a `ValueError` that names the field
+#   and two of the shapes, not NumPy's "all input arrays must have the same shape".
+#
+# Stacking copies every example into a new array, one Python step per example. Part 3
+# avoids that when it can.
+
+# %% nbgrader={"grade": false, "grade_id": "collate", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
+def _stack_field(values, field):
+    """Stack one field of a batch (Tensors, arrays or numbers) into a Tensor."""
+    ### BEGIN SOLUTION
+    arrays = [v.data if isinstance(v, Tensor) else np.asarray(v) for v in values]
+    shapes = {a.shape for a in arrays}
+    if len(shapes) > 1:
+        first, other = arrays[0].shape, next(a.shape for a in arrays if a.shape != arrays[0].shape)
+        raise ValueError(
+            f"cannot stack field {field} into a batch: its examples have different shapes, "
+            f"e.g. {first} and {other}. Pad them to one shape in the dataset, or pass a "
+            "collate_fn that does."
+        )
+    batch = np.stack(arrays)
+    all_tensors = all(isinstance(v, Tensor) for v in values)
+    if not all_tensors and np.issubdtype(batch.dtype, np.floating) and batch.dtype != np.float32:
+        batch = batch.astype(np.float32)
+    return Tensor(batch, dtype=batch.dtype)
+    ### END SOLUTION
+
+
+def default_collate(items):
+    """A list of examples -> a batch: a tuple (or dict) of stacked Tensors, one per field."""
+    if len(items) == 0:
+        raise ValueError("default_collate got an empty list: a batch needs at least one example")
+    ### BEGIN SOLUTION
+    first = items[0]
+    if isinstance(first, (tuple, list)):
+        width = len(first)
+        for item in items:
+            if len(item) != width:
+                raise ValueError(
+                    f"examples of one batch have different numbers of fields: {width} and "
+                    f"{len(item)}. A dataset must return the same structure for every index."
+                )
+        return tuple(_stack_field([item[k] for item in items], k) for k in range(width))
+    if isinstance(first, dict):
+        return {key: _stack_field([item[key] for item in items], repr(key)) for key in first}
+    return _stack_field(items, 0)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_default_collate", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+def test_unit_default_collate():
+    """Tuples of fields become tuples of stacked Tensors; dtypes follow the rules."""
+    items = [(np.array([i, i + 0.5]), i) for i in range(4)]  # float64 rows, int labels
+    xs, ys = default_collate(items)
+    assert isinstance(xs, Tensor) and xs.shape == (4, 2), (
+        f"the inputs should stack to a Tensor of shape (4, 2), got {getattr(xs, 'shape', xs)}"
+    )
+    assert xs.dtype == np.float32, (
+        f"stacked float64 inputs are {xs.dtype}: raw float data becomes float32 in a batch"
+    )
+    assert ys.shape == (4,) and np.issubdtype(ys.dtype, np.integer), (
+        f"integer labels should stack to an integer Tensor of shape (4,), got {ys.dtype} "
+        f"{ys.shape}: use Tensor(batch, dtype=batch.dtype), not Tensor(batch)"
+    )
+    assert np.array_equal(ys.data, [0, 1, 2, 3]), "labels must stay in example order"
+    kept = default_collate([(Tensor([1.0], dtype=np.float64),), (Tensor([2.0], dtype=np.float64),)])
+    assert isinstance(kept, tuple) and kept[0].dtype == np.float64, (
+        "a field of Tensors keeps their dtype (here float64)"
+    )
+    single = default_collate([Tensor([1.0, 2.0]), Tensor([3.0, 4.0])])
+    assert isinstance(single, Tensor) and single.shape == (2, 2), (
+        "examples that are single Tensors should collate to one stacked Tensor"
+    )
+    as_dict = default_collate([{"x": np.ones(3), "y": 1}, {"x": np.zeros(3), "y": 0}])
+    assert set(as_dict) == {"x", "y"} and as_dict["x"].shape == (2, 3), (
+        "dict examples should collate to a dict of stacked Tensors"
+    )
+    try:
+        default_collate([(np.ones(3), 0), (np.ones(4), 1)])
+    except ValueError as error:
+        assert "(3,)" in str(error) and "(4,)" in str(error), (
+            f"the error should name two of the different shapes: {error}"
+        )
+    else:
+        raise AssertionError("collating examples of shapes (3,) and (4,) must raise ValueError")
+
+
+test_unit_default_collate()
+
+# %% [markdown]
+# ## Part 3: the DataLoader
+#
+# The loader turns a dataset into a sequence of batches:
+#
+# ```
+# n = 10, batch_size = 4:    [0 1 2 3] [4 5 6 7] [8 9]            len(loader) = 3
+# drop_last=True:            [0 1 2 3] [4 5 6 7]                  len(loader) = 2
+# ```
+#
+# `len(loader)` is the number of batches: `ceil(n / batch_size)`, or `floor(n / batch_size)`
+# with `drop_last=True`. Dropping the short last batch keeps every step the same size,
+# which some models need (a batch of one breaks statistics over the batch) and which makes
+# timing steady.
+#
+# ### Iteration
+#
+# `for batch in loader` calls `iter(loader)`, then `next()` on what it returns until
+# `StopIteration`. A generator function does both for you. `__iter__` does the eager work
+# (choose this epoch's order, advance the epoch counter: Part 4) and returns a generator,
+# `self._batches(order)`, that slices the order into chunks of `batch_size` indices and
+# turns each chunk into a batch, one at a time: only one batch is ever in memory.
+#
+# ### Two ways to build a batch
+#
+# - **Generic**: `collate([dataset[i] for i in chunk])`. One Python call per example, each
+#   creating small tensors, then a stack that copies them all. It works with any dataset.
+# - **Vectorized**: if the dataset has a `get_batch(indices)` method and no custom
+#   `collate_fn` was given, call it once with the whole index array. For a
+#   `TensorDataset` that is one NumPy gather per array, `x[chunk]`, with no Python loop over
+#   the examples. The systems analysis measures the difference.
+#
+# The loader checks its arguments when it is built: `batch_size` must be an integer of at
+# least 1 (a batch size of 0 would loop forever or divide by zero far from the mistake).
+
+# %% nbgrader={"grade": false, "grade_id": "dataloader", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
+class DataLoader:
+    """Batches of a dataset, in order or in a per-epoch shuffle fixed by (seed, epoch)."""
+
+    def __init__(self, dataset, batch_size=1, shuffle=False, drop_last=False, seed=None,
+                 collate_fn=None):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
+                or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
+                                 or seed < 0):
+            raise ValueError(f"seed must be a non-negative integer or None, got {seed!r}")
+        if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+            raise TypeError(
+                f"DataLoader needs a dataset with __len__ and __getitem__, got "
+                f"{type(dataset).__name__}; wrap arrays with TensorDataset(x, y)"
+            )
+        self.dataset = dataset
+        self.batch_size = int(batch_size)
+        self.shuffle = bool(shuffle)
+        self.drop_last = bool(drop_last)
+        self.collate_fn = collate_fn
+        ### BEGIN SOLUTION
+        if seed is None and self.shuffle:
+            seed = int(default_generator().integers(2**63 - 1))
+        ### END SOLUTION
+        self.seed = None if seed is None else int(seed)
+        self.epoch = 0  # the epoch the next iter() will use
+
+    def __len__(self):
+        ### BEGIN SOLUTION
+        n = len(self.dataset)
+        if self.drop_last:
+            return n // self.batch_size
+        return (n + self.batch_size - 1) // self.batch_size
+        ### END SOLUTION
+
+    def order(self, epoch):
+        """The example indices of `epoch`, a pure function of (seed, epoch)."""
+        ### BEGIN SOLUTION
+        n = len(self.dataset)
+        if not self.shuffle:
+            return np.arange(n)
+        return np.random.default_rng([self.seed, int(epoch)]).permutation(n)
+        ### END SOLUTION
+
+    def set_epoch(self, epoch):
+        """Make the next iteration use `epoch`'s order (to resume a run exactly)."""
+        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 0:
+            raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
+        self.epoch = int(epoch)
+
+    def __iter__(self):
+        ### BEGIN SOLUTION
+        order = self.order(self.epoch)
+        self.epoch += 1
+        return self._batches(order)
+        ### END SOLUTION
+
+    def _batches(self, order):
+        ### BEGIN SOLUTION
+        stop = len(order)
+        if self.drop_last:
+            stop -= stop % self.batch_size
+        fetch = getattr(self.dataset, "get_batch", None) if self.collate_fn is None else None
+        collate = self.collate_fn if self.collate_fn is not None else default_collate
+        for start in range(0, stop, self.batch_size):
+            chunk = order[start:start + self.batch_size]
+            if fetch is not None:
+                yield fetch(chunk)
+            else:
+                yield collate([self.dataset[int(i)] for i in chunk])
+        ### END SOLUTION
+
+    def __repr__(self):
+        return (f"DataLoader({type(self.dataset).__name__} of {len(self.dataset)}, "
+                f"batch_size={self.batch_size}, shuffle={self.shuffle}, "
+                f"drop_last={self.drop_last}, seed={self.seed}, epoch={self.epoch})")
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_dataloader_batches", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
+def test_unit_dataloader_batches():
+    """Batches in order, the right sizes, len() that agrees, drop_last, any dataset."""
+    x = np.arange(10, dtype=np.float32).reshape(10, 1)
+    y = np.arange(10, dtype=np.int64)
+    loader = DataLoader(TensorDataset(x, y), batch_size=4)
+    batches = list(loader)
+    sizes = [len(b[1]) for b in batches]
+    assert sizes == [4, 4, 2], (
+        f"10 examples in batches of 4 gave sizes {sizes}, expected [4, 4, 2]: slice the order "
+        "in steps of batch_size and keep the short last batch"
+    )
+    assert len(loader) == 3, f"len(loader) is {len(loader)}, expected ceil(10 / 4) = 3"
+    assert np.array_equal(np.concatenate([b[1].data for b in batches]), y), (
+        "without shuffle, batches must follow the dataset order 0, 1, ..., 9"
+    )
+    xb, yb = batches[0]
+    assert xb.shape == (4, 1) and xb.dtype == np.float32 and yb.dtype == np.int64, (
+        f"the first batch is {xb.shape} {xb.dtype} / {yb.dtype}, expected (4, 1) float32 / int64"
+    )
+    dropped = DataLoader(TensorDataset(x, y), batch_size=4, drop_last=True)
+    assert len(dropped) == 2 and [len(b[1]) for b in dropped] == [4, 4], (
+        f"with drop_last=True, len should be floor(10 / 4) = 2 and the batches [4, 4]; got "
+        f"len {len(dropped)}: stop before the short last batch"
+    )
+    assert len(DataLoader(TensorDataset(x, y), batch_size=3, drop_last=True)) == 3, (
+        "10 examples, batch 3, drop_last: 3 batches"
+    )
+    assert len(DataLoader(TensorDataset(x, y), batch_size=20)) == 1, (
+        "a batch_size larger than the data set gives one batch"
+    )
+
+    class Squares(Dataset):  # a dataset of your own: only __len__ and __getitem__
+        def __len__(self):
+            return 5
+
+        def __getitem__(self, i):
+            return float(i), i * i
+
+    got = [(b[0].data.tolist(), b[1].data.tolist()) for b in DataLoader(Squares(), batch_size=2)]
+    assert got == [([0.0, 1.0], [0, 1]), ([2.0, 3.0], [4, 9]), ([4.0], [16])], (
+        f"a custom dataset gave batches {got}: without get_batch, build each batch with "
+        "default_collate([dataset[i] for i in chunk])"
+    )
+    custom = DataLoader(Squares(), batch_size=2, collate_fn=lambda items: len(items))
+    assert list(custom) == [2, 2, 1], (
+        "a collate_fn, when given, receives the list of examples and its result is the batch"
+    )
+    for bad in (0, -1, 2.5):
+        try:
+            DataLoader(Squares(), batch_size=bad)
+        except ValueError as error:
+            assert "batch_size" in str(error), f"the error should name batch_size: {error}"
+        else:
+            raise AssertionError(f"batch_size={bad} must raise ValueError")
+    try:
+        Dataset()[0]
+    except NotImplementedError as error:
+        assert "__getitem__" in str(error), "the base Dataset error should name __getitem__"
+
+
+test_unit_dataloader_batches()
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_vectorized_batches", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+def test_unit_vectorized_batches():
+    """With a TensorDataset, batches come from one gather per array, not per-item calls."""
+    x = np.arange(40, dtype=np.float32).reshape(20, 2)
+    y = np.arange(20, dtype=np.int64)
+    ds = TensorDataset(x, y)
+    calls = []
+    original = TensorDataset.__getitem__
+
+    def spy(self, index):
+        calls.append(index)
+        return original(self, index)
+
+    TensorDataset.__getitem__ = spy  # count per-example calls for the length of this test
+    try:
+        batches = list(DataLoader(ds, batch_size=8, shuffle=True, seed=0))
+    finally:
+        TensorDataset.__getitem__ = original
+    assert calls == [], (
+        f"the loader called dataset[i] {len(calls)} times: when the dataset has get_batch and "
+        "no collate_fn was given, fetch each batch with dataset.get_batch(chunk)"
+    )
+    xs = np.concatenate([b[0].data for b in batches])
+    ys = np.concatenate([b[1].data for b in batches])
+    assert np.array_equal(xs, x[ys]), "inputs and labels must stay paired after shuffling"
+    assert sorted(ys.tolist()) == list(range(20)), "every example appears exactly once per epoch"
+
+
+test_unit_vectorized_batches()
+
+# %% [markdown]
+# ## Part 4: shuffling that can be replayed
+#
+# With `shuffle=True`, each epoch visits the examples in a new random order. The naive way
+# is one random generator owned by the loader, advanced by every shuffle. Then the order of
+# epoch 5 depends on everything that happened before it: to replay epoch 5 after a crash you
+# must replay epochs 0 to 4, and any other use of that generator in between changes it.
+#
+# Instead, make the order of an epoch a **pure function of `(seed, epoch)`**:
+#
+# ```python
+# np.random.default_rng([seed, epoch]).permutation(n)
+# ```
+#
+# NumPy turns the pair into an independent, well-mixed random stream, so epochs 5 and 6 are
+# unrelated, and epoch 5 is the same today, tomorrow and after a restart. The loader keeps
+# an `epoch` counter:
+#
+# - `iter(loader)` uses `loader.epoch`, then adds one, so a plain `for` loop over epochs
+#   gets epochs 0, 1, 2, ... without any extra call;
+# - `loader.set_epoch(e)` sets the counter; a training run resumed from a checkpoint taken
+#   after epoch 4 calls `set_epoch(5)` and gets exactly the batches the original run saw;
+# - the loop `for e in range(E): loader.set_epoch(e); for batch in loader: ...` (PyTorch's
+#   habit with distributed samplers) gives the same batches as not calling it at all.
+#
+# Where does `seed` come from? If given, from the caller. If not, and the loader shuffles,
+# it is drawn **once**, when the loader is built, from `default_generator()`: after
+# `manual_seed(0)`, the whole program, model initialization and data order alike, is
+# reproducible from that one number. A loader that does not shuffle draws nothing, so adding
+# an evaluation loader does not change the training run's random numbers.
+#
+# Save `loader.seed` and `loader.epoch` in a checkpoint (module 08) and the data order can be
+# restored exactly.
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_shuffle_reproducible", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+def test_unit_shuffle_reproducible():
+    """Shuffled epochs are permutations, differ from each other, and repeat for a seed."""
+    n = 50
+    ds = TensorDataset(np.zeros((n, 1), dtype=np.float32), np.arange(n))
+
+    def epoch_labels(loader):
+        return np.concatenate([b[1].data for b in loader])
+
+    loader = DataLoader(ds, batch_size=7, shuffle=True, seed=123)
+    e0, e1 = epoch_labels(loader), epoch_labels(loader)
+    assert sorted(e0.tolist()) == list(range(n)), (
+        "a shuffled epoch must contain every example exactly once: use a permutation of "
+        "range(n), not random draws with replacement"
+    )
+    assert not np.array_equal(e0, np.arange(n)), "shuffle=True must change the order"
+    assert not np.array_equal(e0, e1), (
+        "two epochs in a row had the same order: iter(loader) must advance loader.epoch and "
+        "the order must depend on the epoch"
+    )
+    assert loader.epoch == 2, f"after two epochs loader.epoch is {loader.epoch}, expected 2"
+    again = DataLoader(ds, batch_size=7, shuffle=True, seed=123)
+    assert np.array_equal(epoch_labels(again), e0) and np.array_equal(epoch_labels(again), e1), (
+        "a new loader with the same seed must give the same epochs in the same order: derive "
+        "each epoch's order from (seed, epoch) only, e.g. np.random.default_rng([seed, epoch])"
+    )
+    other = DataLoader(ds, batch_size=7, shuffle=True, seed=124)
+    assert not np.array_equal(epoch_labels(other), e0), "a different seed must give another order"
+    manual_seed(5)
+    a = DataLoader(ds, batch_size=7, shuffle=True)
+    manual_seed(5)
+    b = DataLoader(ds, batch_size=7, shuffle=True)
+    assert a.seed is not None and a.seed == b.seed, (
+        "with seed=None and shuffle=True, draw the seed once from default_generator() in "
+        f"__init__ (so manual_seed makes it repeatable); got seeds {a.seed} and {b.seed}"
+    )
+    manual_seed(5)
+    before = default_generator().random()
+    manual_seed(5)
+    DataLoader(ds, batch_size=7)
+    assert default_generator().random() == before, (
+        "a loader that does not shuffle must not draw from default_generator()"
+    )
+
+
+test_unit_shuffle_reproducible()
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_set_epoch_resume", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+def test_unit_set_epoch_resume():
+    """set_epoch(e) replays epoch e exactly; order(e) depends on nothing else."""
+    n = 30
+    ds = TensorDataset(np.arange(n, dtype=np.float32).reshape(n, 1), np.arange(n))
+
+    def epoch_labels(loader):
+        return [b[1].data.tolist() for b in loader]
+
+    original = DataLoader(ds, batch_size=4, shuffle=True, seed=9)
+    seen = [epoch_labels(original) for _ in range(4)]  # epochs 0, 1, 2, 3
+    resumed = DataLoader(ds, batch_size=4, shuffle=True, seed=9)
+    resumed.set_epoch(2)
+    assert epoch_labels(resumed) == seen[2], (
+        "after set_epoch(2), a fresh loader with the same seed must yield exactly the batches "
+        "of epoch 2 of the original run"
+    )
+    assert epoch_labels(resumed) == seen[3], (
+        "after replaying epoch 2, the next iteration must be epoch 3"
+    )
+    explicit = DataLoader(ds, batch_size=4, shuffle=True, seed=9)
+    replay = []
+    for e in range(4):
+        explicit.set_epoch(e)
+        replay.append(epoch_labels(explicit))
+    assert replay == seen, (
+        "calling set_epoch(e) before every epoch must give the same batches as not calling it"
+    )
+    assert np.array_equal(original.order(1), original.order(1)), "order(e) must be repeatable"
+    assert np.array_equal(np.concatenate([np.asarray(b) for b in seen[1]]), original.order(1)), (
+        "order(e) must be the order iteration uses for epoch e"
+    )
+    plain = DataLoader(ds, batch_size=4)
+    assert np.array_equal(plain.order(3), np.arange(n)), "without shuffle, every epoch is 0..n-1"
+
+
+test_unit_set_epoch_resume()
+
+# %% [markdown]
+# ## Systems analysis: the cost of a batch, measured on your machine
+#
+# One epoch over 8,192 examples of 64 float32 features with integer labels, batch 256, both
+# ways: the generic path (one `dataset[i]` per example, then `default_collate`) and the
+# vectorized path (`get_batch`, one gather per array). Also the size of one batch, and how
+# long a `Linear(64, 64)` takes on it, to see whether loading or computing dominates.
+
+# %% nbgrader={"grade": false, "grade_id": "analysis-batching", "locked": false, "schema_version": 3, "solution": false, "task": false}
+def batching_report(n=8192, features=64, batch_size=256):
+    rng = np.random.default_rng(0)
+    ds = TensorDataset(rng.standard_normal((n, features)).astype(np.float32),
+                       rng.integers(0, 10, n))
+    fast = DataLoader(ds, batch_size=batch_size, shuffle=True, seed=0)
+    slow = DataLoader(ds, batch_size=batch_size, shuffle=True, seed=0,
+                      collate_fn=default_collate)  # a collate_fn forces the per-example path
+
+    def epoch_seconds(loader):
+        start = time.perf_counter()
+        for _ in loader:
+            pass
+        return time.perf_counter() - start
+
+    epoch_seconds(fast)  # warm-up
+    fast_s = min(epoch_seconds(fast) for _ in range(5))  # best of 5: see module 03
+    slow_s = min(epoch_seconds(slow) for _ in range(3))
+    batches = len(fast)
+    xb, yb = next(iter(fast))
+    print(f"{n:,} examples x {features} features, batch {batch_size}: {batches} batches/epoch")
+    for label, seconds in (("per-example path", slow_s), ("vectorized path", fast_s)):
+        print(f"  {label:17} {seconds * 1e3:7.1f} ms/epoch, "
+              f"{seconds / batches * 1e6:8.1f} us/batch, {seconds / n * 1e6:6.3f} us/example")
+    print(f"  vectorized is {slow_s / fast_s:.0f}x faster")
+    print(f"  one batch holds {xb.data.nbytes / 1024:.0f} KiB of inputs ({xb.dtype}) and "
+          f"{yb.data.nbytes / 1024:.0f} KiB of labels ({yb.dtype})")
+    w = np.ones((features, features), dtype=np.float32)
+    start = time.perf_counter()
+    for _ in range(50):
+        (xb @ Tensor(w).T).data
+    step = (time.perf_counter() - start) / 50
+    print(f"  for scale: one {batch_size}x{features} @ {features}x{features} matmul takes "
+          f"{step * 1e6:.1f} us")
+
+
+batching_report()
+
+# %% [markdown]
+# The per-example path spends microseconds of Python on every example (a `__getitem__`
+# call, two small `Tensor`s, a stack), which adds up to more than the model's own work on a
+# small layer. The vectorized gather does the same copy in one NumPy call per array. For
+# data that fits in memory, that is why one process is enough and PyTorch's worker
+# processes would only add overhead; for data that must be read and decoded from disk, the
+# per-example cost is milliseconds, and overlapping it with training in parallel workers
+# is what makes them worth having.
+#
+# ## What comes next
+#
+# - **Module 06 (autograd)** computes gradients of a loss on a batch.
+# - **Module 08 (training)** loops over your loader for several epochs, and saves
+#   `loader.seed` and `loader.epoch` in its checkpoints so that a resumed run replays the
+#   same batches.
+# - Any dataset that can gather many examples at once can offer its own `get_batch` and get
+#   the vectorized path: a data set of text windows for TinyGPT (modules 10 to 13) is one.

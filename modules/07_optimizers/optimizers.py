@@ -1,0 +1,1006 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Module 07: Optimizers
+#
+# ## Overview
+#
+# After module 06, `loss.backward()` leaves a gradient in `param.grad` for every parameter:
+# the direction in which the loss grows fastest. Learning means taking a small step the
+# other way, again and again. The rule that turns gradients into steps is the
+# **optimizer**, and the choice of rule decides whether a network trains in minutes, in
+# days, or not at all.
+#
+# In this module you write the three optimizers that train almost every network today:
+# stochastic gradient descent (SGD) with momentum, Adam, and AdamW. They differ in what
+# they remember between steps (their **state**), and that state costs memory: for Adam,
+# twice the memory of the model itself. You will also write gradient clipping, the guard
+# rail that stops one bad batch from throwing a model's weights across the room.
+#
+# ## Learning objectives
+#
+# - Separate the optimizer's bookkeeping (which parameters, which have gradients, how many
+#   steps) from its update rule, written on plain NumPy arrays.
+# - Implement SGD with momentum and Nesterov momentum, and explain what momentum remembers.
+# - Implement Adam with bias correction, and compute by hand why the first step is about
+#   `lr` in size whatever the gradient's scale.
+# - Tell L2 regularization (Adam's `weight_decay`) from decoupled weight decay (AdamW), and
+#   show with numbers that they are different algorithms.
+# - Save and restore optimizer state as plain arrays, so training can stop and resume.
+# - Clip gradients by their global norm, and measure the memory and time each optimizer costs.
+#
+# ## What you build
+#
+# - `Optimizer`: the base class. It collects the parameters (each once), keeps a learning
+#   rate `lr` that schedules may change, `zero_grad()`, `step()`, a step counter, and
+#   `state_dict()` / `load_state_dict()`.
+# - `SGD(params, lr, momentum=0.0, weight_decay=0.0, nesterov=False)`.
+# - `Adam(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)`.
+# - `AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)`.
+# - `clip_grad_norm_(params, max_norm)`, which returns the norm before clipping.
+#
+# All of them follow PyTorch's `torch.optim` formulas exactly, so the same hyperparameters
+# mean the same thing in both frameworks.
+#
+# ## What you are not building yet
+#
+# - **Learning-rate schedules** (warm-up, cosine decay) and the training loop: module 08.
+# - **Parameter groups** (a different learning rate or weight decay per group of
+#   parameters). Every parameter here shares one set of hyperparameters.
+# - **Other optimizers** (RMSprop, Adagrad, AMSGrad, Lion, LAMB) and fused or multi-tensor
+#   kernels. Once you have written Adam they are a few lines each.
+
+# %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#| default_exp core.optimizers
+#| export
+import math
+
+import numpy as np
+
+from tinytorch.core.tensor import Tensor
+
+# %% [markdown]
+# ## Part 1: what every optimizer does
+#
+# Every optimizer has the same skeleton; only the update rule changes:
+#
+# ```
+# opt = SGD(model.parameters(), lr=0.1)   # remember the parameters, each once
+# for batch in data:
+#     opt.zero_grad()                     # forget last step's gradients
+#     loss = loss_fn(model(x), y)
+#     loss.backward()                     # fill p.grad for every parameter
+#     opt.step()                          # p.data <- p.data - (update from p.grad)
+# ```
+#
+# The base class `Optimizer` does the bookkeeping, once, for all optimizers:
+#
+# - **Collect the parameters, each once.** `model.parameters()` may be a generator (so
+#   turn it into a list) and the same tensor may appear twice (tied weights: a language
+#   model often shares its embedding and output matrices). Stepping a tensor twice would
+#   apply the update twice, so keep the first occurrence of each, compared by identity
+#   (`id(p)`), not by value: two different parameters may hold equal numbers.
+# - **`zero_grad()`** sets every `p.grad` to `None`. Backward *adds* into gradients (a
+#   tensor used twice receives two contributions), so without it each step would also
+#   apply every earlier gradient. `None` rather than zeros: it costs no memory, and `step()`
+#   can tell a parameter that took no part in this loss from one whose gradient is 0.
+# - **`step()`** counts the step, then, for every parameter whose `grad` is not `None`,
+#   calls `self.update(param_array, grad_array, state)`. Parameters without a gradient are
+#   skipped: neither they nor their state change.
+#
+# `update` is where each optimizer's maths lives, on plain NumPy arrays, just as an
+# operation's `forward` did in module 01. It must change the parameter **in place**
+# (`param -= ...`, not `param = param - ...`): the array belongs to the model, and
+# rebinding a local name would update nothing. In place also means no new array per step
+# and that float32 parameters stay float32.
+#
+# Each parameter has a `state` dict, empty until its first update. Optimizers with memory
+# (momentum, Adam's averages) create their buffers there on first use, with the
+# parameter's shape and dtype. An optimizer only pays for state it uses.
+#
+# **Saving state.** To stop training and resume it later, the optimizer's state must be
+# saved with the weights (Part 5 shows what goes wrong otherwise). `state_dict()` returns
+# a flat dict of plain values, with copies of the arrays, because `update` changes the
+# buffers in place and a saved state must not change after it was saved:
+#
+# ```
+# {"steps": 3, "lr": 0.001, "num_params": 2,
+#  "param.0.step": 3, "param.0.exp_avg": array(...), "param.0.exp_avg_sq": array(...), ...}
+# ```
+#
+# Only numbers and arrays, so module 08 can store it in a NumPy `.npz` file without pickle.
+# An `.npz` file gives every number back as a 0-d array, so a per-parameter entry is read
+# back as a counter when it holds an integer and as a buffer when it holds floats (a
+# scalar parameter has 0-d buffers).
+# `load_state_dict()` checks everything before changing anything, and names every
+# mismatch: a wrong number of parameters, a buffer of the wrong shape, or keys from a
+# different optimizer. These two methods are given; read them.
+#
+# Write `__init__` (collecting the parameters), `zero_grad` and `step`.
+
+# %% nbgrader={"grade": false, "grade_id": "optimizer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
+class Optimizer:
+    """Base class: holds the parameters, the learning rate and per-parameter state."""
+
+    # Names of the per-parameter state entries this optimizer keeps (for load_state_dict).
+    state_names = ()
+
+    def __init__(self, params, lr):
+        if isinstance(params, Tensor):
+            raise TypeError(
+                "the optimizer needs an iterable of parameters, got a single Tensor: "
+                "wrap it in a list, e.g. SGD([w], lr=0.1)"
+            )
+        if callable(params):
+            raise TypeError(
+                "the optimizer got a method instead of parameters: call it, "
+                "e.g. SGD(model.parameters(), lr=0.1), with the parentheses"
+            )
+        if lr < 0:
+            raise ValueError(f"the learning rate must be >= 0, got lr={lr}")
+        ### BEGIN SOLUTION
+        self.params = []
+        seen = set()
+        for p in params:
+            if not isinstance(p, Tensor):
+                raise TypeError(
+                    f"optimizers update Tensors (parameters), got {type(p).__name__}"
+                )
+            if id(p) not in seen:
+                seen.add(id(p))
+                self.params.append(p)
+        ### END SOLUTION
+        if not self.params:
+            raise ValueError(
+                "the optimizer got no parameters: the model has none, or a generator such as "
+                "model.parameters() was already used up (call it again)"
+            )
+        self.lr = float(lr)  # a schedule may change it between steps (module 08)
+        self.steps = 0  # how many times step() has been called
+        self.state = [{} for _ in self.params]  # one dict per parameter, filled lazily
+
+    def zero_grad(self):
+        """Forget the gradients of the last step: every p.grad becomes None."""
+        ### BEGIN SOLUTION
+        for p in self.params:
+            p.grad = None
+        ### END SOLUTION
+
+    def step(self):
+        """Update every parameter that has a gradient; the others stay as they are."""
+        ### BEGIN SOLUTION
+        self.steps += 1
+        for p, state in zip(self.params, self.state):
+            if p.grad is None:
+                continue
+            self.update(p.data, _grad_array(p), state)
+        ### END SOLUTION
+
+    def update(self, param, grad, state):
+        """Change the array `param` in place, given its gradient array and its state dict."""
+        raise NotImplementedError(f"{type(self).__name__} must define update()")
+
+    # ---- saving and restoring (given) ------------------------------------------------
+    def state_dict(self):
+        """A flat dict of numbers and array copies: everything needed to resume."""
+        out = {"steps": self.steps, "lr": self.lr, "num_params": len(self.params)}
+        for i, state in enumerate(self.state):
+            for name, value in state.items():
+                out[f"param.{i}.{name}"] = value.copy() if isinstance(value, np.ndarray) else value
+        return out
+
+    def load_state_dict(self, state_dict):
+        """Restore what state_dict() returned; checks everything before changing anything."""
+        problems = [f"missing key {k!r}" for k in ("steps", "lr", "num_params") if k not in state_dict]
+        if not problems and int(state_dict["num_params"]) != len(self.params):
+            problems.append(
+                f"the state was saved for {int(state_dict['num_params'])} parameters, this "
+                f"optimizer has {len(self.params)}: was it built from the same model?"
+            )
+        new_state = [{} for _ in self.params]
+        unexpected = []
+        for key, value in state_dict.items():
+            if key in ("steps", "lr", "num_params"):
+                continue
+            parts = key.split(".")
+            if (len(parts) != 3 or parts[0] != "param" or not parts[1].isdigit()
+                    or parts[2] not in self.state_names):
+                unexpected.append(key)
+                continue
+            i, name = int(parts[1]), parts[2]
+            if i >= len(self.params):
+                problems.append(f"{key!r} refers to parameter {i}, but there are {len(self.params)}")
+                continue
+            value = np.asarray(value)
+            if value.ndim == 0 and np.issubdtype(value.dtype, np.integer):  # a step count
+                new_state[i][name] = int(value)
+            elif value.shape != self.params[i].shape:
+                problems.append(
+                    f"{key!r} has shape {value.shape} but parameter {i} has shape "
+                    f"{self.params[i].shape}"
+                )
+            else:
+                new_state[i][name] = np.array(value, dtype=self.params[i].data.dtype)
+        if unexpected:
+            problems.append(
+                f"unexpected keys {sorted(unexpected)}: {type(self).__name__} keeps "
+                f"{list(self.state_names) or 'no per-parameter state'} (was this state saved "
+                "by a different optimizer?)"
+            )
+        if problems:
+            raise ValueError(
+                f"cannot load this state into {type(self).__name__}:\n  - " + "\n  - ".join(problems)
+            )
+        self.steps = int(state_dict["steps"])
+        self.lr = float(state_dict["lr"])
+        self.state = new_state
+
+    def __repr__(self):
+        hyper = ", ".join(f"{k}={v}" for k, v in self._hyperparameters().items())
+        return f"{type(self).__name__}({hyper}, {len(self.params)} parameters)"
+
+    def _hyperparameters(self):
+        return {"lr": self.lr}
+
+
+def _grad_array(p):
+    """p.grad as a NumPy array, checked against the parameter's shape."""
+    grad = p.grad.data if isinstance(p.grad, Tensor) else np.asarray(p.grad)
+    if grad.shape != p.data.shape:
+        raise ValueError(
+            f"a parameter of shape {p.data.shape} has a gradient of shape {grad.shape}: "
+            "gradients must have their parameter's shape (a broadcast that backward did "
+            "not sum away?)"
+        )
+    return grad
+
+
+# %% [markdown]
+# ### Test: the optimizer's bookkeeping
+#
+# The test defines the simplest optimizer of all, plain gradient descent
+# (`param -= lr * grad`), to check your bookkeeping before any real update rule exists.
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_optimizer_base", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+def test_unit_optimizer_base():
+    """Parameters are kept once each; zero_grad clears; step skips missing grads and counts."""
+
+    class PlainGD(Optimizer):
+        def update(self, param, grad, state):
+            param -= self.lr * grad
+
+    w = Tensor([1.0, 2.0])
+    b = Tensor([0.5])
+    opt = PlainGD((p for p in [w, b, w]), lr=0.1)
+    assert len(opt.params) == 2, (
+        f"[w, b, w] should give 2 parameters, got {len(opt.params)}: keep each tensor once, "
+        "comparing by identity (id(p)), so a tied weight is not stepped twice"
+    )
+    assert opt.params[0] is w and opt.params[1] is b, "keep the parameters in their first order"
+    assert len(PlainGD([Tensor([1.0]), Tensor([1.0])], lr=0.1).params) == 2, (
+        "two different tensors holding equal values are two parameters: compare with id(p), "
+        "not with == or by value"
+    )
+    try:
+        PlainGD([], lr=0.1)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("an empty parameter list must raise ValueError")
+    w.grad = Tensor([1.0, -1.0])
+    b.grad = None  # b took no part in this loss
+    data_before = w.data
+    opt.step()
+    assert np.allclose(w.data, [0.9, 2.1]), f"after one step w is {w.data}, expected [0.9, 2.1]"
+    assert w.data is data_before, (
+        "step() replaced w.data with a new array: update it in place, so the model keeps "
+        "the same array (pass p.data itself to update)"
+    )
+    assert np.allclose(b.data, [0.5]), (
+        f"b has grad None and must not change, but became {b.data}: skip parameters "
+        "whose grad is None"
+    )
+    assert opt.steps == 1, f"opt.steps is {opt.steps} after one step(), expected 1"
+    opt.zero_grad()
+    assert w.grad is None and b.grad is None, (
+        "zero_grad() should set every parameter's grad to None"
+    )
+    opt.step()  # nothing has a gradient: nothing changes
+    assert np.allclose(w.data, [0.9, 2.1]) and opt.steps == 2, (
+        "step() with no gradients must change nothing (but still counts the step)"
+    )
+    w.grad = Tensor([1.0, 2.0, 3.0])
+    try:
+        opt.step()
+    except ValueError as error:
+        assert "(2,)" in str(error) and "(3,)" in str(error), f"name both shapes: {error}"
+    else:
+        raise AssertionError("a gradient of shape (3,) for a (2,) parameter must raise ValueError")
+
+
+test_unit_optimizer_base()
+
+# %% [markdown]
+# ## Part 2: stochastic gradient descent
+#
+# The simplest rule steps against the gradient, scaled by the learning rate:
+#
+# $$\theta \leftarrow \theta - \text{lr} \cdot g$$
+#
+# "Stochastic" because `g` comes from a mini-batch, a noisy estimate of the gradient over
+# all the data. The noise is not all bad (it helps escape sharp minima), but it makes the
+# path zig-zag.
+#
+# **Weight decay** pulls every weight a little towards 0 on each step, which discourages
+# large weights (a form of regularization). SGD implements it by adding
+# `weight_decay * theta` to the gradient: this is the gradient of the L2 penalty
+# `weight_decay / 2 * ||theta||^2`. Do not modify `p.grad` itself: build a new array.
+#
+# **Momentum** keeps a running velocity `v` (a buffer with the parameter's shape) and
+# steps along it instead of along the raw gradient:
+#
+# $$v \leftarrow \mu v + g, \qquad \theta \leftarrow \theta - \text{lr} \cdot v$$
+#
+# On the first step `v` is the gradient itself (PyTorch's convention: the buffer starts as
+# a copy of `g`, not as zeros, so the first step is the same as without momentum). With a
+# constant gradient `g` the velocity grows `g, 1.9g, 2.71g, ...` towards `g / (1 - mu)`,
+# ten times `g` for `mu = 0.9`: momentum speeds up travel along directions where
+# gradients agree, and the alternating components of a zig-zag cancel out.
+#
+# **Nesterov momentum** looks one step ahead: it steps along `g + mu * v` (with `v` already
+# updated) instead of `v`. It needs `momentum > 0`.
+#
+# Worked example, `lr = 0.1`, `mu = 0.9`, `theta = 1`, constant `g = 1`:
+#
+# | step | v (plain) | theta (plain) | step along (Nesterov) | theta (Nesterov) |
+# |------|-----------|---------------|-----------------------|------------------|
+# | 1    | 1.0       | 0.9           | 1 + 0.9 * 1.0 = 1.9   | 0.81             |
+# | 2    | 1.9       | 0.71          | 1 + 0.9 * 1.9 = 2.71  | 0.539            |
+#
+# **Memory:** plain SGD keeps no state; momentum keeps one buffer per parameter: as much
+# memory again as the model.
+
+# %% nbgrader={"grade": false, "grade_id": "sgd", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
+class SGD(Optimizer):
+    """Stochastic gradient descent, with optional momentum, Nesterov momentum and L2 decay."""
+
+    state_names = ("momentum_buffer",)
+
+    def __init__(self, params, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+        if momentum < 0 or weight_decay < 0:
+            raise ValueError(
+                f"momentum and weight_decay must be >= 0, got {momentum} and {weight_decay}"
+            )
+        if nesterov and momentum <= 0:
+            raise ValueError("nesterov=True needs momentum > 0 (e.g. momentum=0.9)")
+        super().__init__(params, lr)
+        self.momentum = float(momentum)
+        self.weight_decay = float(weight_decay)
+        self.nesterov = bool(nesterov)
+
+    def update(self, param, grad, state):
+        ### BEGIN SOLUTION
+        if self.weight_decay:
+            grad = grad + self.weight_decay * param
+        if self.momentum:
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                buf = state["momentum_buffer"] = np.array(grad, dtype=param.dtype)
+            else:
+                buf *= self.momentum
+                buf += grad
+            grad = grad + self.momentum * buf if self.nesterov else buf
+        param -= self.lr * grad
+        ### END SOLUTION
+
+    def _hyperparameters(self):
+        return {"lr": self.lr, "momentum": self.momentum, "weight_decay": self.weight_decay,
+                "nesterov": self.nesterov}
+
+
+# %% [markdown]
+# ### Tests: SGD steps computed by hand
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_sgd", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+def test_unit_sgd():
+    """One plain SGD step, with and without weight decay, in float32."""
+    w = Tensor([1.0, 2.0])
+    w.grad = Tensor([0.5, -1.0])
+    SGD([w], lr=0.1).step()
+    assert np.allclose(w.data, [0.95, 2.1]), (
+        f"SGD(lr=0.1) on w=[1, 2], grad=[0.5, -1] gave {w.data}, expected [0.95, 2.1] "
+        "= w - lr * grad: step against the gradient"
+    )
+    assert w.dtype == np.float32, (
+        f"w became {w.dtype}: float32 parameters must stay float32 (update in place, "
+        "param -= ..., and avoid float64 constants)"
+    )
+    grad_before = np.array([0.5, -1.0], dtype=np.float32)
+    w = Tensor([1.0, 2.0])
+    w.grad = Tensor(grad_before)
+    SGD([w], lr=0.1, weight_decay=0.5).step()
+    # grad + wd * w = [0.5 + 0.5, -1 + 1] = [1, 0]
+    assert np.allclose(w.data, [0.9, 2.0]), (
+        f"SGD(lr=0.1, weight_decay=0.5) on w=[1, 2], grad=[0.5, -1] gave {w.data}, expected "
+        "[0.9, 2.0]: add weight_decay * w to the gradient before stepping"
+    )
+    assert np.allclose(w.grad.data, grad_before), (
+        f"p.grad changed to {w.grad.data}: weight decay must build a new array "
+        "(grad = grad + wd * param), not modify the gradient in place"
+    )
+
+
+test_unit_sgd()
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_sgd_momentum", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
+def test_unit_sgd_momentum():
+    """Momentum and Nesterov momentum follow the table above, step by step."""
+    w = Tensor([1.0])
+    opt = SGD([w], lr=0.1, momentum=0.9)
+    expected = [0.9, 0.71, 0.439]  # v = 1, 1.9, 2.71
+    for step, want in enumerate(expected, start=1):
+        w.grad = Tensor([1.0])
+        opt.step()
+        assert np.allclose(w.data, [want], atol=1e-6), (
+            f"momentum step {step}: w is {w.data[0]:.6f}, expected {want}. The velocity "
+            "starts as a copy of the first gradient (not zeros) and then v = mu * v + g; "
+            "step along v"
+        )
+    buf = opt.state[0]["momentum_buffer"]
+    assert buf.dtype == np.float32 and buf.shape == (1,), (
+        "the momentum buffer should have the parameter's shape and dtype"
+    )
+    assert np.allclose(buf, [2.71]), f"the velocity after 3 steps should be 2.71, got {buf}"
+
+    w = Tensor([1.0])
+    opt = SGD([w], lr=0.1, momentum=0.9, nesterov=True)
+    for step, want in enumerate([0.81, 0.539], start=1):
+        w.grad = Tensor([1.0])
+        opt.step()
+        assert np.allclose(w.data, [want], atol=1e-6), (
+            f"Nesterov step {step}: w is {w.data[0]:.6f}, expected {want}: step along "
+            "g + mu * v, with v already updated"
+        )
+
+    plain = Tensor([3.0])
+    opt = SGD([plain], lr=0.1)
+    plain.grad = Tensor([1.0])
+    opt.step()
+    assert opt.state[0] == {}, (
+        "SGD without momentum should keep no state (no buffer): memory matters"
+    )
+
+
+test_unit_sgd_momentum()
+
+# %% [markdown]
+# ## Part 3: Adam
+#
+# SGD uses one learning rate for every weight. But gradients differ in scale by orders of
+# magnitude between layers (and between a frequent word's embedding and a rare one's), so
+# a learning rate that suits one weight is too big or too small for another. **Adam**
+# (Kingma and Ba, 2014) gives each weight its own step size by keeping two running
+# averages per weight:
+#
+# $$m \leftarrow \beta_1 m + (1 - \beta_1) g \qquad\qquad v \leftarrow \beta_2 v + (1 - \beta_2) g^2$$
+#
+# `m` is a smoothed gradient (like momentum), `v` a smoothed squared gradient (its
+# scale). The step divides one by the square root of the other, so it is about `lr` in
+# size whatever the scale of `g`:
+#
+# $$\hat m = \frac{m}{1 - \beta_1^t}, \qquad \hat v = \frac{v}{1 - \beta_2^t}, \qquad
+# \theta \leftarrow \theta - \text{lr} \cdot \frac{\hat m}{\sqrt{\hat v} + \epsilon}$$
+#
+# **Bias correction.** `m` and `v` start at zero, so early on they are too small: after
+# one step `m = 0.1 g` and `v = 0.001 g^2`. Uncorrected, the first step would be
+# `lr * 0.1 g / sqrt(0.001 g^2)`, about `3.16 lr`: three times too big, exactly when the
+# model is most fragile. Dividing by `1 - beta^t` (with `t` the number of steps this
+# parameter has taken, starting at 1) removes the bias: `m_hat = g`, `v_hat = g^2`, and
+# the first step is `lr * g / (|g| + eps)`, about `lr` per weight in the direction
+# `-sign(g)`. As `t` grows the corrections tend to 1.
+#
+# `t` is counted **per parameter**, in its state (as PyTorch does): a parameter that
+# receives its first gradient late (an embedding row of a rare token) must still get its
+# first bias correction right.
+#
+# **`eps`** (1e-8) keeps the division finite when `v` is 0. **`weight_decay`** in Adam is
+# L2 regularization, added to the gradient exactly as in SGD, *before* the averages.
+#
+# Worked example, `lr = 0.1`, one weight `theta = 1`, gradients `g1 = 2`, then `g2 = -1`:
+#
+# | t | m | v | m_hat | v_hat | step | theta |
+# |---|---|---|-------|-------|------|-------|
+# | 1 | 0.2 | 0.004 | 2 | 4 | -0.1 * 2 / 2 = -0.1 | 0.9 |
+# | 2 | 0.08 | 0.004996 | 0.08 / 0.19 = 0.42105 | 0.004996 / 0.001999 = 2.49925 | -0.1 * 0.42105 / 1.58090 = -0.026634 | 0.873366 |
+#
+# Look at step 2: the gradient turned negative, yet theta kept *decreasing*. `m` still
+# remembers the first, larger positive gradient (`0.9 * 0.2 - 0.1 * 1 = 0.08 > 0`), and the
+# step is smaller because `v` says gradients here have been large. That memory is what
+# smooths the noise of mini-batches.
+#
+# **Memory:** two buffers per parameter, `m` and `v`: Adam's state is twice the model.
+# For a 7-billion-parameter model in float32 that is 28 GB of weights and 56 GB of Adam
+# state, before a single activation is stored.
+#
+# Write `update` with vectorized NumPy on the whole parameter at once; no Python loop over
+# elements. Create the buffers on the first update, with the parameter's shape and dtype.
+
+# %% nbgrader={"grade": false, "grade_id": "adam", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
+class Adam(Optimizer):
+    """Adam: per-weight steps from running averages of the gradient and its square."""
+
+    state_names = ("step", "exp_avg", "exp_avg_sq")
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+        beta1, beta2 = betas
+        if not (0.0 <= beta1 < 1.0 and 0.0 <= beta2 < 1.0):
+            raise ValueError(f"betas must each be in [0, 1), got {betas}")
+        if eps < 0 or weight_decay < 0:
+            raise ValueError(f"eps and weight_decay must be >= 0, got {eps} and {weight_decay}")
+        super().__init__(params, lr)
+        self.betas = (float(beta1), float(beta2))
+        self.eps = float(eps)
+        self.weight_decay = float(weight_decay)
+
+    def update(self, param, grad, state):
+        ### BEGIN SOLUTION
+        if self.weight_decay:
+            grad = grad + self.weight_decay * param  # L2: part of the gradient
+        self._adam_step(param, grad, state)
+        ### END SOLUTION
+
+    def _adam_step(self, param, grad, state):
+        """The Adam update proper, shared with AdamW."""
+        ### BEGIN SOLUTION
+        beta1, beta2 = self.betas
+        if not state:
+            state["step"] = 0
+            state["exp_avg"] = np.zeros_like(param)
+            state["exp_avg_sq"] = np.zeros_like(param)
+        state["step"] += 1
+        t = state["step"]
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        m *= beta1
+        m += (1.0 - beta1) * grad
+        v *= beta2
+        v += (1.0 - beta2) * (grad * grad)
+        bias1 = 1.0 - beta1**t
+        bias2 = 1.0 - beta2**t
+        denom = np.sqrt(v) / math.sqrt(bias2) + self.eps
+        param -= (self.lr / bias1) * (m / denom)
+        ### END SOLUTION
+
+    def _hyperparameters(self):
+        return {"lr": self.lr, "betas": self.betas, "eps": self.eps,
+                "weight_decay": self.weight_decay}
+
+
+# %% [markdown]
+# ### Test: Adam, with and without bias correction in mind
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_adam", "locked": true, "points": 6, "schema_version": 3, "solution": false, "task": false}
+def test_unit_adam():
+    """Adam's first steps match the worked example; the first step is ~lr for any scale."""
+    w = Tensor([1.0], dtype=np.float64)
+    opt = Adam([w], lr=0.1)
+    w.grad = Tensor([2.0], dtype=np.float64)
+    opt.step()
+    got = w.data[0]
+    assert abs(got - 0.9) < 1e-7, (
+        f"Adam's first step from 1.0 with grad 2 should reach 0.9 (a step of lr), got {got:.6f}. "
+        + ("A step of ~3.16 lr means the bias correction is missing: divide m by "
+           "1 - beta1**t and v by 1 - beta2**t, with t starting at 1."
+           if abs(got - (1 - 0.316)) < 0.01 else
+           "Check m = b1*m + (1-b1)*g, v = b2*v + (1-b2)*g*g, and "
+           "theta -= lr * m_hat / (sqrt(v_hat) + eps).")
+    )
+    w.grad = Tensor([-1.0], dtype=np.float64)
+    opt.step()
+    assert abs(w.data[0] - 0.873366) < 1e-5, (
+        f"Adam's second step (grad -1) should give 0.873366 (see the table), got {w.data[0]:.6f}: "
+        "keep m and v from the first step in the state (update them in place or store them "
+        "back) and count t per step, so the second bias correction uses t = 2"
+    )
+    state = opt.state[0]
+    assert state["step"] == 2, f"the state's step count is {state['step']}, expected 2"
+    assert np.allclose(state["exp_avg"], [0.08]) and np.allclose(state["exp_avg_sq"], [0.004996]), (
+        f"after two steps m, v should be 0.08, 0.004996; got {state['exp_avg']}, "
+        f"{state['exp_avg_sq']}"
+    )
+
+    # The first step is about lr per weight, whatever the gradient's scale.
+    big = Tensor([0.0, 0.0, 0.0])
+    big.grad = Tensor([1e-4, -3.0, 5e3])
+    opt = Adam([big], lr=0.01)
+    opt.step()
+    assert np.allclose(big.data, [-0.01, 0.01, -0.01], rtol=1e-3), (
+        f"Adam's first step for gradients [1e-4, -3, 5e3] should be about -lr * sign(g) = "
+        f"[-0.01, 0.01, -0.01], got {big.data}: each weight's step is normalized by sqrt(v_hat)"
+    )
+    assert big.dtype == np.float32 and opt.state[0]["exp_avg"].dtype == np.float32, (
+        "float32 parameters must keep float32 parameters and buffers (np.zeros_like(param))"
+    )
+
+    # weight_decay is L2: it joins the gradient, so it is normalized like the gradient.
+    w = Tensor([2.0], dtype=np.float64)
+    w.grad = Tensor([0.0], dtype=np.float64)
+    Adam([w], lr=0.1, weight_decay=0.01).step()
+    assert abs(w.data[0] - 1.9) < 1e-6, (
+        f"Adam(weight_decay=0.01) with a zero gradient at w=2 should step by lr to 1.9 (the "
+        f"decay 0.02 becomes the gradient, and Adam normalizes it), got {w.data[0]:.6f}: "
+        "add weight_decay * param to the gradient before updating m and v"
+    )
+
+
+test_unit_adam()
+
+# %% [markdown]
+# ## Part 4: AdamW, decoupled weight decay
+#
+# Adding `weight_decay * theta` to the gradient works for SGD, where it shrinks each weight
+# by `lr * wd * theta` per step. In Adam it does not do what you want: the decay term is
+# divided by `sqrt(v_hat)` like the rest of the gradient. Weights with large gradients
+# (large `v`) are barely decayed, and weights with tiny gradients are decayed by about
+# `lr` per step whatever their size (you saw it in the last test: a decay gradient of
+# 0.02 moved the weight by 0.1).
+#
+# Loshchilov and Hutter (2017) **decouple** the decay from the gradient: shrink the weight
+# directly, then take an ordinary Adam step with the raw gradient:
+#
+# $$\theta \leftarrow \theta \cdot (1 - \text{lr} \cdot \text{wd}), \qquad
+# \text{then the Adam step with } g$$
+#
+# Now every weight shrinks by the same fraction per step, independent of its gradients.
+# AdamW is what trains transformers (GPT-2, LLaMA, nanoGPT all use it); its default
+# `weight_decay` is 0.01. With a zero gradient and `lr = 0.1`, `wd = 0.01`, `theta = 2`:
+#
+# - Adam with L2: the step is `lr * sign(0.02) = 0.1`, so `theta = 1.9`;
+# - AdamW: `theta = 2 * (1 - 0.001) = 1.998`, and the Adam step on `g = 0` is 0.
+#
+# Write `AdamW.update` using the Adam step you already wrote (`self._adam_step`).
+
+# %% nbgrader={"grade": false, "grade_id": "adamw", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
+class AdamW(Adam):
+    """Adam with decoupled weight decay: shrink the weights, then take an Adam step."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
+        super().__init__(params, lr, betas, eps, weight_decay)
+
+    def update(self, param, grad, state):
+        ### BEGIN SOLUTION
+        if self.weight_decay:
+            param *= 1.0 - self.lr * self.weight_decay
+        self._adam_step(param, grad, state)
+        ### END SOLUTION
+
+
+# %% [markdown]
+# ### Test: decoupled decay is not L2
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_adamw", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
+def test_unit_adamw():
+    """AdamW shrinks weights by (1 - lr * wd) and otherwise takes the plain Adam step."""
+    w = Tensor([2.0, -4.0], dtype=np.float64)
+    w.grad = Tensor([0.0, 0.0], dtype=np.float64)
+    AdamW([w], lr=0.1, weight_decay=0.01).step()
+    assert np.allclose(w.data, [1.998, -3.996], rtol=1e-9), (
+        f"AdamW(lr=0.1, weight_decay=0.01) with zero gradients should shrink w=[2, -4] to "
+        f"[1.998, -3.996] (times 1 - lr * wd), got {w.data}. "
+        + ("[1.9, -3.9] means the decay was added to the gradient (that is Adam's L2): "
+           "multiply param by 1 - lr * wd instead, before the Adam step."
+           if np.allclose(w.data, [1.9, -3.9]) else "")
+    )
+    assert AdamW([Tensor([1.0])]).weight_decay == 0.01, "AdamW's default weight_decay is 0.01"
+
+    # With a gradient: decay first, then exactly Adam's step.
+    a = Tensor([1.0], dtype=np.float64)
+    b = Tensor([1.0 * (1 - 0.1 * 0.5)], dtype=np.float64)
+    opt_w, opt_a = AdamW([a], lr=0.1, weight_decay=0.5), Adam([b], lr=0.1)
+    for g in (2.0, -1.0, 0.5):
+        a.grad = Tensor([g], dtype=np.float64)
+        b.grad = Tensor([g], dtype=np.float64)
+        opt_w.step()
+        opt_a.step()
+        if g != 0.5:
+            b.data *= 1 - 0.1 * 0.5
+    assert np.allclose(a.data, b.data, rtol=1e-12), (
+        f"AdamW should equal 'shrink by (1 - lr * wd), then Adam's step with the raw "
+        f"gradient': got {a.data[0]:.6f}, expected {b.data[0]:.6f}. Do not add the decay to "
+        "the gradient, and shrink before (not after) the Adam step"
+    )
+    assert isinstance(opt_w, Adam), "AdamW can subclass Adam: only update() differs"
+
+
+test_unit_adamw()
+
+# %% [markdown]
+# ## Part 5: saving and resuming
+#
+# A long training run stops: the machine is shared, the job has a time limit, the power
+# goes out. To resume, the weights are not enough. Adam's `m` and `v` hold the last
+# thousands of gradients; restart them at zero and the bias correction starts over, the
+# first steps are about `lr` per weight in whatever direction the current batch points,
+# and the loss jumps. Resumed training must continue **exactly** as if it had never
+# stopped, and that needs the optimizer state: the buffers, each parameter's step count,
+# the learning rate and the step counter.
+#
+# `state_dict()` and `load_state_dict()` are written (Part 1). The test below checks the
+# property that matters, bit for bit: three steps, save, a *new* optimizer on the same
+# parameters, load, two more steps, gives exactly the same weights as five steps without
+# stopping.
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_optimizer_state", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
+def test_unit_optimizer_state():
+    """Adam state saved after 3 steps and loaded into a new optimizer resumes bit-identically."""
+    rng = np.random.default_rng(7)
+    grads = [rng.standard_normal((3, 2)).astype(np.float32) for _ in range(5)]
+    start = rng.standard_normal((3, 2)).astype(np.float32)
+
+    straight = Tensor(start.copy())
+    opt = AdamW([straight], lr=0.05)
+    for g in grads:
+        straight.grad = Tensor(g)
+        opt.step()
+
+    resumed = Tensor(start.copy())
+    first = AdamW([resumed], lr=0.05)
+    for g in grads[:3]:
+        resumed.grad = Tensor(g)
+        first.step()
+    saved = first.state_dict()
+    assert saved["steps"] == 3 and saved["param.0.step"] == 3, (
+        f"the saved state should record 3 steps, got {saved.get('steps')}"
+    )
+    assert not np.shares_memory(saved["param.0.exp_avg"], first.state[0]["exp_avg"]), (
+        "state_dict() must copy the buffers: update() changes them in place"
+    )
+    second = AdamW([resumed], lr=0.05)
+    second.load_state_dict(saved)
+    for g in grads[3:]:
+        resumed.grad = Tensor(g)
+        second.step()
+    assert np.array_equal(resumed.data, straight.data), (
+        f"resumed training differs from uninterrupted training by "
+        f"{np.abs(resumed.data - straight.data).max():.3g}: the restored optimizer must "
+        "continue with the saved m, v and per-parameter step count"
+    )
+    assert second.steps == 5, f"the step counter should continue from 3 to 5, got {second.steps}"
+
+    momentum_state = SGD([Tensor(start.copy())], lr=0.1, momentum=0.9)
+    momentum_state.params[0].grad = Tensor(grads[0])
+    momentum_state.step()
+    try:
+        AdamW([Tensor(start.copy())]).load_state_dict(momentum_state.state_dict())
+    except ValueError as error:
+        assert "momentum_buffer" in str(error), f"the error should name the unexpected key: {error}"
+    else:
+        raise AssertionError("loading SGD's state into AdamW must raise ValueError")
+
+
+test_unit_optimizer_state()
+
+# %% [markdown]
+# ## Part 6: gradient clipping
+#
+# Now and then a batch produces a huge gradient: a rare token, an outlier, a step that
+# lands on a cliff of the loss surface. One such step can undo hours of training, and with
+# SGD the step is proportional to the gradient. **Clipping by global norm** caps the
+# length of the whole gradient vector (all parameters' gradients seen as one long vector):
+#
+# $$\text{total} = \sqrt{\textstyle\sum_p \lVert g_p \rVert^2}, \qquad
+# \text{if total} > \text{max\_norm}: \; g_p \leftarrow g_p \cdot \frac{\text{max\_norm}}{\text{total} + 10^{-6}}$$
+#
+# Scaling every gradient by the same factor keeps the **direction** of the update and only
+# shortens it. (Clipping each element to `[-c, c]` instead would change the direction.)
+# The `1e-6` keeps the division safe, as in PyTorch. Scale the gradient arrays **in
+# place**: the function's trailing underscore says so, PyTorch style.
+#
+# Return the total norm *before* clipping: it is the number to log. A training run whose
+# gradient norm creeps up or spikes is telling you something before its loss does.
+#
+# Example: gradients `[3, 4]` and `[12]` have total norm `sqrt(9 + 16 + 144) = 13`. With
+# `max_norm = 6.5` each is halved: `[1.5, 2]` and `[6]`, and the function returns 13.
+
+# %% nbgrader={"grade": false, "grade_id": "clip", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
+def clip_grad_norm_(params, max_norm):
+    """Scale all gradients in place so their global L2 norm is at most max_norm.
+
+    Returns the global norm before clipping, as a float. Parameters whose grad is None
+    are ignored.
+    """
+    if isinstance(params, Tensor):
+        params = [params]
+    ### BEGIN SOLUTION
+    grads, seen = [], set()
+    for p in params:
+        if p.grad is not None and id(p) not in seen:
+            seen.add(id(p))
+            grads.append(_grad_array(p))
+    if not grads:
+        return 0.0
+    total = math.sqrt(sum(float(np.vdot(g, g)) for g in grads))
+    scale = max_norm / (total + 1e-6)
+    if scale < 1.0:
+        for g in grads:
+            g *= g.dtype.type(scale)
+    return total
+    ### END SOLUTION
+
+
+# %% [markdown]
+# ### Test: clipping
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_clip_grad_norm", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
+def test_unit_clip_grad_norm():
+    """The global norm is returned; gradients are scaled together, in place, only if too long."""
+    a, b, c = Tensor([0.0, 0.0]), Tensor([0.0]), Tensor([0.0])
+    a.grad, b.grad = Tensor([3.0, 4.0]), Tensor([12.0])
+    a_grad = a.grad.data
+    total = clip_grad_norm_([a, b, c], max_norm=6.5)
+    assert isinstance(total, float) and abs(total - 13.0) < 1e-5, (
+        f"the global norm of gradients [3, 4] and [12] is sqrt(9 + 16 + 144) = 13, got {total}. "
+        + ("17 is the sum of the per-parameter norms 5 + 12: square them, add, then take the "
+           "square root" if isinstance(total, float) and abs(total - 17) < 1e-4 else
+           "Return the norm before clipping, as a float")
+    )
+    assert np.allclose(a.grad.data, [1.5, 2.0], rtol=1e-5) and np.allclose(b.grad.data, [6.0], rtol=1e-5), (
+        f"with max_norm 6.5 every gradient is halved: expected [1.5, 2] and [6], got "
+        f"{a.grad.data} and {b.grad.data}. Scale all of them by max_norm / (total + 1e-6)"
+    )
+    assert a.grad.data is a_grad, (
+        "clip_grad_norm_ must scale the gradient arrays in place (g *= scale), not replace them"
+    )
+    assert a.grad.dtype == np.float32, f"clipping turned a float32 gradient into {a.grad.dtype}"
+    assert c.grad is None, "a parameter without a gradient is skipped and keeps grad None"
+
+    small = Tensor([0.0, 0.0])
+    small.grad = Tensor([0.3, 0.4])
+    total = clip_grad_norm_([small], max_norm=1.0)
+    assert abs(total - 0.5) < 1e-6 and np.allclose(small.grad.data, [0.3, 0.4]), (
+        f"a gradient of norm 0.5 under max_norm 1.0 must not change, got {small.grad.data}: "
+        "only scale when the norm is larger than max_norm"
+    )
+    assert clip_grad_norm_([Tensor([1.0])], max_norm=1.0) == 0.0, (
+        "with no gradients at all the norm is 0.0"
+    )
+
+
+test_unit_clip_grad_norm()
+
+# %% [markdown]
+# ## Optimizers at work
+#
+# The Rosenbrock function `f(x, y) = (1 - x)^2 + 100 (y - x^2)^2` has its minimum at
+# `(1, 1)`, at the bottom of a long, narrow, curved valley: steep walls, a nearly flat
+# floor. It is a small picture of what makes training hard. Its gradient is simple enough
+# to write by hand, so the cell below runs each optimizer for 1,000 steps from `(-1.5, 2)`
+# and prints how far from the minimum each one ends up.
+
+# %% nbgrader={"grade": false, "grade_id": "demo-rosenbrock", "locked": false, "schema_version": 3, "solution": false, "task": false}
+def rosenbrock_race(steps=1000):
+    def grad(x, y):
+        return np.array([-2 * (1 - x) - 400 * x * (y - x * x), 200 * (y - x * x)])
+
+    runs = {
+        "SGD lr=1e-3": lambda p: SGD([p], lr=1e-3),
+        "SGD lr=2e-3": lambda p: SGD([p], lr=2e-3),
+        "SGD lr=2.1e-3": lambda p: SGD([p], lr=2.1e-3),
+        "SGD lr=1e-3 momentum=0.9": lambda p: SGD([p], lr=1e-3, momentum=0.9),
+        "Adam lr=0.1": lambda p: Adam([p], lr=0.1),
+    }
+    for name, make in runs.items():
+        p = Tensor([-1.5, 2.0], dtype=np.float64)
+        opt = make(p)
+        with np.errstate(all="ignore"):  # one of these runs overflows, on purpose
+            for _ in range(steps):
+                p.grad = Tensor(grad(*p.data), dtype=np.float64)
+                opt.step()
+        x, y = p.data
+        print(f"{name:26s} -> ({x:+.4f}, {y:+.4f})   distance to (1, 1) = {np.hypot(x - 1, y - 1):.4f}")
+
+
+rosenbrock_race()
+
+# %% [markdown]
+# Plain SGD creeps along the flat valley floor. Doubling its learning rate helps, but 5%
+# more and it diverges to `nan`: across the valley the curvature is about 1,000, and
+# gradient descent is only stable for `lr < 2 / curvature`. The steepest direction sets
+# the speed limit for all the others. Momentum builds up speed along the floor, where
+# successive gradients agree, while the zig-zags across the walls cancel. Adam runs with a
+# learning rate fifty times larger than SGD can bear, and that is the point: its step is
+# about `lr` per weight whatever the gradient's scale, so its `lr` is measured in units of
+# the parameters, not of the gradients. (Try `Adam` with `lr=0.01`: still far away after
+# 1,000 steps. Every optimizer needs its learning rate tuned.)
+#
+# ## Systems analysis: what an optimizer costs, measured on your machine
+#
+# **Memory.** The cell below builds a parameter set shaped like a small GPT (4 layers,
+# 128 wide, a 65-character vocabulary: the model of the last milestone), gives every
+# parameter a gradient, takes one step with each optimizer (which allocates its buffers)
+# and measures the state it keeps, as a multiple of the model's own size.
+#
+# **Time.** An optimizer step does a handful of element-wise operations per weight: no
+# matrix products, so it is bound by memory bandwidth, not arithmetic. Adam reads the
+# parameter, gradient, `m` and `v` and writes three of them back: about 7 arrays' worth of
+# memory traffic per step, plus temporaries. The cell times the step and converts it to
+# an effective bandwidth.
+
+# %% nbgrader={"grade": false, "grade_id": "analysis", "locked": false, "schema_version": 3, "solution": false, "task": false}
+import time
+
+
+def gpt_like_parameters(layers=4, width=128, vocab=65, context=64, seed=0):
+    rng = np.random.default_rng(seed)
+    shapes = [(vocab, width), (context, width)]
+    for _ in range(layers):
+        shapes += [(width,), (width,), (3 * width, width), (3 * width,), (width, width), (width,),
+                   (width,), (width,), (4 * width, width), (4 * width,), (width, 4 * width), (width,)]
+    shapes += [(width,), (width,)]
+    params = [Tensor(rng.standard_normal(s).astype(np.float32) * 0.02) for s in shapes]
+    for p in params:
+        p.grad = Tensor(rng.standard_normal(p.shape).astype(np.float32) * 0.01)
+    return params
+
+
+def optimizer_cost_report(repeats=5):
+    params = gpt_like_parameters()
+    count = sum(p.size for p in params)
+    param_bytes = sum(p.data.nbytes for p in params)
+    print(f"parameters: {len(params)} tensors, {count:,} weights, {param_bytes / 2**20:.2f} MiB (float32)")
+    for name, make in [
+        ("SGD", lambda ps: SGD(ps, lr=0.01)),
+        ("SGD momentum", lambda ps: SGD(ps, lr=0.01, momentum=0.9)),
+        ("Adam", lambda ps: Adam(ps, lr=1e-3)),
+        ("AdamW", lambda ps: AdamW(ps, lr=1e-3)),
+    ]:
+        opt = make(params)
+        opt.step()  # allocates the state
+        state_bytes = sum(v.nbytes for s in opt.state for v in s.values() if isinstance(v, np.ndarray))
+        start = time.perf_counter()
+        for _ in range(repeats):
+            opt.step()
+        seconds = (time.perf_counter() - start) / repeats
+        print(f"{name:13s} state {state_bytes / 2**20:5.2f} MiB = {state_bytes / param_bytes:.0f}x "
+              f"the model   step {seconds * 1e3:6.2f} ms   "
+              f"{count / seconds / 1e6:7.1f} M weights/s")
+    # What bandwidth does Adam reach? About 7 arrays of float32 move per step.
+    moved = 7 * param_bytes
+    print(f"Adam moves ~{moved / 2**20:.1f} MiB per step: ~{moved / seconds / 1e9:.1f} GB/s effective")
+
+
+optimizer_cost_report()
+
+# %% [markdown]
+# Read the figures: SGD keeps nothing, momentum one copy of the model, Adam and AdamW two.
+# Training with Adam therefore needs at least four times the model's memory (weights,
+# gradients, `m`, `v`) before activations; this is why large models shard optimizer
+# state across machines (ZeRO) or keep it in lower precision. The step itself takes
+# milliseconds for a model that takes tens of milliseconds per forward and backward pass
+# (module 08 measures that split): the optimizer is rarely the bottleneck in time, but
+# often in memory. The effective bandwidth is well below your memory's peak, because each
+# NumPy expression makes a temporary array and walks memory again; a fused kernel that
+# does the whole update in one pass (what `torch.optim.Adam(fused=True)` does) is the fix.
+#
+# ## What comes next
+#
+# - **Module 08 (training)** puts `backward()` and `step()` in a loop, with learning-rate
+#   schedules that change `opt.lr` as training goes, checkpoints that save
+#   `state_dict()` next to the weights, and runs that resume exactly where they stopped.
+# - **Milestones** 1957 (perceptron) and 1969 (XOR) become runnable: your own optimizer
+#   trains your own layers on your own autograd.

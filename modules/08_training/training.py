@@ -1,0 +1,1227 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Module 08: Training
+#
+# ## Overview
+#
+# You now have every piece of learning: a model (module 03), a loss (04), batches of data
+# (05), gradients (06) and an optimizer (07). This module puts them in a loop, and then
+# does the things that separate a training run you can trust from one that merely
+# happened to work: a learning rate that changes as training goes, evaluation on data the
+# model never trained on, checkpoints that are safe to open and survive a crash in the
+# middle of saving, a run that stops at the first `nan` and says which step, and a
+# stopped run that resumes **exactly** where it was, down to the last bit of every loss.
+#
+# The loop itself is short. Most of this module is about state: what a training run is
+# made of, so that it can be saved, restored and reproduced. That is the difference
+# between "it trained once on my laptop" and a run that survives a shared machine.
+#
+# ## Learning objectives
+#
+# - Write warm-up + cosine and step-decay learning-rate schedules as functions of the step,
+#   and explain why both ends of training want a small learning rate.
+# - Save a checkpoint without pickle, as one `.npz` file written atomically, and load it
+#   with errors that say what is wrong instead of a zip-file traceback.
+# - List everything a run's state contains (weights, optimizer buffers, step, position in
+#   the data, random-generator state) and show that restoring all of it reproduces an
+#   uninterrupted run bit for bit.
+# - Evaluate under `no_grad` in evaluation mode, and put the model back in training mode.
+# - Detect a diverging run at the step where it happens.
+# - Measure where the time of a training step goes: forward, backward, optimizer.
+#
+# ## What you build
+#
+# - Schedules: `CosineWarmup(max_lr, min_lr, warmup_steps, total_steps)` and
+#   `StepDecay(lr, step_size, gamma)`, called as `schedule(step) -> lr`; `set_lr`.
+# - Checkpoints: `save_checkpoint(path, model, optimizer=None, step=0, extra=None)`,
+#   `load_checkpoint(path, model, optimizer=None) -> (step, extra)`, `CheckpointError`.
+# - Evaluation: `accuracy(logits, targets)`, `evaluate(model, loss_fn, loader, metric=None)`.
+# - Training: `train_step`, `batches_from`, `TrainingError`, and
+#   `train(model, loss_fn, optimizer, train_loader, steps=... or epochs=..., ...)`, which
+#   returns a `History` and shows a progress bar.
+#
+# ## What you are not building yet
+#
+# - **Mixed precision, gradient accumulation, distributed data parallel.** One process,
+#   float32, one batch per step.
+# - **Early stopping and hyperparameter search.** The history you return is what they read.
+# - **Experiment tracking.** `train(..., log=fn)` hands every record to a function of
+#   yours; sending it to a dashboard is one line there.
+
+# %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#| default_exp core.training
+#| export
+import json
+import math
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tinytorch.core.autograd import no_grad
+from tinytorch.core.optimizers import clip_grad_norm_
+from tinytorch.core.tensor import Tensor, default_generator
+
+# %% nbgrader={"grade": false, "grade_id": "lesson-imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# For this lesson's tests and examples only (not exported): the pieces of modules 01-07.
+from tinytorch.core.activations import ReLU
+from tinytorch.core.layers import Dropout, Linear, Module, Parameter, Sequential
+from tinytorch.core.losses import cross_entropy, mse_loss
+from tinytorch.core.optimizers import SGD, Adam, AdamW
+from tinytorch.core.tensor import manual_seed
+from tinytorch.data.loader import DataLoader, TensorDataset
+
+# %% [markdown]
+# ## Part 1: learning-rate schedules
+#
+# A fixed learning rate is a compromise between two phases of training that want opposite
+# things.
+#
+# - **At the start**, the weights are random and the gradients large and erratic. Adam's
+#   estimate `v` of the gradient's scale comes from only a few steps; one unlucky batch
+#   can throw the weights far enough that training never recovers. So start small and
+#   **warm up**: increase the learning rate linearly over the first few hundred steps.
+# - **In the middle**, a large learning rate makes fast progress.
+# - **At the end**, the noise of mini-batches keeps a large-step optimizer bouncing around
+#   the bottom of the valley. Decaying the learning rate lets it settle, and the loss
+#   usually drops visibly as it does.
+#
+# A **schedule** is a function from the step number (0, 1, 2, ...) to a learning rate.
+# Because it depends on nothing but the step, a resumed run recomputes exactly the same
+# learning rates: the schedule has no state to save.
+#
+# **Warm-up then cosine** (the schedule of GPT-2, LLaMA and nanoGPT). We follow nanoGPT's
+# `get_lr` exactly, so its hyperparameters carry over unchanged:
+#
+# $$\text{lr}(s) = \begin{cases}
+# \text{max\_lr} \cdot \dfrac{s + 1}{w + 1} & s < w \quad\text{(warm-up)}\\[1ex]
+# \text{min\_lr} + \tfrac12 \left(1 + \cos\!\left(\pi \dfrac{s - w}{T - w}\right)\right)(\text{max\_lr} - \text{min\_lr}) & w \le s \le T\\[1ex]
+# \text{min\_lr} & s > T
+# \end{cases}$$
+#
+# with `w = warmup_steps`, `T = total_steps`. Two details of the convention: the warm-up
+# rises from almost 0, not from 0 (step 0 uses `max_lr / (w + 1)`, so the first step does
+# something), and it reaches `max_lr` exactly at step `w`, where the cosine starts. The
+# cosine reaches `min_lr` at step `T` and stays there.
+#
+# With nanoGPT's Shakespeare settings (`max_lr = 1e-3`, `min_lr = 1e-4`, `w = 100`,
+# `T = 2000`):
+#
+# | step | 0 | 50 | 99 | 100 | 1050 | 2000 | 5000 |
+# |------|---|----|----|-----|------|------|------|
+# | lr | 9.90e-6 | 5.05e-4 | 9.90e-4 | 1.00e-3 | 5.50e-4 | 1.00e-4 | 1.00e-4 |
+#
+# **Step decay** is the older schedule of image classifiers (ResNet: divide by 10 at
+# epochs 30, 60 and 90): `lr(s) = lr * gamma ** (s // step_size)`.
+#
+# The training loop applies a schedule by setting `optimizer.lr` before every step
+# (`set_lr`, given).
+
+# %% nbgrader={"grade": false, "grade_id": "schedules", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
+class CosineWarmup:
+    """Linear warm-up to max_lr over warmup_steps, cosine decay to min_lr at total_steps.
+
+    The same convention as nanoGPT's get_lr: lr(s) = max_lr * (s + 1) / (warmup_steps + 1)
+    for s < warmup_steps; min_lr for s > total_steps.
+    """
+
+    def __init__(self, max_lr, min_lr, warmup_steps, total_steps):
+        if not 0 <= min_lr <= max_lr:
+            raise ValueError(f"need 0 <= min_lr <= max_lr, got min_lr={min_lr}, max_lr={max_lr}")
+        if not 0 <= warmup_steps < total_steps:
+            raise ValueError(
+                f"need 0 <= warmup_steps < total_steps, got warmup_steps={warmup_steps}, "
+                f"total_steps={total_steps}"
+            )
+        self.max_lr, self.min_lr = float(max_lr), float(min_lr)
+        self.warmup_steps, self.total_steps = int(warmup_steps), int(total_steps)
+
+    def __call__(self, step):
+        ### BEGIN SOLUTION
+        if step < self.warmup_steps:
+            return self.max_lr * (step + 1) / (self.warmup_steps + 1)
+        if step > self.total_steps:
+            return self.min_lr
+        progress = (step - self.warmup_steps) / (self.total_steps - self.warmup_steps)
+        weight = 0.5 * (1.0 + math.cos(math.pi * progress))  # 1 at the start, 0 at the end
+        return self.min_lr + weight * (self.max_lr - self.min_lr)
+        ### END SOLUTION
+
+    def __repr__(self):
+        return (f"CosineWarmup(max_lr={self.max_lr}, min_lr={self.min_lr}, "
+                f"warmup_steps={self.warmup_steps}, total_steps={self.total_steps})")
+
+
+class StepDecay:
+    """lr * gamma ** (step // step_size): multiply by gamma every step_size steps."""
+
+    def __init__(self, lr, step_size, gamma=0.1):
+        if step_size < 1 or lr < 0 or gamma < 0:
+            raise ValueError(f"need lr >= 0, step_size >= 1, gamma >= 0; got {lr}, {step_size}, {gamma}")
+        self.lr, self.step_size, self.gamma = float(lr), int(step_size), float(gamma)
+
+    def __call__(self, step):
+        ### BEGIN SOLUTION
+        return self.lr * self.gamma ** (step // self.step_size)
+        ### END SOLUTION
+
+    def __repr__(self):
+        return f"StepDecay(lr={self.lr}, step_size={self.step_size}, gamma={self.gamma})"
+
+
+def set_lr(optimizer, lr):
+    """Set the learning rate the optimizer's next step() will use."""
+    optimizer.lr = float(lr)
+
+
+# %% [markdown]
+# ### Test: schedule values
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_schedules", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+def test_unit_schedules():
+    """CosineWarmup follows nanoGPT's get_lr at every step; StepDecay multiplies by gamma."""
+    sched = CosineWarmup(max_lr=1e-3, min_lr=1e-4, warmup_steps=100, total_steps=2000)
+    table = {0: 9.90099e-6, 50: 5.04950e-4, 99: 9.90099e-4, 100: 1e-3, 1050: 5.5e-4,
+             2000: 1e-4, 5000: 1e-4}
+    for step, want in table.items():
+        got = sched(step)
+        hint = ""
+        if step < 100 and abs(got - 1e-3 * step / 100) < 1e-12:
+            hint = " Use (step + 1) / (warmup_steps + 1): step 0 must not have lr 0."
+        elif step == 1050 and abs(got - 5.5e-4) > 1e-6:
+            hint = " Halfway through the decay the cosine weight is 0.5: lr = (max + min) / 2."
+        assert abs(got - want) <= 1e-9 + 1e-6 * want, (
+            f"CosineWarmup(1e-3, 1e-4, 100, 2000)({step}) = {got:.6g}, expected {want:.6g}.{hint}"
+        )
+    lrs = [sched(s) for s in range(2100)]
+    assert all(a < b for a, b in zip(lrs[:100], lrs[1:101])), "warm-up must increase every step"
+    assert all(a >= b for a, b in zip(lrs[100:2000], lrs[101:2001])), (
+        "after warm-up the learning rate must never increase: cos(pi * progress) goes 1 -> -1"
+    )
+    no_warmup = CosineWarmup(max_lr=0.5, min_lr=0.0, warmup_steps=0, total_steps=10)
+    assert abs(no_warmup(0) - 0.5) < 1e-12 and abs(no_warmup(10)) < 1e-12, (
+        "with warmup_steps=0 the schedule starts at max_lr and reaches min_lr at total_steps"
+    )
+    decay = StepDecay(lr=0.1, step_size=30, gamma=0.1)
+    for step, want in {0: 0.1, 29: 0.1, 30: 0.01, 59: 0.01, 60: 0.001, 95: 1e-4}.items():
+        assert abs(decay(step) - want) < 1e-12, (
+            f"StepDecay(0.1, 30, 0.1)({step}) = {decay(step)}, expected {want}: "
+            "lr * gamma ** (step // step_size), with integer division"
+        )
+
+
+test_unit_schedules()
+
+# %% [markdown]
+# ## Part 2: checkpoints that are safe to load
+#
+# A checkpoint is everything needed to continue a run, written to one file. Three
+# properties matter, and each one has burned real projects.
+#
+# **1. Loading must not run code.** Python's `pickle` (and so `torch.save`/`torch.load`
+# before PyTorch 2.6 made `weights_only=True` the default) can store *any* object, which
+# means a file can tell the loader to call any function: opening a checkpoint from the
+# internet could run a program. That is why models are now shared as `safetensors`. We
+# use NumPy's `.npz`: a zip archive of `.npy` files, each one a header (dtype, shape) and
+# raw bytes. Loading with `np.load(path, allow_pickle=False)` reads arrays and nothing
+# else; a file that would need pickle is refused.
+#
+# The layout of one checkpoint file:
+#
+# ```
+# model/0.weight      the model's state_dict(), one array per name
+# model/0.bias
+# optim/steps         the optimizer's state_dict() (module 07): numbers become 0-d arrays
+# optim/param.0.exp_avg
+# meta                one JSON string, stored as a NumPy unicode array:
+#                     {"format": "tinytorch.checkpoint", "version": 1, "step": 500,
+#                      "optimizer": "AdamW", "extra": {...}, "generator": {...}}
+# ```
+#
+# `generator` is `default_generator().bit_generator.state`, the exact position of the
+# random generator that dropout draws its masks from. Without it a resumed run would draw
+# different masks and drift from the original. `extra` is yours: any JSON data (a config,
+# the best validation loss so far).
+#
+# **2. A crash while saving must not destroy the last good checkpoint.** Writing over
+# `run.npz` in place and being killed halfway leaves half a file, and the previous
+# checkpoint is gone too. Instead write a temporary file in the same folder, flush it to
+# disk, then `os.replace` it over the old name: on POSIX and Windows a rename within one
+# file system is atomic, so `run.npz` is always either the old checkpoint or the new one.
+#
+# **3. A bad file must say so.** A truncated or corrupted file makes `np.load` fail deep in
+# the `zipfile` module (`BadZipFile: File is not a zip file`, `Bad CRC-32`). Those errors
+# do not tell a user what to do. Every failure to read becomes a `CheckpointError` that
+# names the file and the likely cause. A checkpoint that reads fine but does not fit the
+# model (other layer sizes or names) shows `load_state_dict`'s listing of the keys.
+#
+# The file-level work (atomic writing, reading with clear errors) is given below as two
+# helpers; read them. You write what goes into a checkpoint and how it is put back.
+# Restore everything or nothing: if the optimizer's state does not fit, put the model's
+# old weights back before raising.
+
+# %% nbgrader={"grade": false, "grade_id": "checkpoint-io", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#| export
+CHECKPOINT_FORMAT = "tinytorch.checkpoint"
+CHECKPOINT_VERSION = 1
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot be read, or that does not fit the model or optimizer."""
+
+
+def _write_npz_atomically(path, arrays):
+    """np.savez to a temporary file beside `path`, then rename it over `path`."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".npz")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            np.savez(handle, **arrays)
+            handle.flush()
+            os.fsync(handle.fileno())  # the bytes are on disk before the rename
+        os.replace(tmp, path)  # atomic: readers see the old file or the new, never half
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def _read_npz(path):
+    """Every array of an .npz file, read without pickle; CheckpointError if unreadable."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise CheckpointError(f"there is no checkpoint file at {path!r}")
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        if not hasattr(loaded, "files"):  # a single .npy array, not an archive
+            raise CheckpointError(
+                f"{path!r} holds one NumPy array, not a checkpoint: save_checkpoint writes "
+                "an .npz archive"
+            )
+        with loaded:
+            return {name: loaded[name] for name in loaded.files}
+    except CheckpointError:
+        raise
+    except Exception as error:  # BadZipFile, Bad CRC-32, EOFError, pickled data, ...
+        raise CheckpointError(
+            f"cannot read {path!r} as a checkpoint: the file is truncated, corrupted, or not "
+            f"an .npz archive ({type(error).__name__}: {error}). Resume from an earlier "
+            "checkpoint, or save this one again."
+        ) from None
+
+
+def _read_meta(arrays, path):
+    """The JSON metadata of a checkpoint, checked for format and version."""
+    if "meta" not in arrays or arrays["meta"].dtype.kind != "U":
+        raise CheckpointError(
+            f"{os.fspath(path)!r} is an .npz file but not a TinyTorch checkpoint (no 'meta' "
+            f"entry; it holds {sorted(arrays)[:5]})"
+        )
+    try:
+        meta = json.loads(str(arrays["meta"]))
+    except ValueError as error:
+        raise CheckpointError(f"the metadata of {os.fspath(path)!r} is not valid JSON: {error}") from None
+    if meta.get("format") != CHECKPOINT_FORMAT or meta.get("version") != CHECKPOINT_VERSION:
+        raise CheckpointError(
+            f"{os.fspath(path)!r} has format {meta.get('format')!r} version "
+            f"{meta.get('version')!r}; this TinyTorch reads {CHECKPOINT_FORMAT!r} version "
+            f"{CHECKPOINT_VERSION}"
+        )
+    return meta
+
+
+# %% nbgrader={"grade": false, "grade_id": "checkpoint", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
+def save_checkpoint(path, model, optimizer=None, step=0, extra=None):
+    """Write the model's weights, the optimizer's state, the step, `extra` (JSON data)
+    and the random generator's state to one .npz file, atomically."""
+    try:
+        json.dumps(extra)
+    except (TypeError, ValueError) as error:
+        raise TypeError(
+            f"extra must be JSON data (dicts, lists, strings, numbers, booleans, None): {error}"
+        ) from None
+    ### BEGIN SOLUTION
+    arrays = {f"model/{name}": np.asarray(value) for name, value in model.state_dict().items()}
+    if optimizer is not None:
+        for key, value in optimizer.state_dict().items():
+            arrays[f"optim/{key}"] = np.asarray(value)
+    meta = {
+        "format": CHECKPOINT_FORMAT,
+        "version": CHECKPOINT_VERSION,
+        "step": int(step),
+        "optimizer": type(optimizer).__name__ if optimizer is not None else None,
+        "extra": extra,
+        "generator": default_generator().bit_generator.state,
+    }
+    arrays["meta"] = np.array(json.dumps(meta))
+    _write_npz_atomically(path, arrays)
+    ### END SOLUTION
+
+
+def load_checkpoint(path, model, optimizer=None):
+    """Restore weights (and the optimizer's state, if given) and the random generator.
+
+    Returns (step, extra). Raises CheckpointError, and changes nothing, if the file cannot
+    be read or does not fit.
+    """
+    arrays = _read_npz(path)
+    meta = _read_meta(arrays, path)
+    ### BEGIN SOLUTION
+    weights = {k[len("model/"):]: v for k, v in arrays.items() if k.startswith("model/")}
+    optim = {k[len("optim/"):]: v for k, v in arrays.items() if k.startswith("optim/")}
+    if optimizer is not None and not optim:
+        raise CheckpointError(
+            f"{os.fspath(path)!r} holds no optimizer state (it was saved without an "
+            "optimizer): pass optimizer=None to load only the weights"
+        )
+    previous = model.state_dict()
+    try:
+        model.load_state_dict(weights)
+    except (KeyError, ValueError) as error:
+        raise CheckpointError(
+            f"the weights in {os.fspath(path)!r} do not fit this model:\n{error}"
+        ) from None
+    if optimizer is not None:
+        try:
+            optimizer.load_state_dict(optim)
+        except ValueError as error:
+            model.load_state_dict(previous)  # all or nothing
+            raise CheckpointError(
+                f"the optimizer state in {os.fspath(path)!r} (saved by "
+                f"{meta.get('optimizer')}) does not fit {type(optimizer).__name__}:\n{error}"
+            ) from None
+    default_generator().bit_generator.state = meta["generator"]
+    return meta["step"], meta["extra"]
+    ### END SOLUTION
+
+
+# %% [markdown]
+# ### Test: a checkpoint round trip, and bad files
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_checkpoint", "locked": true, "points": 6, "schema_version": 3, "solution": false, "task": false}
+def test_unit_checkpoint():
+    """Weights, optimizer state, step, extra and generator state come back bit for bit."""
+    folder = tempfile.mkdtemp()
+    path = os.path.join(folder, "run.npz")
+    manual_seed(0)
+    model = Sequential(Linear(3, 4), ReLU(), Linear(4, 2))
+    opt = AdamW(model.parameters(), lr=0.01)
+    for p in model.parameters():
+        p.grad = Tensor(np.ones(p.shape, dtype=np.float32))
+    opt.step()
+    save_checkpoint(path, model, opt, step=7, extra={"note": "hi", "best": 0.5})
+    draw_after_save = default_generator().random()
+    files = sorted(os.listdir(folder))
+    assert files == ["run.npz"], (
+        f"the folder holds {files}: write one file, and do not leave temporary files behind"
+    )
+    with np.load(path, allow_pickle=False) as f:
+        names = set(f.files)
+    assert {"model/0.weight", "model/2.bias", "optim/steps", "meta"} <= names, (
+        f"the checkpoint holds {sorted(names)}: expected model/<name> for each weight, "
+        "optim/<key> for the optimizer's state and one 'meta' entry"
+    )
+
+    manual_seed(123)  # a different model, optimizer and generator position
+    other = Sequential(Linear(3, 4), ReLU(), Linear(4, 2))
+    other_opt = AdamW(other.parameters(), lr=0.5)
+    step, extra = load_checkpoint(path, other, other_opt)
+    assert step == 7 and extra == {"note": "hi", "best": 0.5}, (
+        f"load_checkpoint returned ({step}, {extra}), expected (7, {{'note': 'hi', 'best': 0.5}})"
+    )
+    for (name, a), b in zip(model.state_dict().items(), other.state_dict().values()):
+        assert np.array_equal(a, b) and a.dtype == b.dtype, f"weight {name} did not come back exactly"
+    assert other_opt.steps == 1 and other_opt.lr == 0.01, (
+        "the optimizer's step counter and lr should come back from the checkpoint"
+    )
+    assert np.array_equal(other_opt.state[0]["exp_avg"], opt.state[0]["exp_avg"]), (
+        "the optimizer's buffers should come back from the checkpoint"
+    )
+    assert default_generator().random() == draw_after_save, (
+        "after loading, the shared generator must continue exactly where it was when the "
+        "checkpoint was saved: store default_generator().bit_generator.state in the metadata "
+        "and assign it back on load"
+    )
+    weights_only = Sequential(Linear(3, 4), ReLU(), Linear(4, 2))
+    assert load_checkpoint(path, weights_only)[0] == 7, "optimizer=None loads only the weights"
+
+
+test_unit_checkpoint()
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_checkpoint_errors", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+def test_unit_checkpoint_errors():
+    """Truncated files and models that do not fit raise CheckpointError and change nothing."""
+    folder = tempfile.mkdtemp()
+    path = os.path.join(folder, "run.npz")
+    model = Sequential(Linear(3, 4), ReLU(), Linear(4, 2))
+    save_checkpoint(path, model, step=1)
+    data = open(path, "rb").read()
+    broken = os.path.join(folder, "broken.npz")
+    with open(broken, "wb") as handle:
+        handle.write(data[: len(data) // 2])
+    try:
+        load_checkpoint(broken, model)
+    except CheckpointError as error:
+        assert "broken.npz" in str(error), f"the error should name the file: {error}"
+    else:
+        raise AssertionError("a truncated checkpoint must raise CheckpointError")
+
+    wider = Sequential(Linear(3, 5), ReLU(), Linear(5, 2))
+    before = wider.state_dict()
+    try:
+        load_checkpoint(path, wider)
+    except CheckpointError as error:
+        assert "0.weight" in str(error), (
+            f"a model that does not fit should show load_state_dict's listing of keys: {error}"
+        )
+    else:
+        raise AssertionError("loading weights of shape (4, 3) into Linear(3, 5) must raise CheckpointError")
+    assert all(np.array_equal(before[k], v) for k, v in wider.state_dict().items()), (
+        "a failed load must leave the model unchanged"
+    )
+    try:
+        load_checkpoint(path, model, AdamW(model.parameters()))
+    except CheckpointError as error:
+        assert "optimizer" in str(error), f"say that the checkpoint has no optimizer state: {error}"
+    else:
+        raise AssertionError("asking for optimizer state from a weights-only checkpoint must raise")
+
+
+test_unit_checkpoint_errors()
+
+# %% [markdown]
+# ## Part 3: evaluation
+#
+# The training loss tells you how well the model fits the batches it learns from. Whether
+# it learned anything general, you only know on data it never trained on: the
+# **validation** set. Evaluating is a forward pass with three differences:
+#
+# 1. **No graph.** Under `no_grad()` (module 06) operations record nothing, so no
+#    intermediate arrays are kept for a backward pass that will never come: less memory,
+#    less time.
+# 2. **Evaluation mode.** `model.eval()` turns dropout off (module 03): evaluation must be
+#    deterministic. Afterwards put the model back in the mode it was in, even if
+#    evaluation raised (`try`/`finally`), or training silently continues without dropout.
+# 3. **Averages over samples, not batches.** The last batch is often smaller; weight each
+#    batch's mean loss by its number of samples, so the result is the mean over the
+#    data set.
+#
+# `accuracy(logits, targets)` is the fraction of rows whose largest logit is at the target
+# class. Targets are class indices, or one-hot rows (then compare with their argmax).
+# `evaluate` returns a dict: `{"loss": ...}`, plus `{metric.__name__: ...}` when given a
+# metric such as `accuracy`.
+
+# %% nbgrader={"grade": false, "grade_id": "evaluate", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
+def _array(x):
+    return x.data if isinstance(x, Tensor) else np.asarray(x)
+
+
+def _num_samples(x):
+    return int(x.shape[0]) if getattr(x, "shape", ()) != () else 1
+
+
+def accuracy(logits, targets):
+    """Fraction of rows whose largest logit is at the target class (indices or one-hot)."""
+    ### BEGIN SOLUTION
+    logits, targets = _array(logits), _array(targets)
+    if targets.shape == logits.shape:  # one-hot (or probability) targets
+        targets = targets.argmax(axis=-1)
+    predictions = logits.argmax(axis=-1)
+    if predictions.shape != targets.shape:
+        raise ValueError(
+            f"accuracy: logits of shape {logits.shape} give predictions of shape "
+            f"{predictions.shape}, but targets have shape {targets.shape}"
+        )
+    return float(np.mean(predictions == targets))
+    ### END SOLUTION
+
+
+def evaluate(model, loss_fn, loader, metric=None):
+    """Mean loss (and metric) over a loader, in eval mode under no_grad."""
+    ### BEGIN SOLUTION
+    was_training = model.training
+    model.eval()
+    total_loss = total_metric = 0.0
+    count = 0
+    try:
+        with no_grad():
+            for inputs, targets in loader:
+                outputs = model(inputs)
+                n = _num_samples(targets)
+                total_loss += loss_fn(outputs, targets).item() * n
+                if metric is not None:
+                    total_metric += float(metric(outputs, targets)) * n
+                count += n
+    finally:
+        model.train(was_training)
+    if count == 0:
+        raise ValueError("evaluate: the loader yielded no batches")
+    results = {"loss": total_loss / count}
+    if metric is not None:
+        results[getattr(metric, "__name__", "metric")] = total_metric / count
+    return results
+    ### END SOLUTION
+
+
+# %% [markdown]
+# ### Test: evaluation
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_evaluate", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+def test_unit_evaluate():
+    """accuracy counts argmax hits; evaluate averages per sample, in eval mode, without a graph."""
+    logits = Tensor([[2.0, 1.0, 0.0], [0.0, 3.0, 1.0], [1.0, 0.0, 5.0], [9.0, 0.0, 0.0]])
+    assert accuracy(logits, Tensor(np.array([0, 1, 0, 2]), dtype=np.int64)) == 0.5, (
+        "2 of 4 rows have their largest logit at the target: accuracy 0.5 (argmax over the "
+        "last axis, compared with the target indices)"
+    )
+    one_hot = np.eye(3, dtype=np.float32)[[0, 1, 2, 0]]
+    assert accuracy(logits, one_hot) == 1.0, "one-hot targets: compare with their argmax"
+
+    seen = {}
+
+    class Probe(Module):
+        """Returns its input; records the mode and whether the output has a graph."""
+
+        def __init__(self):
+            super().__init__()
+            self.w = Parameter(np.ones(1, dtype=np.float32))
+
+        def forward(self, x):
+            seen["training"] = self.training
+            out = x * self.w
+            seen["recorded"] = out.requires_grad
+            return out
+
+    def mean_value(outputs, targets):  # a "loss": the mean of the outputs
+        return outputs.mean()
+
+    x = np.array([[1.0], [1.0], [1.0], [4.0]], dtype=np.float32)
+    loader = [(Tensor(x[:3]), Tensor(x[:3])), (Tensor(x[3:]), Tensor(x[3:]))]
+    model = Probe()
+    results = evaluate(model, mean_value, loader)
+    assert abs(results["loss"] - 1.75) < 1e-6, (
+        f"batches of 3 samples (mean 1.0) and 1 sample (mean 4.0) average to 1.75 per sample, "
+        f"got {results['loss']}"
+        + (": weight each batch's loss by its number of samples, not 1 per batch"
+           if abs(results["loss"] - 2.5) < 1e-6 else "")
+    )
+    assert seen["training"] is False, "evaluate must run the model in eval mode (model.eval())"
+    assert seen["recorded"] is False, "evaluate must run under no_grad(): nothing should be recorded"
+    assert model.training is True, "after evaluate the model must be back in training mode"
+    model.eval()
+    evaluate(model, mean_value, loader)
+    assert model.training is False, "a model that was in eval mode stays in eval mode"
+    results = evaluate(Probe(), mean_value, loader, metric=lambda o, t: 1.0)
+    assert set(results) == {"loss", "<lambda>"}, (
+        f"with a metric, evaluate returns loss and the metric under its __name__, got {set(results)}"
+    )
+
+
+test_unit_evaluate()
+
+# %% [markdown]
+# ## Part 4: one training step, and stopping at the first `nan`
+#
+# One step is the five lines you saw in module 07: forget old gradients, forward, loss,
+# backward, step. `train_step` adds two things.
+#
+# **Gradient clipping and the gradient norm.** Call `clip_grad_norm_` on the optimizer's
+# parameters after backward and before the step. With `clip_norm=None` clip with an
+# infinite limit, which scales nothing: you still get the global gradient norm, a number
+# worth logging.
+#
+# **Divergence.** When the learning rate is too high, or a loss takes the log of 0, the
+# loss becomes `inf` or `nan`. A `nan` spreads: its gradient is `nan`, the optimizer
+# writes `nan` into every weight, and from then on every loss is `nan`. A loop that
+# carries on wastes the rest of the run and overwrites good checkpoints with broken ones.
+# So check the loss (`math.isfinite`) **before** backward and the gradient norm before
+# the step, and raise `TrainingError` naming the step. The weights are then still those
+# of the last good step.
+
+# %% nbgrader={"grade": false, "grade_id": "train-step", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
+class TrainingError(RuntimeError):
+    """Training cannot go on (the loss or the gradients are not finite); names the step."""
+
+
+def _diverged(step, what, value, lr):
+    return TrainingError(
+        f"step {step}: the {what} is {value}. Training diverged; the weights are those of "
+        f"step {step - 1}. Common causes: a learning rate too high (this step used "
+        f"lr={lr:.3g}; try 3-10x lower or a warm-up), an exploding gradient (try "
+        "clip_norm=1.0), a log or division by zero in the loss, or nan in the data."
+    )
+
+
+def train_step(model, loss_fn, optimizer, batch, step, clip_norm=None):
+    """One optimizer step on one (inputs, targets) batch; returns (loss, grad_norm)."""
+    inputs, targets = batch
+    ### BEGIN SOLUTION
+    optimizer.zero_grad()
+    loss = loss_fn(model(inputs), targets)
+    value = loss.item()
+    if not math.isfinite(value):
+        raise _diverged(step, "loss", value, optimizer.lr)
+    loss.backward()
+    norm = clip_grad_norm_(optimizer.params, math.inf if clip_norm is None else clip_norm)
+    if not math.isfinite(norm):
+        raise _diverged(step, "gradient norm", norm, optimizer.lr)
+    optimizer.step()
+    return value, norm
+    ### END SOLUTION
+
+
+# %% [markdown]
+# ### Test: a step, and a step that diverges
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_train_step", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+def test_unit_train_step():
+    """train_step returns the loss before the update and the gradient norm; nan raises."""
+    w = Parameter(np.array([[2.0]], dtype=np.float32))
+    model = lambda x: x @ w  # noqa: E731 - a one-weight model
+    x = Tensor([[1.0], [2.0]])
+    y = Tensor([[1.0], [2.0]])
+    opt = SGD([w], lr=0.1)
+    # loss = mean((2x - x)^2) = mean(x^2) = 2.5; d/dw = mean(2 (w x - y) x) = mean(2 x^2) = 5
+    w.grad = Tensor([[100.0]])  # a stale gradient that zero_grad must clear
+    loss, norm = train_step(model, mse_loss, opt, (x, y), step=0)
+    assert abs(loss - 2.5) < 1e-6, f"the loss before the step should be 2.5, got {loss}"
+    assert abs(norm - 5.0) < 1e-5, (
+        f"the gradient norm should be 5.0, got {norm}"
+        + (": the stale gradient 100 was not cleared, call optimizer.zero_grad() first"
+           if norm > 50 else "")
+    )
+    assert abs(w.data[0, 0] - 1.5) < 1e-6, f"after the step w should be 2 - 0.1 * 5 = 1.5, got {w.data}"
+    loss, norm = train_step(model, mse_loss, opt, (x, y), step=1, clip_norm=1.0)
+    assert abs(norm - 2.5) < 1e-5 and abs(w.data[0, 0] - 1.4) < 1e-5, (
+        f"with clip_norm=1.0 a gradient of norm 2.5 is scaled to norm 1 before the step: "
+        f"expected w = 1.5 - 0.1 * 1 = 1.4 and norm 2.5, got w = {w.data[0, 0]}, norm {norm}"
+    )
+    before = w.data.copy()
+    try:
+        train_step(model, mse_loss, opt, (Tensor([[np.nan], [1.0]]), y), step=42)
+    except TrainingError as error:
+        assert "step 42" in str(error), f"the error must name the step, 'step 42': {error}"
+    else:
+        raise AssertionError("a nan loss must raise TrainingError naming the step")
+    assert np.array_equal(w.data, before), (
+        "after a nan loss the weights must not change: check the loss before backward and step"
+    )
+
+
+test_unit_train_step()
+
+# %% [markdown]
+# ## Part 5: where in the data is step `s`?
+#
+# To resume a run at step `s` you must feed it the batch that step `s` would have seen.
+# Module 05's `DataLoader` makes that possible: with `set_epoch(e)` the order of epoch `e`
+# is a pure function of the loader's seed and `e`. With `B = len(loader)` batches per
+# epoch, step `s` is batch `s % B` of epoch `s // B`.
+#
+# `batches_from(loader, step)` yields `(step, batch)` pairs forever, starting at `step`:
+# it calls `set_epoch` for each epoch (when the loader has it), skips the first `s % B`
+# batches of the first epoch, and goes on epoch after epoch. The loop stops taking
+# batches when it is done. Skipping costs the time to assemble the skipped batches but no
+# computation on them; a loader that can start at any batch would skip that too.
+#
+# Example, a loader of 4 batches: `batches_from(loader, 6)` yields steps 6, 7 from epoch 1
+# (its batches 2 and 3), then steps 8, 9, 10, 11 from epoch 2, and so on.
+
+# %% nbgrader={"grade": false, "grade_id": "batches-from", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
+def batches_from(loader, step=0):
+    """Yield (step, batch) from global step `step` on, epoch after epoch, forever."""
+    per_epoch = len(loader)
+    if per_epoch == 0:
+        raise ValueError("the training loader has no batches (an empty data set, or "
+                         "drop_last=True with fewer samples than batch_size?)")
+    ### BEGIN SOLUTION
+    epoch, skip = divmod(step, per_epoch)
+    while True:
+        if hasattr(loader, "set_epoch"):
+            loader.set_epoch(epoch)
+        for index, batch in enumerate(loader):
+            if index < skip:
+                continue
+            yield step, batch
+            step += 1
+        epoch, skip = epoch + 1, 0
+    ### END SOLUTION
+
+
+# %% [markdown]
+# ### Test: positions in the data
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_batches_from", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+def test_unit_batches_from():
+    """Step s is batch s % B of epoch s // B, with set_epoch called for every epoch."""
+
+    class Recorder:
+        """A loader of 4 batches that says which epoch and batch each one came from."""
+
+        def __init__(self):
+            self.epoch, self.epochs_set = 0, []
+
+        def set_epoch(self, epoch):
+            self.epoch = epoch
+            self.epochs_set.append(epoch)
+
+        def __len__(self):
+            return 4
+
+        def __iter__(self):
+            return iter([(self.epoch, i) for i in range(4)])
+
+    loader = Recorder()
+    taken = []
+    for step, batch in batches_from(loader, 6):
+        taken.append((step, batch))
+        if step == 11:
+            break
+    want = [(6, (1, 2)), (7, (1, 3)), (8, (2, 0)), (9, (2, 1)), (10, (2, 2)), (11, (2, 3))]
+    assert taken == want, (
+        f"batches_from(loader of 4 batches, 6) yielded {taken}, expected {want} as "
+        "(step, (epoch, batch)): start in epoch 6 // 4 = 1 at batch 6 % 4 = 2, then go on "
+        "to the next epoch from its first batch"
+    )
+    assert loader.epochs_set == [1, 2], (
+        f"set_epoch should be called with 1, then 2, got {loader.epochs_set}: call it before "
+        "iterating each epoch, so the shuffled order depends only on (seed, epoch)"
+    )
+    steps = [s for s, _ in zip(range(3), batches_from([("a",), ("b",)], 0))]
+    assert steps == [0, 1, 2], "a plain list of batches works too (no set_epoch)"
+
+
+test_unit_batches_from()
+
+# %% [markdown]
+# ## Part 6: the training loop
+#
+# `train` puts the parts together. Its arguments are the run's whole description:
+#
+# ```python
+# history = train(model, loss_fn, optimizer, train_loader,
+#                 steps=2000,                      # or epochs=10
+#                 schedule=CosineWarmup(1e-3, 1e-4, 100, 2000),
+#                 clip_norm=1.0,
+#                 eval_loader=val_loader, eval_every=250, metric=accuracy,
+#                 checkpoint="run.npz", checkpoint_every=500,
+#                 resume_from="run.npz")           # continue where that run stopped
+# ```
+#
+# The beginning of `train` is given: it checks the arguments, computes `total` (the
+# number of steps), loads `resume_from` to find the `start` step, and creates the
+# `History` and the progress `reporter`. You write the loop. For each `(step, batch)` from
+# `batches_from(train_loader, start)`:
+#
+# 1. set the learning rate, `set_lr(optimizer, schedule(step))`, if there is a schedule;
+# 2. run `train_step` and `history.record(step, loss, lr, grad_norm, samples, seconds)`;
+#    `samples` is the batch size, `_num_samples(inputs)`, and `seconds` the time
+#    (`time.perf_counter()`) since the previous step ended, so that assembling the batch
+#    counts as part of the step: data loading that cannot keep up is a real bottleneck;
+# 3. report it: `reporter.step(step, loss, lr, grad_norm, samples_per_s)`, with the
+#    throughput so far, `history.samples / history.seconds`;
+# 4. after every `eval_every` steps, `evaluate`, append `{"step": step + 1, **results}` to
+#    `history.eval` and call `reporter.evaluation(step, results)`;
+# 5. after every `checkpoint_every` steps, `save_checkpoint(checkpoint, model, optimizer,
+#    step=step + 1)`: the step stored is the number of steps *done*, the first one a
+#    resumed run will do;
+# 6. stop after step `total - 1`.
+#
+# Call `reporter.close()` when the loop ends, even by an exception (`try`/`finally`), so a
+# progress bar never leaves the terminal in a strange state. Then evaluate once more
+# (unless the last step just did) and save a final checkpoint, each only when asked for.
+# With `resume_from`, `start` comes from the checkpoint: `batches_from` finds the batch,
+# the optimizer has its state, the generator its position, and the schedule needs
+# nothing but the step. (A run resumed after it finished returns at once, before the loop.)
+#
+# **Progress** (given, `_Reporter`). On a terminal, `train` shows a `rich` progress bar:
+# step, loss, samples per second and time left. Where output is not a terminal (a
+# notebook, a log file, a test runner) a bar would print hundreds of escape codes, so it
+# prints ten plain lines instead. `progress=False` prints nothing; `progress=console`
+# draws on a `rich.console.Console` of your choice. The `log` function, if given,
+# receives every step's and every evaluation's record as a dict.
+
+# %% nbgrader={"grade": false, "grade_id": "history", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#| export
+@dataclass
+class History:
+    """What a run did: per step (loss, lr, gradient norm) and per evaluation."""
+
+    step: list = field(default_factory=list)
+    loss: list = field(default_factory=list)
+    lr: list = field(default_factory=list)
+    grad_norm: list = field(default_factory=list)
+    eval: list = field(default_factory=list)  # dicts {"step": s, "loss": ..., metric: ...}
+    samples: int = 0
+    seconds: float = 0.0  # time spent in training steps, loading their batches included
+
+    def record(self, step, loss, lr, grad_norm, samples, seconds):
+        self.step.append(step)
+        self.loss.append(loss)
+        self.lr.append(lr)
+        self.grad_norm.append(grad_norm)
+        self.samples += samples
+        self.seconds += seconds
+
+    def __repr__(self):
+        if not self.step:
+            return "History(no steps)"
+        text = (f"History(steps {self.step[0]}..{self.step[-1]}, loss {self.loss[0]:.4f} -> "
+                f"{self.loss[-1]:.4f}, {self.samples / max(self.seconds, 1e-9):.0f} samples/s")
+        if self.eval:
+            last = self.eval[-1]
+            text += f", eval at step {last['step']}: " + ", ".join(
+                f"{k} {v:.4f}" for k, v in last.items() if k != "step")
+        return text + ")"
+
+
+class _Reporter:
+    """Progress: a rich bar on a terminal, ten plain lines elsewhere, nothing if disabled.
+
+    `progress` is True, False, or a rich Console to draw on.
+    """
+
+    def __init__(self, progress, total, start, log=None):
+        self.log, self.bar, self.console, self.every = log, None, None, 0
+        self.total = total
+        if progress is False or progress is None:
+            return
+        from rich.console import Console
+
+        self.console = progress if isinstance(progress, Console) else Console()
+        if self.console.is_terminal:
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                       TimeRemainingColumn)
+
+            self.bar = Progress(
+                TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[rate]} samples/s"),
+                TimeRemainingColumn(), console=self.console,
+            )
+            self.task = self.bar.add_task("train", total=total, completed=start, loss="-", rate="-")
+            self.bar.start()
+        else:
+            self.every = max(1, (total - start) // 10)
+
+    def step(self, step, loss, lr, grad_norm, samples_per_s):
+        if self.log is not None:
+            self.log({"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm,
+                      "samples_per_s": samples_per_s})
+        if self.bar is not None:
+            self.bar.update(self.task, completed=step + 1, loss=f"{loss:.4f}",
+                            rate=f"{samples_per_s:,.0f}")
+        elif self.console is not None and ((step + 1) % self.every == 0 or step + 1 == self.total):
+            self.console.print(f"step {step + 1}/{self.total}  loss {loss:.4f}  lr {lr:.3g}  "
+                               f"{samples_per_s:,.0f} samples/s")
+
+    def evaluation(self, step, results):
+        if self.log is not None:
+            self.log({"step": step, **{f"eval_{k}": v for k, v in results.items()}})
+        if self.console is not None:
+            text = "  ".join(f"{k} {v:.4f}" for k, v in results.items())
+            self.console.print(f"eval after step {step + 1}: {text}")
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+
+# %% nbgrader={"grade": false, "grade_id": "train", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
+def train(model, loss_fn, optimizer, train_loader, *, steps=None, epochs=None, schedule=None,
+          clip_norm=None, eval_loader=None, eval_every=None, metric=None, checkpoint=None,
+          checkpoint_every=None, resume_from=None, progress=True, log=None):
+    """Train for `steps` optimizer steps (or `epochs` passes over train_loader).
+
+    Returns a History. Evaluates on eval_loader every eval_every steps and at the end,
+    saves to `checkpoint` every checkpoint_every steps and at the end, and continues the
+    run saved in `resume_from` if given. Raises TrainingError at the first non-finite loss.
+    """
+    if (steps is None) == (epochs is None):
+        raise ValueError("pass exactly one of steps= or epochs=")
+    total = int(steps) if steps is not None else int(epochs) * len(train_loader)
+    start = 0
+    if resume_from is not None:
+        start, _ = load_checkpoint(resume_from, model, optimizer)
+    history = History()
+    if start >= total:  # resumed from a run that had already finished
+        return history
+    reporter = _Reporter(progress, total, start, log)
+    model.train()
+    ### BEGIN SOLUTION
+    last_eval = None
+    try:
+        tick = time.perf_counter()
+        for step, batch in batches_from(train_loader, start):
+            lr = schedule(step) if schedule is not None else optimizer.lr
+            set_lr(optimizer, lr)
+            loss, norm = train_step(model, loss_fn, optimizer, batch, step, clip_norm)
+            seconds = time.perf_counter() - tick  # since the last step: loading the batch too
+            history.record(step, loss, lr, norm, _num_samples(batch[0]), seconds)
+            reporter.step(step, loss, lr, norm, history.samples / max(history.seconds, 1e-9))
+            done = step + 1
+            if eval_loader is not None and eval_every and done % eval_every == 0:
+                results = evaluate(model, loss_fn, eval_loader, metric)
+                history.eval.append({"step": done, **results})
+                reporter.evaluation(step, results)
+                last_eval = done
+            if checkpoint is not None and checkpoint_every and done % checkpoint_every == 0:
+                save_checkpoint(checkpoint, model, optimizer, step=done)
+            if done == total:
+                break
+            tick = time.perf_counter()  # evaluation and saving do not count as step time
+    finally:
+        reporter.close()
+    if eval_loader is not None and last_eval != total:
+        results = evaluate(model, loss_fn, eval_loader, metric)
+        history.eval.append({"step": total, **results})
+        reporter.evaluation(total - 1, results)
+    if checkpoint is not None:
+        save_checkpoint(checkpoint, model, optimizer, step=total)
+    ### END SOLUTION
+    return history
+
+
+# %% [markdown]
+# ### Test: a model that learns, and a run that diverges
+#
+# The test trains a small classifier on two interleaved half-moons, a problem no straight
+# line separates, and checks that the loss falls and the accuracy rises. A second run
+# with an absurd learning rate must stop with a `TrainingError` that names its step.
+
+# %% nbgrader={"grade": false, "grade_id": "toy-data", "locked": true, "schema_version": 3, "solution": false, "task": false}
+def two_moons(n=256, noise=0.1, seed=0):
+    """Two interleaved half circles, labels 0 and 1: a classic non-linear toy problem."""
+    rng = np.random.default_rng(seed)
+    angle = rng.uniform(0, np.pi, n)
+    label = rng.integers(0, 2, n)
+    x = np.where(label == 0, np.cos(angle), 1 - np.cos(angle))
+    y = np.where(label == 0, np.sin(angle), 0.5 - np.sin(angle))
+    points = np.stack([x, y], axis=1) + rng.normal(0, noise, (n, 2))
+    return points.astype(np.float32), label.astype(np.int64)
+
+
+def moons_loaders(batch_size=32, seed=0):
+    points, labels = two_moons(seed=seed)
+    train_set = TensorDataset(Tensor(points[:192]), Tensor(labels[:192], dtype=np.int64))
+    val_set = TensorDataset(Tensor(points[192:]), Tensor(labels[192:], dtype=np.int64))
+    return (DataLoader(train_set, batch_size=batch_size, shuffle=True, seed=seed),
+            DataLoader(val_set, batch_size=64))
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_train", "locked": true, "points": 6, "schema_version": 3, "solution": false, "task": false}
+def test_unit_train():
+    """A small MLP learns two moons; a huge learning rate raises TrainingError with the step."""
+    manual_seed(0)
+    train_loader, val_loader = moons_loaders()
+    model = Sequential(Linear(2, 32), ReLU(), Linear(32, 32), ReLU(), Linear(32, 2))
+    optimizer = Adam(model.parameters(), lr=0.02)
+    history = train(model, cross_entropy, optimizer, train_loader, steps=150,
+                    eval_loader=val_loader, eval_every=50, metric=accuracy, progress=False)
+    assert isinstance(history, History) and len(history.loss) == 150, (
+        f"train(steps=150) should record 150 losses, got {len(history.loss)}"
+    )
+    assert history.step == list(range(150)), "history.step should be 0, 1, ..., 149"
+    first, last = np.mean(history.loss[:10]), np.mean(history.loss[-10:])
+    assert last < 0.3 * first, (
+        f"the training loss went from {first:.3f} to {last:.3f}: it should fall by more than "
+        "70%. Is the optimizer stepping (zero_grad, backward, step in that order)?"
+    )
+    assert [e["step"] for e in history.eval] == [50, 100, 150], (
+        f"with eval_every=50 over 150 steps, evaluate after steps 50, 100, 150; got "
+        f"{[e['step'] for e in history.eval]}"
+    )
+    assert history.eval[-1]["accuracy"] > 0.9, (
+        f"validation accuracy is {history.eval[-1]['accuracy']:.2f}, expected > 0.9"
+    )
+    assert model.training, "after train the model must be in training mode"
+
+    schedule = CosineWarmup(0.01, 0.001, 10, 40)
+    history = train(model, cross_entropy, Adam(model.parameters()), train_loader, steps=20,
+                    schedule=schedule, progress=False)
+    assert history.lr == [schedule(s) for s in range(20)], (
+        "with a schedule, step s must use lr = schedule(s): set optimizer.lr before each step"
+    )
+    assert len(train(model, cross_entropy, SGD(model.parameters(), lr=0.01), train_loader,
+                     epochs=2, progress=False).loss) == 2 * len(train_loader), (
+        "epochs=2 means 2 * len(train_loader) steps"
+    )
+
+    manual_seed(0)
+    model = Sequential(Linear(2, 32), ReLU(), Linear(32, 2))
+    try:
+        train(model, cross_entropy, SGD(model.parameters(), lr=1e6), train_loader, steps=50,
+              progress=False)
+    except TrainingError as error:
+        assert "step " in str(error), f"TrainingError must name the step: {error}"
+    else:
+        raise AssertionError("SGD with lr=1e6 diverges: train must raise TrainingError")
+
+
+test_unit_train()
+
+# %% [markdown]
+# ## Part 7: resuming exactly
+#
+# Stop a run after 32 steps, in the middle of an epoch, and resume it: every later loss
+# should be *identical*, bit for bit, to the run that never stopped. Not close: identical. Anything less means some state
+# was lost, and lost state shows up later as a loss curve that jumps at every restart or
+# a result nobody can reproduce. The state of a run, and where each piece is kept:
+#
+# | state | kept in | restored by |
+# |-------|---------|-------------|
+# | weights | `model/...` | `model.load_state_dict` |
+# | optimizer buffers, step counts, lr | `optim/...` | `optimizer.load_state_dict` |
+# | step number | `meta["step"]` | `load_checkpoint`'s return value |
+# | learning rate to come | nothing: `schedule(step)` | the step |
+# | position in the data | nothing: `(seed, epoch, batch)` | `batches_from(loader, step)` |
+# | dropout's random numbers | `meta["generator"]` | `bit_generator.state = ...` |
+#
+# The test below checks it with dropout on, a shuffled loader, a schedule and AdamW: a
+# 60-step run, against a 32-step run that saves a checkpoint, then a *new* model and
+# optimizer (with other random initial weights) resumed from it for the remaining 28 steps.
+# The loader has 5 batches per epoch, so step 32 is batch 2 of epoch 6.
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_resume", "locked": true, "points": 6, "schema_version": 3, "solution": false, "task": false}
+def test_unit_resume():
+    """32 steps + save + new model + load + 28 steps gives the same 60 losses as 60 steps."""
+    def make_run(seed):
+        manual_seed(seed)
+        model = Sequential(Linear(2, 32), ReLU(), Dropout(0.2), Linear(32, 2))
+        return model, AdamW(model.parameters(), lr=0.01)
+
+    train_loader, _ = moons_loaders(batch_size=40)  # 192 samples: 5 batches per epoch
+    schedule = CosineWarmup(0.02, 0.002, 10, 60)
+    model, opt = make_run(0)
+    straight = train(model, cross_entropy, opt, train_loader, steps=60, schedule=schedule,
+                     progress=False)
+
+    path = os.path.join(tempfile.mkdtemp(), "run.npz")
+    model, opt = make_run(0)
+    first = train(model, cross_entropy, opt, train_loader, steps=32, schedule=schedule,
+                  checkpoint=path, progress=False)
+    assert os.path.isfile(path), "train(checkpoint=path) should save a checkpoint at the end"
+    model, opt = make_run(99)  # different initial weights: everything must come from the file
+    second = train(model, cross_entropy, opt, train_loader, steps=60, schedule=schedule,
+                   resume_from=path, progress=False)
+    assert second.step == list(range(32, 60)), (
+        f"the resumed run should do steps 32..59, did {second.step[:3]}...: start at the step "
+        "stored in the checkpoint"
+    )
+    resumed = first.loss + second.loss
+    differ = [s for s, (a, b) in enumerate(zip(straight.loss, resumed)) if a != b]
+    assert not differ, (
+        f"the resumed losses differ from the uninterrupted run from step {differ[0]} on "
+        f"({straight.loss[differ[0]]:.6f} vs {resumed[differ[0]]:.6f}). Is every piece of "
+        "state restored: weights, optimizer state, the step, the data position "
+        "(batches_from with set_epoch) and the generator state (for dropout)?"
+    )
+
+
+test_unit_resume()
+
+# %% [markdown]
+# ## Systems analysis: where the time of a training step goes
+#
+# A training step has three phases: the forward pass computes the loss, the backward pass
+# its gradients, and the optimizer step the update. Count the arithmetic first: for each
+# weight and each sample the forward pass does one multiply-add (2 FLOPs), the backward
+# pass two (the gradient of the input and of the weight), and the optimizer a fixed
+# handful per weight, **independent of the batch size**. The cell below times each phase
+# for a small MLP at two batch sizes (the median step of several, as other programs share
+# your machine), then measures what a checkpoint costs on disk and in time.
+
+# %% nbgrader={"grade": false, "grade_id": "analysis", "locked": false, "schema_version": 3, "solution": false, "task": false}
+def step_time_report(batches=(32, 512), width=256, steps=15):
+    manual_seed(0)
+    rng = np.random.default_rng(0)
+    model = Sequential(Linear(64, width), ReLU(), Linear(width, width), ReLU(), Linear(width, 10))
+    optimizer = AdamW(model.parameters(), lr=1e-3)
+    params = sum(p.size for p in model.parameters())
+    print(f"MLP 64-{width}-{width}-10, {params:,} weights, AdamW")
+    for batch in batches:
+        x = Tensor(rng.standard_normal((batch, 64)).astype(np.float32))
+        y = Tensor(rng.integers(0, 10, batch), dtype=np.int64)
+        times = {"forward": [], "backward": [], "optimizer": []}
+        for i in range(steps + 2):
+            t0 = time.perf_counter()
+            optimizer.zero_grad()
+            loss = cross_entropy(model(x), y)
+            t1 = time.perf_counter()
+            loss.backward()
+            t2 = time.perf_counter()
+            optimizer.step()
+            t3 = time.perf_counter()
+            if i >= 2:  # the first steps allocate buffers and warm caches
+                times["forward"].append(t1 - t0)
+                times["backward"].append(t2 - t1)
+                times["optimizer"].append(t3 - t2)
+        median = {phase: float(np.median(ts)) for phase, ts in times.items()}
+        total = sum(median.values())
+        flops = 6 * batch * params  # 2 per weight per sample forward, 4 backward
+        print(f"batch {batch:4d}: {total * 1e3:6.2f} ms per step, {batch / total:9,.0f} samples/s, "
+              f"{flops / total / 1e9:5.1f} GFLOP/s")
+        for phase, seconds in median.items():
+            print(f"  {phase:9s} {seconds * 1e3:6.2f} ms  {seconds / total:5.1%}")
+    path = os.path.join(tempfile.mkdtemp(), "mlp.npz")
+    t0 = time.perf_counter()
+    save_checkpoint(path, model, optimizer, step=steps)
+    saved = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    load_checkpoint(path, model, optimizer)
+    loaded = time.perf_counter() - t0
+    weights = sum(p.data.nbytes for p in model.parameters())
+    size = os.path.getsize(path)
+    print(f"checkpoint: {size / 2**10:.0f} KiB for {weights / 2**10:.0f} KiB of weights "
+          f"({size / weights:.1f}x: AdamW keeps two buffers per weight), "
+          f"saved in {saved * 1e3:.1f} ms, loaded in {loaded * 1e3:.1f} ms")
+
+
+step_time_report()
+
+# %% [markdown]
+# Read your figures against the count above. With small batches the optimizer step is a
+# large share of the time: it costs the same per step whatever the batch, while forward
+# and backward shrink with it. With large batches forward and backward dominate. Backward
+# does twice the forward's arithmetic, but the measured ratio is usually lower: part of
+# each pass is a fixed cost per operation (tens of microseconds for each of dozens of
+# NumPy calls), the same in both directions, so at these sizes you are far from your
+# processor's arithmetic limit. Module 17 measures and removes that overhead. Larger
+# batches use the machine better, one reason training uses the largest batch that fits
+# in memory. (If your figures jump between runs, other programs are using the processor:
+# run the cell again.)
+#
+# A checkpoint with AdamW's state is three times the size of the weights. A 124M-parameter
+# GPT-2 in float32 writes 1.5 GB per checkpoint: saving costs disk space and seconds of
+# write time, which is why long runs save every few minutes, not every step, and keep
+# only the latest few files.
+#
+# ## What comes next
+#
+# - **Milestone 1986 (MLP on digits)** is now runnable: `tito milestone run mlp_digits`
+#   trains your own MLP with your own loop on handwritten digits.
+# - **Module 09 (convolutions)** adds the layers that see images; `train` trains them
+#   unchanged.
+# - **Module 13 (transformers)** builds a GPT, and this loop, with `CosineWarmup`, AdamW,
+#   clipping and checkpoints, trains it on Tiny Shakespeare.
