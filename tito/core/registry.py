@@ -108,7 +108,7 @@ MODULES: tuple[Module, ...] = (
            "core.convolutions", (8,), ("nn",)),
     Module(10, "tokenization", "Tokenization", "architecture",
            "Character and byte-level BPE tokenizers.",
-           "text.tokenization", (1,), ()),
+           "text.tokenization", (1,), ("text",)),
     Module(11, "embeddings", "Embeddings", "architecture",
            "Token embeddings, learned and sinusoidal positions, rotary embeddings.",
            "core.embeddings", (6, 10), ("nn",)),

@@ -1,0 +1,360 @@
+"""tinytorch.text.tokenization: hand-worked BPE, round trips, Tiny Shakespeare, files, errors."""
+
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tinytorch.text.tokenization import (
+    BPETokenizer,
+    CharTokenizer,
+    Tokenizer,
+    TokenizerFileError,
+    get_pair_counts,
+    merge_pair,
+    split_on_special,
+    split_words,
+)
+
+from conftest import REPO
+
+SHAKESPEARE = REPO / "milestones" / "data" / "tinyshakespeare.txt"
+EOT = "<|endoftext|>"
+
+
+@pytest.fixture(scope="module")
+def shakespeare():
+    return SHAKESPEARE.read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def small_bpe():
+    corpus = (
+        "the quick brown fox jumps over the lazy dog. The dog sleeps; the fox runs!\n"
+        "naïve café résumé, 東京 and 京都, emoji 😀 and 😀 again.\n"
+    ) * 5
+    return BPETokenizer.train(corpus, vocab_size=330, special_tokens=[EOT])
+
+
+def reference_merge(ids, pair, new_id):
+    """Written independently of the package: left to right, non-overlapping."""
+    out, i = [], 0
+    while i < len(ids):
+        if tuple(ids[i:i + 2]) == pair:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def train_by_recounting(text, vocab_size):
+    """BPE the slow, obvious way: recount every pair after every merge.
+
+    Returns the merges and the final segmentation of every distinct word.
+    """
+    counts_of_words = Counter(split_words(text))
+    seqs = {w: list(w.encode("utf-8")) for w in counts_of_words}
+    merges = []
+    for new_id in range(256, vocab_size):
+        counts = Counter()
+        for word, freq in counts_of_words.items():
+            s = seqs[word]
+            for pair in zip(s, s[1:]):
+                counts[pair] += freq
+        if not counts:
+            break
+        best = max(counts, key=lambda p: (counts[p], -p[0], -p[1]))
+        if counts[best] < 2:
+            break
+        merges.append(best)
+        seqs = {w: reference_merge(s, best, new_id) for w, s in seqs.items()}
+    return merges, seqs
+
+
+# ---- the hand-worked examples of the lesson ------------------------------------------
+
+def test_hand_worked_pairs_and_merges():
+    ids = list(b"aaabdaaabac")
+    assert get_pair_counts(ids) == {(97, 97): 4, (97, 98): 2, (98, 100): 1, (100, 97): 1,
+                                    (98, 97): 1, (97, 99): 1}
+    s1 = merge_pair(ids, (97, 97), 256)
+    s2 = merge_pair(s1, (97, 98), 257)
+    s3 = merge_pair(s2, (256, 257), 258)
+    assert s1 == [256, 97, 98, 100, 256, 97, 98, 97, 99]
+    assert s2 == [256, 257, 100, 256, 257, 97, 99]
+    assert s3 == [258, 100, 258, 97, 99]
+    assert ids == list(b"aaabdaaabac")
+
+
+def test_hand_worked_training_and_encoding():
+    tok = BPETokenizer.train("aaabdaaabac", vocab_size=300)
+    assert tok.merges == {(97, 97): 256, (97, 98): 257, (256, 257): 258}
+    assert [tok.vocab[i] for i in (256, 257, 258)] == [b"aa", b"ab", b"aaab"]
+    assert tok.vocab_size == 259  # stopped early: every pair occurs once
+    assert tok.encode("aaabdaaabac") == [258, 100, 258, 97, 99]
+    assert tok.encode("baaab") == [98, 258]
+    assert tok.encode("aab") == [256, 98]  # "aa" was learned before "ab"
+    assert tok.encode("aaaa") == [256, 256]
+    assert tok.decode([98, 258]) == "baaab"
+
+
+def test_hand_worked_char_vocabulary():
+    tok = CharTokenizer.train("hello world")
+    assert tok.chars == [" ", "d", "e", "h", "l", "o", "r", "w"]
+    assert tok.encode("hello") == [3, 2, 4, 4, 5]
+    assert tok.decode([7, 5, 6, 4, 1]) == "world"
+
+
+def test_hand_worked_split_words():
+    assert split_words("Hello, world!  It's 2024.\n") == [
+        "Hello", ",", " world", "!", " ", " It", "'", "s", " 2024", ".", "\n"]
+
+
+# ---- Tiny Shakespeare ----------------------------------------------------------------
+
+def test_char_tokenizer_on_tiny_shakespeare_matches_nanogpt(shakespeare):
+    assert len(shakespeare) == 1_115_394
+    tok = CharTokenizer.train(shakespeare)
+    assert tok.vocab_size == 65
+    nanogpt_stoi = {ch: i for i, ch in enumerate(sorted(list(set(shakespeare))))}
+    assert tok.stoi == nanogpt_stoi
+    assert (tok.stoi["\n"], tok.stoi[" "], tok.stoi["A"], tok.stoi["Z"], tok.stoi["a"],
+            tok.stoi["z"]) == (0, 1, 13, 38, 39, 64)
+    assert tok.encode("hii there") == [46, 47, 47, 1, 58, 46, 43, 56, 43]
+    ids = tok.encode(shakespeare)
+    assert len(ids) == len(shakespeare) and max(ids) == 64
+    assert tok.decode(ids) == shakespeare
+
+
+def test_bpe_training_speed_and_compression(shakespeare):
+    text = shakespeare[:100_000]
+    start = time.perf_counter()
+    tok = BPETokenizer.train(text, vocab_size=512)
+    seconds = time.perf_counter() - start
+    print(f"BPE: 100,000 characters to 512 ids in {seconds:.2f} s")
+    assert tok.vocab_size == 512
+    assert seconds < 20, f"training 100 KB to 512 ids took {seconds:.1f} s; expected a few"
+    held_out = shakespeare[1_003_854:1_053_854]
+    ids = tok.encode(held_out)
+    assert tok.decode(ids) == held_out
+    assert len(ids) / len(held_out) < 0.6  # about 0.52 tokens per character
+
+
+def test_smaller_vocabularies_are_prefixes_of_larger_ones(shakespeare):
+    """The lesson builds BPETokenizer(merges[:k]) as the tokenizer trained to 256 + k."""
+    text = shakespeare[:20_000]
+    big = list(BPETokenizer.train(text, vocab_size=400).merges)
+    small = list(BPETokenizer.train(text, vocab_size=300).merges)
+    assert small == big[:44]
+
+
+def test_incremental_training_equals_recounting_on_shakespeare(shakespeare):
+    text = shakespeare[:5_000]
+    merges, seqs = train_by_recounting(text, 360)
+    tok = BPETokenizer.train(text, vocab_size=360)
+    assert list(tok.merges) == merges
+    # encoding replays training: each word ends as training left it
+    assert tok.encode(text) == [i for w in split_words(text) for i in seqs[w]]
+
+
+# ---- properties ----------------------------------------------------------------------
+
+@settings(max_examples=150, deadline=None)
+@given(st.text())
+def test_bpe_round_trips_any_text(small_bpe, text):
+    ids = small_bpe.encode(text)
+    assert all(type(i) is int and 0 <= i < small_bpe.vocab_size for i in ids)
+    assert small_bpe.decode(ids) == text
+    assert small_bpe.decode(small_bpe.encode_ordinary(text)) == text
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from(["ab", "cd", EOT, "é", "😀 ", " ", "\n", "x<|"]), max_size=12))
+def test_bpe_round_trips_text_with_special_tokens(small_bpe, parts):
+    text = "".join(parts)
+    ids = small_bpe.encode(text)
+    assert small_bpe.decode(ids) == text
+    assert ids.count(small_bpe.special_tokens[EOT]) == text.count(EOT)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text())
+def test_split_words_is_lossless(text):
+    words = split_words(text)
+    assert "".join(words) == text
+    assert all(words)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(min_size=1))
+def test_char_tokenizer_round_trips_its_own_text(text):
+    tok = CharTokenizer.train(text)
+    assert tok.decode(tok.encode(text)) == text
+    assert tok.vocab_size == len(set(text))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(alphabet="ab c\n", max_size=60), st.integers(256, 280))
+def test_incremental_training_equals_recounting(text, vocab_size):
+    """Small alphabets give many ties: the rule and the incremental counts must agree."""
+    merges, seqs = train_by_recounting(text, vocab_size)
+    tok = BPETokenizer.train(text, vocab_size=vocab_size)
+    assert list(tok.merges) == merges
+    assert tok.encode(text) == [i for w in split_words(text) for i in seqs[w]]
+
+
+def test_training_is_the_same_in_every_process():
+    code = (
+        "from tinytorch.text.tokenization import BPETokenizer\n"
+        "t = open('milestones/data/tinyshakespeare.txt', encoding='utf-8').read()[:8000]\n"
+        "print(list(BPETokenizer.train(t, 320).merges))\n"
+    )
+    outputs = set()
+    for seed in ("1", "2"):
+        done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                              text=True, env={"PYTHONHASHSEED": seed, "PATH": ""}, timeout=60)
+        assert done.returncode == 0, done.stderr
+        outputs.add(done.stdout)
+    assert len(outputs) == 1, "merges depend on string hashing: the tie rule is not total"
+
+
+# ---- special tokens ------------------------------------------------------------------
+
+def test_special_tokens_are_whole_units_with_ids_after_the_merges():
+    corpus = f"hello world{EOT}hello there{EOT}" * 10
+    tok = BPETokenizer.train(corpus, vocab_size=300, special_tokens=[EOT, "<|pad|>"])
+    n = 256 + len(tok.merges)
+    assert tok.special_tokens == {EOT: n, "<|pad|>": n + 1}
+    assert tok.vocab_size == n + 2 <= 300
+    assert not any(b"<|" in tok.vocab[i] or b"|>" in tok.vocab[i] for i in tok.merges.values())
+    ids = tok.encode(f"{EOT}{EOT}hello<|pad|>")
+    assert ids[:2] == [n, n] and ids[-1] == n + 1
+    assert tok.decode(ids) == f"{EOT}{EOT}hello<|pad|>"
+    assert n not in tok.encode_ordinary(EOT)
+
+
+def test_split_on_special_prefers_the_longest_token():
+    assert split_on_special("a<x>yb", ["<x>", "<x>y"]) == [("a", False), ("<x>y", True),
+                                                           ("b", False)]
+    assert split_on_special("a.b", ["."]) == [("a", False), (".", True), ("b", False)]
+
+
+def test_char_tokenizer_special_tokens():
+    tok = CharTokenizer.train(f"ab{EOT}ba", special_tokens=[EOT])
+    assert tok.chars == ["a", "b"] and tok.special_tokens == {EOT: 2}
+    assert tok.encode(f"a{EOT}b") == [0, 2, 1]
+    assert tok.decode([2, 0]) == f"{EOT}a"
+
+
+# ---- errors --------------------------------------------------------------------------
+
+def test_unknown_characters_are_named_once_with_repr():
+    tok = CharTokenizer.train("hello world")
+    with pytest.raises(ValueError) as info:
+        tok.encode("héllo\twörld é\t")
+    message = str(info.value)
+    assert "'é'" in message and "'\\t'" in message and "'ö'" in message
+    assert message.count("'é'") == 1 and "'h'" not in message
+    assert "BPETokenizer" in message  # says what to do
+    with pytest.raises(ValueError, match="and 5 more"):
+        tok.encode("".join(chr(0x4E00 + i) for i in range(25)))
+
+
+def test_decode_errors_and_numpy_ids():
+    char = CharTokenizer.train("abc")
+    assert char.decode(np.array([0, 1, 2])) == "abc"
+    with pytest.raises(ValueError, match="-1"):
+        char.decode([0, -1])
+    bpe = BPETokenizer.train("abab abab", vocab_size=260)
+    assert bpe.decode(np.array(bpe.encode("abab"))) == "abab"
+    with pytest.raises(ValueError, match="9999"):
+        bpe.decode([97, 9999])
+    assert bpe.decode([0xF0, 0x9F]) == "\ufffd"  # half an emoji: replaced, not an exception
+
+
+def test_argument_errors():
+    with pytest.raises(ValueError, match="too small"):
+        BPETokenizer.train("abc", vocab_size=256, special_tokens=[EOT])
+    with pytest.raises(TypeError, match="bytes"):
+        BPETokenizer().encode(b"abc")
+    with pytest.raises(TypeError):
+        CharTokenizer.train("abc").encode(None)
+    with pytest.raises(ValueError, match="non-empty"):
+        CharTokenizer.train("abc", special_tokens=[""])
+    with pytest.raises(ValueError, match="distinct"):
+        BPETokenizer.train("abc", 300, special_tokens=[EOT, EOT])
+    with pytest.raises(ValueError, match="single characters"):
+        CharTokenizer(["ab", "c"])
+    with pytest.raises(ValueError):
+        BPETokenizer([(97, 256)])  # refers to an id that does not exist yet
+
+
+def test_a_tiny_cache_changes_nothing():
+    tok = BPETokenizer.train("the cat sat on the mat with the hat " * 5, vocab_size=280)
+    text = "the cat sat on the mat, the bat sat on the hat"
+    expected = tok.encode(text)
+    fresh = BPETokenizer(list(tok.merges))
+    fresh.cache_limit = 2
+    assert fresh.encode(text) == expected and len(fresh._cache) == 2
+    assert fresh.encode(text) == expected
+
+
+# ---- files ---------------------------------------------------------------------------
+
+def test_save_load_round_trip(tmp_path, shakespeare, small_bpe):
+    char = CharTokenizer.train(shakespeare, special_tokens=[EOT])
+    sample = shakespeare[500_000:510_000] + EOT + "naïve 😀"
+    for tok, name in ((char, "char.json"), (small_bpe, "bpe.json")):
+        path = tmp_path / name
+        tok.save(path)
+        data = json.loads(path.read_text(encoding="utf-8"))
+        assert (data["format"], data["version"], data["type"], data["vocab_size"]) == (
+            "tinytorch-tokenizer", 1, tok.kind, tok.vocab_size)
+        for cls in (type(tok), Tokenizer):
+            loaded = cls.load(path)
+            assert type(loaded) is type(tok) and loaded.vocab_size == tok.vocab_size
+            if tok is char:
+                assert loaded.encode(sample[:10_000] + EOT) == tok.encode(sample[:10_000] + EOT)
+            else:
+                assert loaded.encode(sample) == tok.encode(sample)
+    assert not list(tmp_path.glob("*.tmp")), "save leaves no temporary file behind"
+
+
+def test_load_refuses_wrong_and_damaged_files(tmp_path, small_bpe):
+    small_bpe.save(tmp_path / "bpe.json")
+    CharTokenizer.train("abc").save(tmp_path / "char.json")
+    with pytest.raises(TokenizerFileError, match="BPETokenizer"):
+        CharTokenizer.load(tmp_path / "bpe.json")
+    with pytest.raises(TokenizerFileError, match="CharTokenizer"):
+        BPETokenizer.load(tmp_path / "char.json")
+
+    good = json.loads((tmp_path / "bpe.json").read_text(encoding="utf-8"))
+    damaged = {
+        "truncated": (tmp_path / "bpe.json").read_text(encoding="utf-8")[:40],
+        "binary": b"\x80\x04\x95 pickle".decode("latin-1"),
+        "future_merge": json.dumps({**good, "merges": [[97, 300]] + good["merges"][1:]}),
+        "no_merges": json.dumps({k: v for k, v in good.items() if k != "merges"}),
+        "wrong_size": json.dumps({**good, "vocab_size": good["vocab_size"] + 1}),
+        "not_object": json.dumps([good]),
+        "bad_special": json.dumps({**good, "special_tokens": [""]}),
+        "unsorted_chars": json.dumps({"format": "tinytorch-tokenizer", "version": 1,
+                                      "type": "char", "vocab_size": 2, "chars": ["b", "a"],
+                                      "special_tokens": []}),
+    }
+    for name, text in damaged.items():
+        path = tmp_path / f"{name}.json"
+        if name == "binary":
+            path.write_bytes(b"\x80\x04\x95 pickle")
+        else:
+            path.write_text(text, encoding="utf-8")
+        with pytest.raises(TokenizerFileError, match=f"{name}.json"):
+            Tokenizer.load(path)
+    assert issubclass(TokenizerFileError, ValueError)
