@@ -55,10 +55,6 @@ def load_digits(seed: int, test_fraction: float = 0.2):
     return x[train], y[train], x[test], y[test]
 
 
-def accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
-    return float((logits.argmax(axis=-1) == labels).mean())
-
-
 class Timer:
     def __enter__(self):
         self.start = time.perf_counter()
