@@ -224,3 +224,14 @@ def test_doctor_checks_kernel_and_workspace(ws):
     (ws / ".tito/progress.json").write_text("[]")
     done = run_tito("system", "doctor", cwd=ws)
     assert done.returncode == 1 and "repair-progress" in done.stdout
+
+
+def test_doctor_explains_a_missing_kernel(monkeypatch):
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    from tito.commands.system import kernel_check
+
+    assert kernel_check()[0], "this environment should have the python3 kernel"
+    monkeypatch.setattr(KernelSpecManager, "find_kernel_specs", lambda self: {})
+    ok, detail = kernel_check()
+    assert not ok and "ipykernel install" in detail and "--name python3" in detail
