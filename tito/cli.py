@@ -8,6 +8,8 @@ import click
 
 from . import __version__
 from .commands import export, init, milestone, module, system
+from .commands import nbgrader
+from .commands import site
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -21,6 +23,8 @@ cli.add_command(module.module)
 cli.add_command(export.export)
 cli.add_command(milestone.milestone)
 cli.add_command(system.system)
+cli.add_command(nbgrader.nbgrader)
+cli.add_command(site.site)
 
 
 def main():

@@ -16,8 +16,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import nbformat
-
 SOLUTION_BEGIN = "### BEGIN SOLUTION"
 SOLUTION_END = "### END SOLUTION"
 _DIRECTIVE = re.compile(r"^#\|\s*(\w+)\s*(.*?)\s*$")
@@ -78,8 +76,10 @@ class Cell:
         return "\n".join(lines).strip("\n")
 
 
-def load_notebook(path: Path) -> nbformat.NotebookNode:
+def load_notebook(path: Path):
     """Read a ``.py`` lesson (jupytext) or an ``.ipynb`` notebook; never writes."""
+    import nbformat  # imported here: it takes a second or more, and many commands never need it
+
     path = Path(path)
     if not path.is_file():
         raise NotebookError(f"{path} does not exist.")
@@ -134,9 +134,21 @@ def solution_lines(cell: Cell) -> list[str]:
     return out
 
 
-def to_ipynb(path: Path) -> nbformat.NotebookNode:
-    """A lesson source as a notebook with a python3 kernelspec, ready for nbgrader."""
+GRADING_FLAGS = ("grade", "solution", "locked", "task")
+
+
+def to_ipynb(path: Path):
+    """A lesson source as a notebook with a python3 kernelspec, ready for nbgrader.
+
+    Cells that are neither graded, solutions, locked nor tasks are ordinary cells to
+    nbgrader; their metadata (kept in lessons only to name them, e.g. ``analysis-speed``)
+    is dropped, since nbgrader looks such cells up in its gradebook and cannot find them.
+    """
     notebook = load_notebook(path)
+    for cell in notebook.cells:
+        meta = cell.get("metadata", {}).get("nbgrader")
+        if meta is not None and not any(meta.get(flag) for flag in GRADING_FLAGS):
+            del cell.metadata["nbgrader"]
     notebook.metadata["kernelspec"] = {
         "name": "python3", "display_name": "Python 3", "language": "python",
     }

@@ -14,8 +14,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import nbformat
-
 from .notebook import to_ipynb
 from .registry import Module
 
@@ -43,8 +41,10 @@ def run_nbgrader(args: list[str], course_root: Path, timeout: float = 600) -> su
     )
 
 
-def release_notebooks(modules: list[Module]) -> dict[int, nbformat.NotebookNode]:
-    """Generate the student version of each lesson with one nbgrader run."""
+def release_notebooks(modules: list[Module]) -> dict:
+    """Generate the student version of each lesson with one nbgrader run (module -> notebook)."""
+    import nbformat
+
     if not modules:
         return {}
     with tempfile.TemporaryDirectory(prefix="tito-release-") as tmp:

@@ -19,8 +19,6 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-import nbformat
-
 from .exporter import PLACEHOLDER, init_files, placeholder, reference_export
 from .registry import MODULES, Module, get_module
 
@@ -193,7 +191,9 @@ class Workspace:
 
     # ---- creating --------------------------------------------------------------------
     @classmethod
-    def create(cls, root: Path, releases: dict[int, nbformat.NotebookNode]) -> "Workspace":
+    def create(cls, root: Path, releases: dict) -> "Workspace":
+        import nbformat
+
         ws = cls(root)
         (ws.root / MARKER / "release").mkdir(parents=True, exist_ok=True)
         (ws.root / "modules").mkdir(exist_ok=True)

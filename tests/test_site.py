@@ -1,0 +1,430 @@
+"""The course website: generated from the lessons, in sync, rendered, linked, no solutions.
+
+The site is rendered once with pandoc (as `tito site render` does where Quarto is not
+installed) into a temporary folder; the checks below read those pages.
+"""
+
+from __future__ import annotations
+
+import ast
+import html
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import run_tito
+
+from tito.core.notebook import Cell, read_cells, solution_lines
+from tito.core.registry import MILESTONES, MODULES, written_modules
+from tito.core.site import SITE_DIR, check_site, generate, hidden_lines, solution_leaks, write_site
+from tito.core.site_lesson import _messages, _stubs, message_text
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def files() -> dict[str, str]:
+    return generate()
+
+
+@pytest.fixture(scope="module")
+def rendered(repo, tmp_path_factory) -> Path:
+    """The committed site/, rendered by `tito site render --pandoc --out ...`."""
+    pytest.importorskip("pypandoc", reason="pypandoc-binary (dev extra) renders the site")
+    out = tmp_path_factory.mktemp("site") / "_site"
+    done = run_tito("site", "render", "--pandoc", "--out", str(out), cwd=repo)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Rendered" in done.stdout and (out / "index.html").is_file()
+    return out
+
+
+class _Page(HTMLParser):
+    """Links, ids and text of one HTML page."""
+
+    def __init__(self):
+        super().__init__()
+        self.links: list[tuple[str, str]] = []  # (href, link text)
+        self.ids: set[str] = set()
+        self.text: list[str] = []
+        self._anchor: list[str] | None = None
+        self._href = ""
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if "id" in attrs:
+            self.ids.add(attrs["id"])
+        for key in ("href", "src"):
+            if attrs.get(key) is not None and tag in ("a", "link", "img", "script"):
+                if tag == "a":
+                    self._anchor, self._href = [], attrs[key]
+                else:
+                    self.links.append((attrs[key], ""))
+
+    def handle_endtag(self, tag):
+        if tag == "a" and self._anchor is not None:
+            self.links.append((self._href, "".join(self._anchor)))
+            self._anchor = None
+
+    def handle_data(self, data):
+        self.text.append(data)
+        if self._anchor is not None:
+            self._anchor.append(data)
+
+
+def _parse(path: Path) -> _Page:
+    page = _Page()
+    page.feed(path.read_text(encoding="utf-8"))
+    return page
+
+
+def _local(href: str) -> bool:
+    return not (href.startswith(("http://", "https://", "mailto:", "//", "data:")))
+
+
+# ---- generation ------------------------------------------------------------------------------
+def test_committed_site_is_in_sync(repo):
+    done = run_tito("site", "build", "--check", cwd=repo)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "matches" in done.stdout
+
+
+def test_generation_is_deterministic(files):
+    assert generate() == files
+
+
+def test_check_catches_an_edit_a_stale_page_and_a_missing_one(repo, files, tmp_path):
+    site = tmp_path / "site"
+    shutil.copytree(SITE_DIR, site, ignore=shutil.ignore_patterns("_site", ".quarto"))
+    assert check_site(site, files) == []
+    page = site / "index.qmd"
+    page.write_text(page.read_text() + "\nA hand edit.\n")
+    (site / "modules" / "99_old.qmd").write_text("---\ntitle: old\n---\n")
+    (site / "milestones" / f"{MILESTONES[0].name}.qmd").unlink()
+    problems = check_site(site, files)
+    assert any("index.qmd" in p and "differs" in p for p in problems), problems
+    assert any("99_old.qmd" in p and "stale" in p for p in problems), problems
+    assert any(MILESTONES[0].name in p and "missing" in p for p in problems), problems
+    done = run_tito("site", "build", "--check", "--site", str(site), cwd=repo)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "out of sync" in done.stdout
+    changed, stale = write_site(site, files)
+    assert changed == ["index.qmd", f"milestones/{MILESTONES[0].name}.qmd"] and stale == [
+        "modules/99_old.qmd"
+    ]
+    assert check_site(site, files) == [] and not (site / "modules" / "99_old.qmd").exists()
+
+
+def test_quarto_project_lists_every_module_and_milestone(files):
+    config = yaml.safe_load(files["_quarto.yml"])
+    assert config["project"]["type"] == "website"
+    assert config["project"]["output-dir"] == "_site"
+    sidebar = yaml.safe_dump(config["website"]["sidebar"])
+    for m in MODULES:
+        assert f"{m.key} {m.title}" in sidebar, f"module {m.key} is missing from the sidebar"
+    for ms in MILESTONES:
+        assert f"milestones/{ms.name}.qmd" in sidebar
+    written = {f"modules/{m.dirname}.qmd" for m in written_modules()}
+    assert {p for p in files if p.startswith("modules/")} == written
+
+
+# ---- rendering and links ---------------------------------------------------------------------
+def _quarto_hrefs(files) -> set[str]:
+    config = yaml.safe_load(files["_quarto.yml"])
+    found: set[str] = set()
+
+    def walk(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("href"), str):
+                found.add(node["href"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(config["website"])
+    return found
+
+
+def test_every_page_in_quarto_yml_is_rendered(rendered, files):
+    hrefs = _quarto_hrefs(files)
+    assert "index.qmd" in hrefs
+    for href in hrefs:
+        path = href.split("#")[0]
+        assert (SITE_DIR / path).is_file(), f"_quarto.yml lists {path}, which does not exist"
+        assert (rendered / (path[:-4] + ".html")).is_file(), f"{path} was not rendered"
+    for page in files:
+        if page.endswith(".qmd"):
+            assert (rendered / (page[:-4] + ".html")).is_file(), f"{page} was not rendered"
+    assert (rendered / "styles.css").is_file()
+
+
+def test_every_internal_link_resolves(rendered):
+    pages = sorted(rendered.rglob("*.html"))
+    parsed = {p: _parse(p) for p in pages}
+    checked = 0
+    for page, doc in parsed.items():
+        assert doc.links, f"{page.name} has no links: the navigation is missing"
+        for href, _ in doc.links:
+            if not _local(href):
+                continue
+            path, _, fragment = href.partition("#")
+            target = page if not path else (page.parent / path).resolve()
+            where = f"{page.relative_to(rendered)} links to {href!r}"
+            assert target.is_file(), f"{where}, which does not exist"
+            assert not path.endswith(".qmd"), f"{where}: .qmd links must become .html"
+            if fragment:
+                ids = parsed[target].ids if target in parsed else _parse(target).ids
+                assert fragment in ids, f"{where}, but that page has no id {fragment!r}"
+            checked += 1
+    assert checked > 100
+
+
+def test_every_page_has_the_navigation(rendered):
+    for page in sorted(rendered.rglob("*.html")):
+        doc = _parse(page)
+        hrefs = {
+            (page.parent / h.partition("#")[0]).resolve()
+            for h, _ in doc.links
+            if _local(h) and h.partition("#")[0]
+        }
+        for m in written_modules():
+            assert (rendered / "modules" / f"{m.dirname}.html").resolve() in hrefs, (
+                f"{page.name}: the sidebar does not link module {m.key}"
+            )
+        for ms in MILESTONES:
+            assert (rendered / "milestones" / f"{ms.name}.html").resolve() in hrefs
+
+
+def test_unwritten_modules_are_coming_soon_and_never_links(rendered, files):
+    unwritten = [m for m in MODULES if not m.written]
+    index = _parse(rendered / "index.html")
+    index_text = html.unescape("".join(index.text))
+    for m in unwritten:
+        assert f"modules/{m.dirname}.qmd" not in files
+        assert not (rendered / "modules" / f"{m.dirname}.html").exists()
+        row = next(
+            line for line in files["index.qmd"].splitlines() if line.startswith(f"| {m.key} |")
+        )
+        assert "coming soon" in row and "](" not in row, row
+        assert f"{m.key} {m.title} coming soon" in " ".join(index_text.split()), (
+            f"module {m.key} should show as coming soon in the sidebar"
+        )
+    for page in sorted(rendered.rglob("*.html")):
+        for href, text in _parse(page).links:
+            for m in unwritten:
+                assert not href.split("#")[0].endswith(f"{m.dirname}.html"), (
+                    f"{page.name} links to unwritten {m.key}"
+                )
+                assert f"{m.key} {m.title}" not in text, (
+                    f"{page.name} has a link named after unwritten {m.key}"
+                )
+
+
+def test_milestone_pages_say_coming_soon_until_their_script_exists(files, repo):
+    for ms in MILESTONES:
+        page = files[f"milestones/{ms.name}.qmd"]
+        ready = (repo / "milestones" / ms.script).is_file()
+        assert ("This milestone is [coming soon]" in page) != ready, ms.name
+        assert f"tito milestone run {ms.name}" in page
+
+
+# ---- what the module pages show ---------------------------------------------------------------
+def test_no_solution_line_appears_on_any_page(rendered, files):
+    """Every line inside a solution block of any lesson stays off every page, unless the same
+    text is public anyway (given code, prose or tests of some lesson: `return`, ...)."""
+    public, solutions = [], []
+    for m in written_modules():
+        cells = read_cells(m.source)
+        for cell in cells:
+            hidden = set(solution_lines(cell))
+            public += [line for line in cell.source.splitlines() if line not in hidden]
+            solutions += [(m.dirname, line.strip()) for line in hidden]
+    public_text = "\n".join(public)
+    texts = dict(files)
+    for page in rendered.rglob("*.html"):
+        texts[str(page.relative_to(rendered))] = html.unescape("".join(_parse(page).text))
+    checked = 0
+    for where, line in solutions:
+        if len(line) < 3 or line.startswith("#") or line in public_text:
+            continue
+        checked += 1
+        for name, text in texts.items():
+            assert line not in text, f"{name} shows the solution line {line!r} of {where}"
+    assert checked > 100, "too few solution lines found: is the check reading the lessons?"
+
+
+def test_the_leak_check_catches_a_solution_line():
+    line = next(iter(hidden_lines()))
+    assert solution_leaks({"modules/x.qmd": f"text\n    {line}\n"}) != []
+    assert solution_leaks({"modules/x.qmd": "text\n"}) == []
+
+
+def test_every_graded_test_is_on_its_page_with_points(rendered, files):
+    for m in written_modules():
+        qmd = files[f"modules/{m.dirname}.qmd"]
+        page = _parse(rendered / "modules" / f"{m.dirname}.html")
+        text = " ".join(html.unescape("".join(page.text)).split())
+        graded = [c for c in read_cells(m.source) if c.is_graded]
+        assert graded
+        for cell in graded:
+            name = next(
+                n.name
+                for n in ast.parse(cell.source).body
+                if isinstance(n, ast.FunctionDef) and n.name.startswith("test")
+            )
+            row = f"| [`{name}`](#fails-{cell.grade_id}) | {cell.points:g} |"
+            assert row in qmd, (
+                f"{m.dirname}: {cell.grade_id} is not listed with {cell.points:g} points"
+            )
+            assert f"fails-{cell.grade_id}" in page.ids
+            unit = "point" if cell.points == 1 else "points"
+            assert f"{name} {cell.points:g} {unit}" in text, (
+                f"{m.dirname}: {cell.grade_id} on the page"
+            )
+        total = sum(c.points for c in graded)
+        assert f"{len(graded)} tests, {total:g} points" in qmd
+
+
+def test_module_page_sections(files):
+    for m in written_modules():
+        qmd = files[f"modules/{m.dirname}.qmd"]
+        for heading in (
+            "Module info",
+            "Overview",
+            "Commands",
+            "Learning objectives",
+            "What you build",
+            "What you are not building yet",
+            "What you write",
+            "How you know it works",
+            "When it fails",
+            "What's next",
+            "How later modules use this one",
+        ):
+            assert f"\n## {heading}\n" in qmd, f"{m.dirname} lacks '{heading}'"
+        assert f"tito module start {m.key}" in qmd and f"tito module complete {m.key}" in qmd
+        assert f"{m.hours} hours" in qmd and f"tinytorch.{m.target}" in qmd
+
+
+def test_later_modules_and_milestones_are_listed(files):
+    first = written_modules()[0]
+    qmd = files[f"modules/{first.dirname}.qmd"]
+    section = qmd.split("## How later modules use this one", 1)[1]
+    for m in MODULES:
+        if first.number in m.requires:
+            assert f"{m.key} {m.title}" in section
+    for ms in MILESTONES:
+        if first.number in ms.requires:
+            assert f"milestones/{ms.name}.qmd" in section
+
+
+def test_failure_messages_come_from_the_asserts_with_readable_placeholders():
+    source = '''
+def test_unit_example():
+    """doc"""
+    t = make()
+    hint = "use keepdims=True"
+    assert t.shape == (2, 3), f"Tensor(...).shape is {t.shape}, expected (2, 3)"
+    assert ok, ("two " f"parts {x!r:>4}")
+    assert done, hint
+    raise AssertionError(f"never {t.dtype}")
+'''
+    messages = [message_text(m) for m in _messages(ast.parse(source).body[0])]
+    assert messages == [
+        "Tensor(...).shape is <t.shape>, expected (2, 3)",
+        "two parts <x>",
+        "use keepdims=True",
+        "never <t.dtype>",
+    ]
+
+
+def test_stubs_show_signatures_and_docstrings_not_bodies():
+    source = '''class Linear(Module):
+    """y = x @ W.T + b"""
+
+    def __init__(self, n, m, bias=True):
+        """Weights U(-k, k)."""
+        ### BEGIN SOLUTION
+        self.weight = secret_init(n, m)
+        ### END SOLUTION
+
+    def given(self):
+        return 1
+
+
+def helper_written(x, *, axis=-1):
+    ### BEGIN SOLUTION
+    return secret(x)
+    ### END SOLUTION
+'''
+    cell = Cell(0, "code", source, {"solution": True, "grade_id": "linear"})
+    stubs = _stubs(cell, "lesson")
+    code = "\n".join(s.code for s in stubs)
+    assert [s.name for s in stubs] == ["Linear", "helper_written"]
+    assert "def __init__(self, n, m, bias=True):" in code and '"""Weights U(-k, k)."""' in code
+    assert "def helper_written(x, *, axis=-1):" in code
+    assert "secret" not in code and "given" not in code
+
+
+def test_module_page_shows_placeholders(rendered):
+    page = (rendered / "modules" / f"{written_modules()[0].dirname}.html").read_text()
+    assert 'class="placeholder"' in page and "&lt;" in page
+
+
+# ---- a look in a real browser -------------------------------------------------------------------
+def _screenshot_module():
+    """The module 13 page once it is written; until then the highest-numbered written one."""
+    written = written_modules()
+    return next((m for m in written if m.number == 13), written[-1])
+
+
+def test_module_page_screenshot_is_not_blank(rendered, tmp_path):
+    if not Path(CHROMIUM).is_file():
+        pytest.skip(
+            f"{CHROMIUM} is not installed (Debian: apt-get install -y chromium); "
+            "the screenshot check needs a headless browser"
+        )
+    image = pytest.importorskip("matplotlib.image")
+    m = _screenshot_module()
+    page = rendered / "modules" / f"{m.dirname}.html"
+    shot = tmp_path / "module.png"
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    done = subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            f"--screenshot={shot}",
+            "--window-size=1280,1600",
+            "--hide-scrollbars",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert shot.is_file(), f"chromium wrote no screenshot:\n{done.stderr[-2000:]}"
+    pixels = image.imread(shot)[..., :3]
+    assert pixels.shape[:2] == (1600, 1280)
+    if pixels.dtype != "uint8":
+        pixels = (pixels * 255).round().astype("uint8")
+    flat = pixels.reshape(-1, 3)
+    distinct = len({tuple(p) for p in flat[::7]})
+    not_white = float((flat.min(axis=1) < 235).mean())
+    assert distinct > 30, f"the screenshot has only {distinct} colours: a blank page?"
+    assert 0.03 < not_white < 0.6, f"{not_white:.1%} of the screenshot is not white"
+    # The dark top bar comes from styles.css: the page was rendered with its stylesheet.
+    assert pixels[10, 640].max() < 80, "the top bar is not dark: styles.css was not applied"

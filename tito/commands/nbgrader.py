@@ -1,0 +1,311 @@
+"""`tito nbgrader ...`: grade a class with nbgrader itself, from lesson to gradebook."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..core import grading
+from ..core.grading import Course, GradingError
+from ..core.registry import COURSE_ROOT, Module, UnknownModule, get_module, written_modules
+from ..core.ui import Failure, console, table
+
+
+def _module(ref: str) -> Module:
+    try:
+        m = get_module(ref)
+    except UnknownModule as error:
+        raise Failure(str(error)) from None
+    if not m.written:
+        raise Failure(f"Module {m.key} ({m.title}) is not written yet: there is nothing to grade.")
+    return m
+
+
+def _course(ctx: click.Context) -> Course:
+    start = ctx.obj
+    if start is not None and not (Path(start) / grading.CONFIG_NAME).is_file():
+        raise Failure(f"{start} is not an nbgrader course (no {grading.CONFIG_NAME}); "
+                      "make one with `tito nbgrader init DIR`.")
+    try:
+        return Course.require(start)
+    except GradingError as error:
+        raise Failure(str(error)) from None
+
+
+def _points(x: float) -> str:
+    return f"{x:g}"
+
+
+@click.group("nbgrader")
+@click.option("--course", "course_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="The course folder (default: where nbgrader_config.py is, here or above).")
+@click.pass_context
+def nbgrader(ctx, course_dir):
+    """Instructors: grade students' notebooks with nbgrader (init, generate, release,
+    collect, autograde, feedback, report)."""
+    ctx.obj = course_dir.resolve() if course_dir else None
+
+
+# ---- init -----------------------------------------------------------------------------------
+@nbgrader.command()
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--course-id", default=grading.DEFAULT_COURSE_ID, show_default=True,
+              help="nbgrader's course id.")
+@click.option("--timeout", type=click.IntRange(min=1), default=grading.DEFAULT_TIMEOUT,
+              show_default=True, help="Per-cell time limit when autograding, in seconds.")
+@click.option("--force", is_flag=True,
+              help="Rewrite nbgrader_config.py of an existing course (nothing is deleted).")
+def init(directory, course_id, timeout, force):
+    """Create an nbgrader course folder in DIRECTORY."""
+    try:
+        course = grading.init_course(directory, course_id, timeout, force)
+    except GradingError as error:
+        raise Failure(str(error)) from None
+    console.print(f"[green]✓[/] nbgrader course in {course.root} (course id {course_id})")
+    console.print(f"  {grading.CONFIG_NAME}: root, gradebook.db, per-cell time limit {timeout} s")
+    console.print(f"  folders: {', '.join(f + '/' for f in grading.COURSE_FOLDERS)}")
+    console.print(f"Next: `cd {directory}` then `tito nbgrader generate 01`")
+
+
+# ---- generate / release ---------------------------------------------------------------------
+@nbgrader.command()
+@click.argument("number")
+@click.option("--lesson", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="Use this lesson file instead of the course's modules/NN_slug/slug.py.")
+@click.option("--force", is_flag=True, help="Replace a source notebook that was edited by hand.")
+@click.pass_context
+def generate(ctx, number, lesson, force):
+    """Source notebook of module NUMBER from its lesson, with its nbgrader metadata checked."""
+    m = _module(number)
+    course = _course(ctx)
+    try:
+        made = grading.generate(course, m, lesson, force)
+    except GradingError as error:
+        raise Failure(str(error)) from None
+    origin = lesson or m.source.relative_to(COURSE_ROOT)
+    state = " (unchanged)" if made.unchanged else ""
+    console.print(f"[green]✓[/] {course.rel(made.path)}{state} from {origin}: "
+                  f"{made.tests} graded tests ({_points(made.points)} points), "
+                  f"{made.solutions} solution cells; nbgrader metadata checked")
+    console.print(f"Next: `tito nbgrader release {m.key}`")
+
+
+@nbgrader.command()
+@click.argument("number")
+@click.option("--force", is_flag=True, help="Release again over an existing release.")
+@click.pass_context
+def release(ctx, number, force):
+    """Student notebook of module NUMBER with `nbgrader generate_assignment` (and the gradebook)."""
+    m = _module(number)
+    course = _course(ctx)
+    console.print(f"nbgrader generate_assignment {m.dirname} ...")
+    try:
+        run = grading.release(course, m, force)
+        with course.gradebook() as gb:
+            master = gb.find_notebook(m.slug, m.dirname)
+            n_tests = len(master.grade_cells)
+            n_locked = sum(c.locked for c in master.source_cells)
+            points = sum(float(c.max_score) for c in master.grade_cells)
+    except GradingError as error:
+        raise Failure(str(error)) from None
+    console.print(f"[green]✓[/] {course.rel(course.release_notebook(m))}: solutions replaced by "
+                  f"nbgrader ({run.seconds:.0f} s); gradebook has {n_tests} graded tests "
+                  f"({_points(points)} points) and checksums of {n_locked} locked cells")
+    console.print("Hand that notebook to students; put what they return in a folder and run "
+                  f"`tito nbgrader collect {m.key} FOLDER/*`")
+
+
+# ---- collect --------------------------------------------------------------------------------
+@nbgrader.command()
+@click.argument("number")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--student", help="Student id for a single PATH (default: from its name).")
+@click.pass_context
+def collect(ctx, number, paths, student):
+    """Copy submissions of module NUMBER into submitted/<student>/.
+
+    Each PATH is a student's folder (the id is the folder's name) or a notebook file (the id
+    is the file's name, or its folder's name for a file called like the module's notebook).
+    """
+    m = _module(number)
+    course = _course(ctx)
+    try:
+        done, skipped = grading.collect(course, m, list(paths), student)
+    except GradingError as error:
+        raise Failure(str(error)) from None
+    if done:
+        t = table("student", "from", "to",
+                  title=f"Collected {len(done)} submission(s) of {m.dirname}")
+        for c in done:
+            t.add_row(c.student, str(c.source),
+                      course.rel(c.target) + (" (replaced)" if c.replaced else ""))
+        console.print(t)
+    for s in skipped:
+        console.print(f"  [red]✗ skipped[/] {s.path}: {s.reason}", markup=True)
+    if skipped:
+        console.print(f"[yellow]{len(skipped)} path(s) skipped[/], {len(done)} collected.")
+        raise SystemExit(1)
+    console.print(f"Next: `tito nbgrader autograde {m.key}`")
+
+
+# ---- autograde ------------------------------------------------------------------------------
+def _summary_line(r: grading.StudentResult) -> str:
+    if r.status != "graded":
+        return f"  [red]✗ {r.student}[/]: {r.status} [dim]({r.seconds:.0f} s)[/]"
+    colour = "green" if r.score == r.max_score else ("yellow" if r.score else "red")
+    return (f"  [{colour}]{r.student}[/]: {_points(r.score)}/{_points(r.max_score)} points, "
+            f"{r.passed}/{len(r.tests)} tests passed [dim]({r.seconds:.0f} s)[/]")
+
+
+def _details(r: grading.StudentResult, timeout: int | None = None) -> None:
+    limit = f" ({timeout} s)" if timeout else ""
+    tests = {t.name for t in r.tests}
+    for name in r.timed_out:
+        effect = "scored 0" if name in tests else "not a test; later cells ran without it"
+        console.print(f"      [magenta]⏱ {name}[/] stopped at the time limit{limit}: {effect}")
+    for change in r.locked_changes:
+        console.print(f"      [bold red]⚠ {change.explain()}[/]")
+    failed = [t.name for t in r.tests if t.score < t.max_score and t.name not in r.timed_out]
+    if failed and r.status == "graded":
+        lost = "every test" if len(failed) == len(r.tests) else ", ".join(failed)
+        console.print(f"      [dim]lost points: {lost}[/]")
+    if r.error:
+        for line in r.error.splitlines()[-12:]:
+            console.print(f"      {line}", markup=False, style="red")
+
+
+@nbgrader.command()
+@click.argument("number")
+@click.option("--timeout", type=click.IntRange(min=1),
+              help="Per-cell time limit for this run, in seconds (default: nbgrader_config.py).")
+@click.option("--student", "students", multiple=True, help="Grade only this student (repeatable).")
+@click.pass_context
+def autograde(ctx, number, timeout, students):
+    """Run `nbgrader autograde` on every submission of module NUMBER, one student at a time.
+
+    A student whose notebook crashes nbgrader or hangs is reported and the others are
+    still graded; a cell that runs past the time limit is interrupted and scores zero.
+    """
+    m = _module(number)
+    course = _course(ctx)
+    try:
+        settings = course.settings()
+    except GradingError as error:
+        raise Failure(str(error)) from None
+    if not course.release_notebook(m).is_file():
+        raise Failure(f"module {m.key} is not released in this course: run `tito nbgrader "
+                      f"release {m.key}` first (it records the tests in the gradebook).")
+    submitted = course.students(m)
+    chosen = list(students) or submitted
+    missing = [s for s in chosen if s not in submitted]
+    if missing:
+        raise Failure(f"no submission of {m.dirname} for {', '.join(missing)} in submitted/ "
+                      f"(there are: {', '.join(submitted) or 'none'}).")
+    if not chosen:
+        raise Failure(f"no submissions of {m.dirname} in submitted/: run `tito nbgrader "
+                      f"collect {m.key} PATH...` first.")
+    limit = timeout or settings["timeout"] or grading.DEFAULT_TIMEOUT
+    source = "this run's --timeout" if timeout else grading.CONFIG_NAME
+    console.print(f"Autograding {m.dirname} for {len(chosen)} student(s) with nbgrader, "
+                  f"time limit {limit} s per cell ({source}) ...")
+    results = []
+    for student in chosen:
+        r = grading.autograde_student(course, m, student, limit)
+        results.append(r)
+        console.print(_summary_line(r))
+        _details(r, limit)
+    bad = [r for r in results if r.status != "graded"]
+    flagged = [r for r in results if r.locked_changes]
+    graded = len(results) - len(bad)
+    console.print(f"{graded} graded, {len(bad)} not graded"
+                  + (f", {len(flagged)} with changed locked cells" if flagged else "")
+                  + f". Next: `tito nbgrader feedback {m.key}`, `tito nbgrader report`")
+    if bad:
+        raise SystemExit(1)
+
+
+# ---- feedback -------------------------------------------------------------------------------
+@nbgrader.command()
+@click.argument("number")
+@click.pass_context
+def feedback(ctx, number):
+    """HTML feedback for every autograded student of module NUMBER (`generate_feedback`)."""
+    m = _module(number)
+    course = _course(ctx)
+    console.print(f"nbgrader generate_feedback {m.dirname} ...")
+    run, made, ungraded = grading.feedback(course, m)
+    for student, path in made.items():
+        if path:
+            console.print(f"  [green]✓[/] {student}: {course.rel(path)}")
+        else:
+            console.print(f"  [red]✗[/] {student}: nbgrader made no feedback")
+    for student in ungraded:
+        console.print(f"  [yellow]-[/] {student}: not autograded, no feedback "
+                      f"(`tito nbgrader autograde {m.key} --student {student}`)")
+    if not run.ok:
+        console.print(run.errors(), markup=False, style="red")
+    if not run.ok or not all(made.values()):
+        raise SystemExit(1)
+    console.print(f"{len(made)} feedback file(s) in feedback/ to return to students.")
+
+
+# ---- report ---------------------------------------------------------------------------------
+def _cell(score: grading.CellScore | None) -> str:
+    if score is None:
+        return "[dim]-[/]"
+    text = _points(score.score) + ("*" if score.needs_manual else "")
+    if score.score >= score.max_score:
+        return f"[green]{text}[/]"
+    return f"[yellow]{text}[/]" if score.score > 0 else f"[red]{text}[/]"
+
+
+@nbgrader.command()
+@click.argument("numbers", nargs=-1)
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Where `nbgrader export` writes the CSV (default: grades.csv in the course).")
+@click.pass_context
+def report(ctx, numbers, csv_path):
+    """Scores per student and per graded test (gradebook), and nbgrader's CSV export."""
+    course = _course(ctx)
+    chosen = [_module(n) for n in numbers]
+    csv_path = (csv_path or course.root / "grades.csv").resolve()
+    try:
+        grading.export_csv(course, csv_path, chosen)
+        reports = grading.report(course, chosen or written_modules())
+    except GradingError as error:
+        raise Failure(str(error)) from None
+    if not reports:
+        console.print("No released module in the gradebook yet: `tito nbgrader release N`.")
+    for rep in reports:
+        names = [name for name, _ in rep.tests]
+        short = [n.removeprefix("test_unit_") for n in names]
+        total = sum(p for _, p in rep.tests)
+        t = table("student", *[f"{s}\n/{_points(p)}" for s, (_, p) in zip(short, rep.tests)],
+                  f"total\n/{_points(total)}",
+                  title=f"{rep.module.dirname}: {len(rep.students)} student(s), "
+                        f"{len(names)} graded tests")
+        notes = []
+        for r in rep.students:
+            by_name = {s.name: s for s in r.tests}
+            said = []
+            if r.status != "graded":
+                said.append("not graded: run `tito nbgrader autograde "
+                            f"{rep.module.key} --student {r.student}`")
+            if r.stale:
+                said.append("submitted again after grading: autograde again")
+            if r.timed_out:
+                said.append("stopped at the time limit: " + ", ".join(r.timed_out))
+            said += [c.explain() for c in r.locked_changes]
+            notes += [(r.student, text) for text in said]
+            graded = r.status == "graded"
+            t.add_row(r.student + (" [yellow]![/]" if said else ""),
+                      *[_cell(by_name.get(n)) if graded else "[dim]-[/]" for n in names],
+                      _points(r.score) if graded else "[dim]-[/]")
+        console.print(t)
+        if any(s.needs_manual for r in rep.students for s in r.tests):
+            console.print("  [dim]* zero until graded by hand in nbgrader (formgrader)[/]")
+        for student, text in notes:
+            console.print(f"  [yellow]![/] {student}: {text}")
+    console.print(f"CSV (nbgrader export): {csv_path}; one row per student and assignment, "
+                  "0 where a student has no submission")

@@ -1,0 +1,113 @@
+"""`tito site ...`: build the course website from the lessons, and render it."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import click
+
+from ..core.registry import COURSE_ROOT
+from ..core.site import SITE_DIR, SiteError, check_site, generate, write_site
+from ..core.site_render import RenderError, render_with_pandoc, render_with_quarto
+from ..core.ui import Failure, console
+
+
+@click.group()
+def site():
+    """The course website: a Quarto project in site/, made from the lessons."""
+
+
+def _generate() -> dict[str, str]:
+    try:
+        return generate()
+    except SiteError as error:
+        raise Failure(str(error)) from None
+
+
+SITE_OPTION = click.option(
+    "--site",
+    "site_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=SITE_DIR,
+    show_default=False,
+    help="The site folder (default: the course's site/).",
+)
+
+
+def _shown(path: Path) -> str:
+    path = path.resolve()
+    try:
+        return path.relative_to(COURSE_ROOT).as_posix()
+    except ValueError:
+        return str(path)
+
+
+@site.command()
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Exit 1 if the committed site/ differs from what would be generated.",
+)
+@SITE_OPTION
+def build(check, site_dir):
+    """Generate site/ (_quarto.yml and .qmd pages) from the lessons and the registry."""
+    files = _generate()
+    name = _shown(site_dir)
+    if check:
+        problems = check_site(site_dir, files)
+        if problems:
+            for p in problems:
+                console.print(f"  [red]✗[/] {p}")
+            console.print(
+                f"{name}/ is out of sync with the lessons and registry: run `tito site build`."
+            )
+            raise SystemExit(1)
+        console.print(
+            f"[green]✓[/] {name}/ matches the lessons and registry ({len(files)} generated files)"
+        )
+        return
+    changed, stale = write_site(site_dir, files)
+    for rel in changed:
+        console.print(f"  wrote {name}/{rel}")
+    for rel in stale:
+        console.print(f"  removed {name}/{rel} (stale)")
+    console.print(
+        f"[green]✓[/] site built: {len(changed)} file(s) changed, {len(stale)} removed, "
+        f"{len(files) - len(changed)} already current."
+    )
+    console.print("Render it: `tito site render`")
+
+
+@site.command()
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Output folder (default: site/_site, where Quarto puts it).",
+)
+@click.option(
+    "--pandoc", "force_pandoc", is_flag=True, help="Use pandoc even if quarto is installed."
+)
+@SITE_OPTION
+def render(out, force_pandoc, site_dir):
+    """Render site/ to HTML: `quarto render site` if quarto is installed, else pandoc."""
+    if check_site(site_dir, _generate()):
+        console.print(
+            f"[yellow]note:[/] {_shown(site_dir)}/ is out of sync with the lessons; rendering "
+            "it as it is (`tito site build` brings it up to date)."
+        )
+    quarto = None if force_pandoc else shutil.which("quarto")
+    target = out or site_dir / "_site"
+    try:
+        if quarto:
+            console.print(f"Rendering with {quarto}")
+            render_with_quarto(quarto, site_dir, out)
+        else:
+            files = render_with_pandoc(site_dir, target)
+            pages = sum(1 for f in files if f.suffix == ".html")
+            why = "as asked" if force_pandoc else "quarto is not installed"
+            console.print(f"Rendered {pages} pages with pandoc ({why}).")
+    except RenderError as error:
+        raise Failure(str(error)) from None
+    console.print(f"[green]✓[/] open {_shown(target)}/index.html")
