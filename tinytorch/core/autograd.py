@@ -250,7 +250,10 @@ def _rules_for(order):
 def _accumulate_leaf(leaf, g):
     """leaf.grad += g, as a Tensor of the leaf's dtype that owns its memory."""
     if leaf.grad is None:
-        leaf.grad = Tensor._make(np.array(g, dtype=leaf.data.dtype))  # a private copy
+        # A private copy, in C order: the gradient of a weight used as W.T arrives
+        # transposed (F order), and the optimizer's element-wise updates are several times
+        # slower when param, grad and state are laid out in different orders.
+        leaf.grad = Tensor._make(np.array(g, dtype=leaf.data.dtype, order="C"))
     else:
         old = leaf.grad.data if isinstance(leaf.grad, Tensor) else np.asarray(leaf.grad)
         leaf.grad = Tensor._make((old + g).astype(leaf.data.dtype, copy=False))
@@ -313,6 +316,14 @@ def backward(tensor, grad=None, retain_graph=False):
 def matmul_backward(ctx, grad):
     """d(a @ b): (grad @ b.T, a.T @ grad), with np.matmul's vector rules"""
     a, b = ctx.inputs
+    if a.ndim > 2 and b.ndim == 2:
+        # A Linear layer on (B, T, C): flatten the leading axes. grad_b is then one
+        # (k, B*T) @ (B*T, m) product, instead of B products that unbroadcast sums afterwards.
+        k, m = b.shape
+        g2 = grad.reshape(-1, m)
+        grad_a = (g2 @ b.T).reshape(a.shape) if ctx.parents[0].requires_grad else None
+        grad_b = a.reshape(-1, k).T @ g2 if ctx.parents[1].requires_grad else None
+        return grad_a, grad_b
     a2 = a[None, :] if a.ndim == 1 else a
     b2 = b[:, None] if b.ndim == 1 else b
     g = grad
