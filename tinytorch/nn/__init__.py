@@ -4,6 +4,7 @@ from ..core.layers import *  # module 03: Layers
 from ..core.losses import *  # module 04: Losses
 from ..core.embeddings import *  # module 11: Embeddings
 from ..core.attention import *  # module 12: Attention
+from ..models.transformer import *  # module 13: Transformers
 
 _COMING_FROM = {
 }

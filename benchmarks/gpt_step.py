@@ -1,0 +1,455 @@
+"""One GPT training step, TinyTorch against PyTorch CPU eager, side by side in one run.
+
+Both frameworks train the SAME model (the `tinygpt` milestone's configuration by default:
+nanoGPT's CPU run, 4 layers, 4 heads, 128 wide, context 64, batch 12), starting from the
+SAME weights (copied from TinyTorch into PyTorch), on the SAME batches of Tiny Shakespeare,
+with the same step: forward, cross-entropy, backward, clip the gradient norm to 1.0, AdamW
+(betas 0.9/0.99, weight decay 0.1 on matrices only, as nanoGPT).
+
+Timing: each framework trains in its own fresh process, and the processes alternate
+(TinyTorch, PyTorch, PyTorch, TinyTorch, ... for --rounds rounds), so a noisy neighbour on
+a shared machine slows both alike. Separate processes matter: OpenBLAS's and PyTorch's
+thread pools keep spinning for a while after each call, and in one process they steal the
+cores from each other (PyTorch's forward measured 2x slower right after a TinyTorch step).
+The script prints the median time per step of each framework over all its rounds, split
+into forward, backward and optimizer, and the ratio, overall and per round.
+
+Memory: each training process reports its peak resident memory (VmHWM) above its resident
+memory after building the model, i.e. the activations kept for backward, gradients,
+optimizer state and temporaries of training. PyTorch's allocations are invisible
+to tracemalloc, so RSS is the common measure; for TinyTorch the tracemalloc peak (NumPy
+arrays only) is printed too.
+
+    .venv/bin/python benchmarks/gpt_step.py            # 3 rounds x 30 steps each
+    .venv/bin/python benchmarks/gpt_step.py --quick    # 1 round of 3 steps, smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+DATA = ROOT / "milestones" / "data" / "tinyshakespeare.txt"
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=30, help="timed steps per process")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="processes per framework, alternating (default 3)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed steps first")
+    p.add_argument("--quick", action="store_true", help="1 round of 3 timed steps, 1 warm-up")
+    p.add_argument("--threads", type=int, default=None,
+                   help="BLAS / intra-op threads for both frameworks (default: the library "
+                        "defaults, all cores)")
+    p.add_argument("--malloc", choices=("keep", "default"), default="keep",
+                   help="keep: glibc keeps freed memory for reuse (both frameworks; see "
+                        "README); default: glibc's own settings")
+    p.add_argument("--n-layer", type=int, default=4)
+    p.add_argument("--n-head", type=int, default=4)
+    p.add_argument("--n-embd", type=int, default=128)
+    p.add_argument("--block-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=12)
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="wall: elapsed time (the real measure); cpu: this process's CPU time, "
+                        "steadier on a busy machine, meaningful with --threads 1 only")
+    p.add_argument("--profile", action="store_true",
+                   help="then cProfile TinyTorch's steps in this process: where the time goes")
+    p.add_argument("--child", choices=("tinytorch", "torch"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.steps, args.warmup, args.rounds = 3, 1, 1
+    return args
+
+
+clock = time.perf_counter
+
+
+def setup_process(args):
+    """Threads, malloc behaviour and clock, the same for both frameworks. Call before numpy."""
+    global clock
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    if args.threads:
+        for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[name] = str(args.threads)
+    if args.malloc == "keep":
+        keep_freed_memory()
+
+
+def keep_freed_memory():
+    """Ask glibc to reuse freed memory instead of returning it to the kernel.
+
+    NumPy allocates every temporary with malloc. By default glibc serves large blocks with
+    fresh mmap()s and trims the heap when its top is free, so a training step's ~1 MB
+    temporaries are page-faulted in (and zeroed by the kernel) again at every step. With a
+    fixed mmap threshold and no trimming, the step's memory stays mapped and is reused.
+    Same effect as MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_ in the environment.
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if not name or not sys.platform.startswith("linux"):
+        return False
+    try:
+        mallopt = ctypes.CDLL(name).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    # 32 MiB is the largest mmap threshold glibc accepts on 64-bit; trim only above 1 GiB.
+    return bool(mallopt(M_MMAP_THRESHOLD, 32 << 20) and mallopt(M_TRIM_THRESHOLD, 1 << 30))
+
+
+# ---- data ------------------------------------------------------------------------------
+def batches(n, batch_size, block_size, seed=0):
+    """n (x, y) batches of random windows of the Shakespeare text, as int64 arrays."""
+    import numpy as np
+
+    text = DATA.read_text(encoding="utf-8")
+    chars = sorted(set(text))
+    lookup = np.zeros(max(map(ord, chars)) + 1, dtype=np.int64)
+    lookup[[ord(c) for c in chars]] = np.arange(len(chars))
+    data = lookup[np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)]
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        ix = rng.integers(0, len(data) - block_size - 1, size=batch_size)
+        window = data[ix[:, None] + np.arange(block_size + 1)]
+        out.append((window[:, :-1], window[:, 1:]))
+    return out, len(chars)
+
+
+# ---- TinyTorch -------------------------------------------------------------------------
+def tinytorch_setup(config_kwargs, seed=0):
+    import numpy as np
+
+    from tinytorch.core.optimizers import AdamW, clip_grad_norm_
+    from tinytorch.core.tensor import manual_seed
+    from tinytorch.models.transformer import GPT, GPTConfig
+
+    manual_seed(seed)
+    model = GPT(GPTConfig(**config_kwargs))
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    optimizers = [AdamW(decay, lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)]
+    if no_decay:
+        optimizers.append(AdamW(no_decay, lr=1e-3, betas=(0.9, 0.99), weight_decay=0.0))
+    for p in model.parameters():
+        assert p.dtype == np.float32, f"a TinyTorch parameter is {p.dtype}"
+
+    def step(x, y, times=None):
+        t0 = clock()
+        _, loss = model(x, y)
+        t1 = clock()
+        for opt in optimizers:
+            opt.zero_grad()
+        loss.backward()
+        t2 = clock()
+        clip_grad_norm_(model.parameters(), 1.0)
+        for opt in optimizers:
+            opt.step()
+        t3 = clock()
+        if times is not None:
+            times.append((t1 - t0, t2 - t1, t3 - t2))
+        else:  # untimed steps: check that nothing drifted to float64
+            assert loss.dtype == np.float32, f"TinyTorch's loss is {loss.dtype}"
+            for name, p in model.named_parameters():
+                assert p.dtype == np.float32 and p.grad.dtype == np.float32, (
+                    f"{name}: parameter {p.dtype}, gradient {p.grad.dtype}")
+        return loss.item()
+
+    return model, step
+
+
+# ---- PyTorch ---------------------------------------------------------------------------
+def torch_gpt(config_kwargs):
+    """The same architecture in PyTorch: pre-norm blocks, fused qkv, SDPA, tanh GELU, tied head."""
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+
+    c = dict(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128, bias=False,
+             tie_weights=True, gelu_approximate="tanh")
+    c.update(config_kwargs)
+    C, bias = c["n_embd"], c["bias"]
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = nn.Linear(C, 3 * C, bias=bias)
+            self.proj = nn.Linear(C, C, bias=bias)
+
+        def forward(self, x):
+            B, T, _ = x.shape
+            H = c["n_head"]
+            q, k, v = self.qkv(x).view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, D)
+            return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(C, 4 * C, bias=bias)
+            self.proj = nn.Linear(4 * C, C, bias=bias)
+
+        def forward(self, x):
+            return self.proj(F.gelu(self.fc(x), approximate=c["gelu_approximate"]))
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1 = nn.LayerNorm(C, bias=bias)
+            self.attn = Attention()
+            self.ln2 = nn.LayerNorm(C, bias=bias)
+            self.mlp = MLP()
+
+        def forward(self, x):
+            x = x + self.attn(self.ln1(x))
+            return x + self.mlp(self.ln2(x))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = nn.Embedding(c["vocab_size"], C)
+            self.wpe = nn.Embedding(c["block_size"], C)
+            self.blocks = nn.Sequential(*[Block() for _ in range(c["n_layer"])])
+            self.ln_f = nn.LayerNorm(C, bias=bias)
+            self.lm_head = nn.Linear(C, c["vocab_size"], bias=False)
+            if c["tie_weights"]:
+                self.lm_head.weight = self.wte.weight
+
+        def forward(self, idx, targets):
+            T = idx.shape[1]
+            x = self.wte(idx) + self.wpe(torch.arange(T))
+            logits = self.lm_head(self.ln_f(self.blocks(x)))
+            return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+
+    return GPT()
+
+
+def torch_setup(config_kwargs, weights, threads=None):
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    model = torch_gpt(config_kwargs)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.from_numpy(weights[name]))
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": 0.1}]
+    if no_decay:
+        groups.append({"params": no_decay, "weight_decay": 0.0})
+    opt = torch.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.99))
+
+    def step(x, y, times=None):
+        xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+        t0 = clock()
+        _, loss = model(xt, yt)
+        t1 = clock()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        t2 = clock()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        t3 = clock()
+        if times is not None:
+            times.append((t1 - t0, t2 - t1, t3 - t2))
+        return loss.item()
+
+    return model, step
+
+
+# ---- one framework per subprocess ----------------------------------------------------------
+def _proc_status(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def child(args):
+    """Train one framework: warm-up, then timed steps; report times, losses and memory."""
+    config = config_of(args)
+    data, vocab = batches(args.warmup + args.steps, args.batch_size, args.block_size)
+    config["vocab_size"] = vocab
+    if args.child == "tinytorch":
+        model, step = tinytorch_setup(config)
+    else:
+        import torch  # noqa: F401
+
+        tt_model, _ = tinytorch_setup(config)
+        weights = {name: p.data for name, p in tt_model.named_parameters(remove_duplicate=False)}
+        model, step = torch_setup(config, weights, args.threads)
+        del tt_model, weights
+    import gc
+
+    gc.collect()
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset the peak (VmHWM) to the current RSS
+    except OSError:
+        pass
+    base = _proc_status("VmRSS")
+    times = []
+    for i, (x, y) in enumerate(data):
+        loss = step(x, y, times if i >= args.warmup else None)
+    result = {"times": times, "loss": loss, "rss_base": base, "rss_peak": _proc_status("VmHWM")}
+    if args.child == "tinytorch":
+        import tracemalloc
+
+        tracemalloc.start()
+        step(*data[-1])
+        result["tracemalloc_peak"] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    print("CHILD " + json.dumps(result))
+
+
+def run_child(args, framework):
+    cmd = [sys.executable, __file__, "--child", framework, "--steps", str(args.steps),
+           "--warmup", str(args.warmup), "--malloc", args.malloc, "--clock", args.clock,
+           "--n-layer", str(args.n_layer), "--n-head", str(args.n_head),
+           "--n-embd", str(args.n_embd), "--block-size", str(args.block_size),
+           "--batch-size", str(args.batch_size)]
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("CHILD ")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"the {framework} subprocess failed:\n{done.stdout}\n{done.stderr}")
+    return json.loads(lines[-1][len("CHILD "):])
+
+
+# ---- the comparison --------------------------------------------------------------------
+def config_of(args):
+    return dict(block_size=args.block_size, n_layer=args.n_layer, n_head=args.n_head,
+                n_embd=args.n_embd)
+
+
+def median(values):
+    values = sorted(values)
+    n = len(values)
+    return values[n // 2] if n % 2 else 0.5 * (values[n // 2 - 1] + values[n // 2])
+
+
+def summary(times):
+    """Median step time and median forward / backward / optimizer times, in ms."""
+    return (median([sum(t) for t in times]) * 1e3,
+            [median([t[i] for t in times]) * 1e3 for i in range(3)])
+
+
+def agreement_check(args):
+    """One step of each framework from the same weights on the same batch: equal losses."""
+    import numpy as np
+
+    config = config_of(args)
+    data, vocab = batches(1, args.batch_size, args.block_size)
+    config["vocab_size"] = vocab
+    tt_model, tt_step = tinytorch_setup(config)
+    weights = {name: p.data.copy() for name, p in tt_model.named_parameters(remove_duplicate=False)}
+    _, pt_step = torch_setup(config, weights, args.threads)
+    first_tt, first_pt = tt_step(*data[0]), pt_step(*data[0])
+    return tt_model.num_parameters(), vocab, first_tt, first_pt, np.__version__
+
+
+def profile_tinytorch(args):
+    import cProfile
+    import pstats
+
+    config = config_of(args)
+    data, vocab = batches(args.warmup + args.steps, args.batch_size, args.block_size)
+    config["vocab_size"] = vocab
+    _, step = tinytorch_setup(config)
+    for x, y in data[:args.warmup]:
+        step(x, y)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for x, y in data[args.warmup:]:
+        step(x, y, [])
+    profiler.disable()
+    print(f"\nTinyTorch profile of {args.steps} steps (top 25 by own time):")
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    setup_process(args)
+    if args.child:
+        child(args)
+        return 0
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    n_params, vocab, first_tt, first_pt, np_version = agreement_check(args)
+    tokens = args.batch_size * args.block_size
+    print(f"GPT: {args.n_layer} layers, {args.n_head} heads, {args.n_embd} wide, context "
+          f"{args.block_size}, batch {args.batch_size}, vocab {vocab}: {n_params:,} parameters "
+          f"({tokens} tokens per step)")
+    print(f"threads: {args.threads or 'library default (all cores)'}; malloc: {args.malloc}; "
+          f"clock: {args.clock}; numpy {np_version}, torch {torch.__version__}")
+    print(f"first-step loss: tinytorch {first_tt:.6f}, torch {first_pt:.6f} "
+          f"(same weights, same batch: must agree)")
+    if abs(first_tt - first_pt) > 1e-4:
+        print("[error] the two models disagree: the comparison is not like for like")
+        return 1
+
+    runs = {"tinytorch": [], "torch": []}
+    order = ("tinytorch", "torch")
+    for r in range(args.rounds):
+        for framework in (order if r % 2 == 0 else order[::-1]):
+            runs[framework].append(run_child(args, framework))
+    print(f"\n{args.rounds} round(s) x {args.steps} timed steps per framework, after "
+          f"{args.warmup} warm-up steps, each framework in its own process (medians, ms):")
+    print(f"{'':12s}{'step':>9s}{'forward':>10s}{'backward':>10s}{'optimizer':>11s}"
+          f"{'tokens/s':>10s}")
+    results = {}
+    for name, label in (("tinytorch", "tinytorch"), ("torch", "pytorch")):
+        times = [t for run in runs[name] for t in run["times"]]
+        ms, parts = summary(times)
+        results[name] = ms
+        print(f"{label:12s}{ms:9.1f}{parts[0]:10.1f}{parts[1]:10.1f}{parts[2]:11.1f}"
+              f"{tokens / ms * 1e3:10,.0f}")
+    ratio = results["tinytorch"] / results["torch"]
+    per_round = [summary(a["times"])[0] / summary(b["times"])[0]
+                 for a, b in zip(runs["tinytorch"], runs["torch"])]
+    print(f"ratio tinytorch / pytorch: {ratio:.2f}x per step (target <= 1.5x); per round: "
+          + ", ".join(f"{r:.2f}x" for r in per_round))
+    print(f"loss after the last step: tinytorch {runs['tinytorch'][0]['loss']:.4f}, "
+          f"pytorch {runs['torch'][0]['loss']:.4f}")
+
+    print("\npeak memory of training above the built model (VmHWM - VmRSS before step 1):")
+    memory = {}
+    for name, label in (("tinytorch", "tinytorch"), ("torch", "pytorch")):
+        grown = max(run["rss_peak"] - run["rss_base"] for run in runs[name])
+        base = runs[name][0]["rss_base"]
+        memory[name] = grown
+        extra = ""
+        if "tracemalloc_peak" in runs[name][0]:
+            peak = max(run["tracemalloc_peak"] for run in runs[name])
+            extra = f"; tracemalloc peak of one step {peak / 2**20:.1f} MiB"
+        print(f"  {label:10s} {grown / 2**20:6.1f} MiB (process base {base / 2**20:.0f} MiB){extra}")
+    print(f"  weights: {n_params * 4 / 2**20:.1f} MiB float32")
+    if args.profile:
+        profile_tinytorch(args)
+    print("RESULT " + json.dumps({"tinytorch_ms": results["tinytorch"],
+                                  "torch_ms": results["torch"], "ratio": ratio,
+                                  "per_round": per_round, "memory_bytes": memory}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

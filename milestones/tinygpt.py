@@ -1,0 +1,384 @@
+"""2018, GPT: your own framework trains a character-level GPT on Tiny Shakespeare.
+
+Radford et al.'s GPT stacked transformer decoder blocks and trained them to predict the
+next token. Here the same model, small, learns the 1.1 million characters of Tiny
+Shakespeare on a CPU, built entirely from your package: Tensor and autograd, Linear,
+embeddings, causal attention, layer norm, cross-entropy, AdamW, a warm-up + cosine
+schedule and module 08's checkpoints.
+
+The default configuration is nanoGPT's CPU run of `shakespeare_char`: 4 layers, 4 heads,
+128 wide, context 64, batch 12, no dropout, no biases, tied embeddings; AdamW with betas
+(0.9, 0.99) and weight decay 0.1 on the matrices; lr 1e-3, 100 warm-up steps, cosine decay
+to 1e-4 at step 2,000; gradients clipped to norm 1.0. Target: validation loss <= 1.88 after
+2,000 steps (nanoGPT reports 1.88; PyTorch gives about 1.87 on this machine).
+
+Data: characters encoded with module 10's CharTokenizer (65 ids, sorted characters, as
+nanoGPT); the first 90% of the text trains, the last 10% validates. Each batch is 12
+random windows of 65 characters (64 inputs, each with its next character as target).
+Evaluation every 250 steps: mean loss over the same fixed 20 batches of each split (as
+nanoGPT's CPU run, eval_iters=20), under no_grad. Twenty batches estimate a loss to about
++-0.015, so the final verdict uses 200 fresh batches per split (+-0.005).
+
+    tito milestone run tinygpt                       # 2,000 steps, then samples
+    tito milestone run tinygpt --quick               # a few steps (tests)
+    tito milestone run tinygpt --sample-only --checkpoint runs/tinygpt/tinygpt.npz --prompt "ROMEO:"
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from _common import DATA, console, curve_table, need_tinytorch, parser
+
+TARGET = 1.88
+DEFAULTS = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64}
+
+
+def keep_freed_memory():
+    """Ask glibc (Linux) to reuse freed memory instead of returning it to the kernel.
+
+    NumPy allocates every temporary with malloc; by default glibc gives blocks of about a
+    megabyte fresh pages from the kernel (mmap) and trims the heap when its top is free, so
+    every training step page-faults its temporaries in again. A fixed mmap threshold and
+    no trimming keep the step's memory mapped for reuse: the same as setting
+    MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ in the environment. Harmless
+    elsewhere: returns False and changes nothing.
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if not name or not sys.platform.startswith("linux"):
+        return False
+    try:
+        mallopt = ctypes.CDLL(name).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    return bool(mallopt(M_MMAP_THRESHOLD, 32 << 20) and mallopt(M_TRIM_THRESHOLD, 1 << 30))
+
+
+def set_blas_threads(n):
+    """Use n threads in NumPy's BLAS (the OpenBLAS bundled with NumPy wheels), at run time."""
+    import ctypes
+    import glob
+    import os
+
+    folder = os.path.dirname(np.__file__) + ".libs"
+    for path in sorted(glob.glob(os.path.join(folder, "*openblas*.so*"))):
+        lib = ctypes.CDLL(path)  # already loaded by NumPy: the same library instance
+        for symbol in ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_",
+                       "openblas_set_num_threads"):
+            setter = getattr(lib, symbol, None)
+            if setter is not None:
+                setter.argtypes = (ctypes.c_int,)
+                setter(int(n))
+                return True
+    return False
+
+
+def arguments():
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=2000, help="optimizer steps (default 2000)")
+    p.add_argument("--eval-every", type=int, default=250)
+    p.add_argument("--eval-batches", type=int, default=20,
+                   help="batches of each split per evaluation (default 20, as nanoGPT's CPU run)")
+    p.add_argument("--final-eval-batches", type=int, default=200,
+                   help="batches of each split for the final, precise evaluation that the "
+                        "target is checked on (default 200, as nanoGPT's GPU config)")
+    p.add_argument("--batch-size", type=int, default=12)
+    for name, default in DEFAULTS.items():
+        p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None,
+                       help=f"model size (default {default}; with --sample-only, the checkpoint's)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="threads for NumPy's matrix products (default: all cores); 1 is often "
+                        "faster on a machine busy with other work")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--min-lr", type=float, default=1e-4)
+    p.add_argument("--warmup", type=int, default=100)
+    p.add_argument("--weight-decay", type=float, default=0.1)
+    p.add_argument("--out", default="runs/tinygpt", help="folder for the checkpoint")
+    p.add_argument("--checkpoint", help="checkpoint to sample from (with --sample-only)")
+    p.add_argument("--sample-only", action="store_true",
+                   help="sample from --checkpoint, no training")
+    p.add_argument("--prompt", default="\n",
+                   help="text the samples start from (default: a newline)")
+    p.add_argument("--samples", type=int, default=2, help="how many samples to print")
+    p.add_argument("--tokens", type=int, default=500, help="characters per sample")
+    p.add_argument("--temperature", type=float, default=0.8)
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    return p.parse_args()
+
+
+class Failure(Exception):
+    """A bad input: printed in red, exit code 2, no traceback."""
+
+
+# ---- data -------------------------------------------------------------------------------
+def load_text():
+    return (DATA / "tinyshakespeare.txt").read_text(encoding="utf-8")
+
+
+def encode_splits(text, tokenizer):
+    data = np.asarray(tokenizer.encode(text), dtype=np.int64)
+    n = int(0.9 * len(data))
+    return data[:n], data[n:]
+
+
+def get_batch(data, batch_size, block_size, rng):
+    """(x, y) of shape (batch_size, block_size): random windows and the same shifted by one."""
+    ix = rng.integers(0, len(data) - block_size, size=batch_size)
+    window = data[ix[:, None] + np.arange(block_size + 1)]  # (B, T + 1)
+    return window[:, :-1], window[:, 1:]
+
+
+# ---- sampling ---------------------------------------------------------------------------
+def encode_prompt(tokenizer, prompt, block_size):
+    """The prompt's ids; a clear error for characters outside the vocabulary."""
+    unknown = sorted({ch for ch in prompt if ch not in tokenizer.stoi})
+    if unknown:
+        others = "".join(c for c in tokenizer.chars if not c.isalpha())
+        raise Failure(
+            f"the prompt contains {len(unknown)} character(s) that are not in the model's "
+            f"vocabulary of {tokenizer.vocab_size}: {', '.join(repr(c) for c in unknown)}. "
+            f"The vocabulary is the letters a-z and A-Z and {others!r}; remove or replace "
+            "the others."
+        )
+    if not prompt:
+        raise Failure("the prompt is empty: give at least one character, e.g. --prompt '\\n'")
+    ids = tokenizer.encode(prompt)
+    if len(ids) > block_size:
+        console.print(
+            f"[yellow]note:[/] the prompt has {len(ids)} characters but the model's context is "
+            f"{block_size}: it sees only the last {block_size} when predicting (generate crops "
+            "the context to block_size; older text is forgotten)."
+        )
+    return ids
+
+
+def print_samples(model, tokenizer, prompt_ids, args, seed):
+    with_seed = f"seed {seed}"
+    settings = f"temperature {args.temperature}"
+    if args.top_k:
+        settings += f", top_k {args.top_k}"
+    if args.top_p:
+        settings += f", top_p {args.top_p}"
+    for i in range(args.samples):
+        ids = model.generate(prompt_ids, args.tokens, temperature=args.temperature,
+                             top_k=args.top_k, top_p=args.top_p, seed=seed + i)
+        text = tokenizer.decode(ids.tolist())
+        console.rule(f"sample {i + 1} ({settings}, {with_seed} + {i})")
+        console.print(text, markup=False, highlight=False)
+    console.rule()
+
+
+# ---- the pieces of the run ----------------------------------------------------------------
+def requested_sizes(args):
+    return {k: getattr(args, k) for k in DEFAULTS if getattr(args, k) is not None}
+
+
+def sample_only(args, tt):
+    from tinytorch.core.training import CheckpointError
+    from tinytorch.models.transformer import load_gpt
+    from tinytorch.text.tokenization import CharTokenizer
+
+    path = Path(args.checkpoint or Path(args.out) / "tinygpt.npz")
+    try:
+        model, step, extra = load_gpt(path, **requested_sizes(args))
+    except CheckpointError as error:
+        raise Failure(f"cannot sample from {path}: {error}") from None
+    extra = extra or {}
+    if "chars" not in extra:
+        raise Failure(f"{path} holds no tokenizer vocabulary: was it written by this milestone?")
+    tokenizer = CharTokenizer(extra["chars"])
+    config = model.config
+    console.print(f"loaded {path}: step {step}, {model.num_parameters():,} parameters, "
+                  f"{config.n_layer} layers x {config.n_embd} wide, context {config.block_size}"
+                  + (f", val loss {extra['val_loss']:.4f}" if "val_loss" in extra else ""))
+    prompt_ids = encode_prompt(tokenizer, args.prompt, config.block_size)
+    print_samples(model, tokenizer, prompt_ids, args, args.seed)
+    return 0
+
+
+def estimate_loss(model, tt, eval_batches):
+    """Mean loss of each split over its fixed evaluation batches, in eval mode, no graph."""
+    model.eval()
+    out = {}
+    with tt.no_grad():
+        for split, batches in eval_batches.items():
+            out[split] = float(np.mean([model(x, y)[1].item() for x, y in batches]))
+    model.train()
+    return out
+
+
+class Progress:
+    """A rich progress bar on a terminal; a plain line per evaluation elsewhere."""
+
+    def __init__(self, total):
+        self.total, self.bar = total, None
+        if console.is_terminal:
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+            from rich.progress import Progress as Bar
+
+            self.bar = Bar(TextColumn("[bold]step"), MofNCompleteColumn(), BarColumn(),
+                           TextColumn("loss {task.fields[loss]}"),
+                           TextColumn("{task.fields[rate]} tok/s"), TimeRemainingColumn(),
+                           console=console)
+            self.task = self.bar.add_task("train", total=total, loss="-", rate="-")
+            self.bar.start()
+
+    def update(self, step, loss, tokens_per_s):
+        if self.bar is not None:
+            self.bar.update(self.task, completed=step, loss=f"{loss:.4f}",
+                            rate=f"{tokens_per_s:,.0f}")
+
+    def log(self, text):
+        (self.bar.console if self.bar is not None else console).print(text)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def train(args, tt):
+    from tinytorch.core.optimizers import AdamW, clip_grad_norm_
+    from tinytorch.core.training import CosineWarmup, TrainingError, set_lr
+    from tinytorch.models.transformer import GPT, GPTConfig, save_gpt
+    from tinytorch.text.tokenization import CharTokenizer
+
+    text = load_text()
+    tokenizer = CharTokenizer.train(text)
+    sizes = dict(DEFAULTS, **requested_sizes(args))
+    prompt_ids = encode_prompt(tokenizer, args.prompt, sizes["block_size"])  # fail before training
+    train_data, val_data = encode_splits(text, tokenizer)
+    console.print(f"Tiny Shakespeare: {len(text):,} characters, vocabulary {tokenizer.vocab_size}; "
+                  f"{len(train_data):,} train / {len(val_data):,} validation")
+
+    tt.manual_seed(args.seed)
+    config = GPTConfig(vocab_size=tokenizer.vocab_size, **sizes)
+    model = GPT(config)
+    decay = [p for p in model.parameters() if p.ndim >= 2]  # matrices and embeddings
+    no_decay = [p for p in model.parameters() if p.ndim < 2]  # norm weights, biases
+    optimizers = [AdamW(decay, lr=args.lr, betas=(0.9, 0.99), weight_decay=args.weight_decay)]
+    if no_decay:
+        optimizers.append(AdamW(no_decay, lr=args.lr, betas=(0.9, 0.99), weight_decay=0.0))
+    steps = 10 if args.quick else args.steps
+    eval_every = 5 if args.quick else args.eval_every
+    n_eval = 2 if args.quick else args.eval_batches
+    schedule = CosineWarmup(args.lr, args.min_lr, min(args.warmup, steps - 1), steps)
+    console.print(f"GPT: {model.num_parameters():,} parameters ({config.n_layer} layers, "
+                  f"{config.n_head} heads, {config.n_embd} wide, context {config.block_size}); "
+                  f"batch {args.batch_size}, {steps} steps, lr {args.lr:g} -> {args.min_lr:g} "
+                  f"(warm-up {schedule.warmup_steps}), evaluation every {eval_every} steps on "
+                  f"{n_eval} batches per split")
+
+    batch_rng = np.random.default_rng(args.seed)
+    eval_rng = np.random.default_rng(args.seed + 1)
+    eval_batches = {
+        split: [get_batch(data, args.batch_size, config.block_size, eval_rng)
+                for _ in range(n_eval)]
+        for split, data in (("train", train_data), ("val", val_data))
+    }
+    tokens_per_step = args.batch_size * config.block_size
+    rows, progress = [], Progress(steps)
+    train_seconds, start = 0.0, time.perf_counter()
+    try:
+        for step in range(steps):
+            lr = schedule(step)
+            for opt in optimizers:
+                set_lr(opt, lr)
+            x, y = get_batch(train_data, args.batch_size, config.block_size, batch_rng)
+            began = time.perf_counter()
+            _, loss = model(x, y)
+            value = loss.item()
+            if not math.isfinite(value):
+                raise TrainingError(
+                    f"step {step}: the loss is {value}; training diverged (lr {lr:.3g})")
+            for opt in optimizers:
+                opt.zero_grad()
+            loss.backward()
+            clip_grad_norm_(model.parameters(), 1.0)
+            for opt in optimizers:
+                opt.step()
+            train_seconds += time.perf_counter() - began
+            done = step + 1
+            progress.update(done, value, tokens_per_step * done / train_seconds)
+            if done % eval_every == 0 or done == steps:
+                losses = estimate_loss(model, tt, eval_batches)
+                rows.append({"step": done, "train loss": losses["train"],
+                             "val loss": losses["val"]})
+                progress.log(f"step {done}/{steps}: train loss {losses['train']:.4f}, "
+                             f"val loss {losses['val']:.4f}, "
+                             f"{train_seconds / done * 1e3:.1f} ms/step, "
+                             f"{tokens_per_step * done / train_seconds:,.0f} tokens/s")
+    finally:
+        progress.close()
+    wall = time.perf_counter() - start
+    console.print(curve_table("evaluation", rows, ["step", "train loss", "val loss"]))
+    # 20 batches estimate a loss to about +-0.015; the verdict uses more, drawn afresh.
+    n_final = 4 if args.quick else args.final_eval_batches
+    final_rng = np.random.default_rng(args.seed + 2)
+    final = {"train": rows[-1]["train loss"], "val": rows[-1]["val loss"]}
+    if n_final:
+        final = estimate_loss(model, tt, {
+            split: [get_batch(data, args.batch_size, config.block_size, final_rng)
+                    for _ in range(n_final)]
+            for split, data in (("train", train_data), ("val", val_data))
+        })
+    val = final["val"]
+    console.print(f"trained {steps} steps in {wall:.1f} s wall time "
+                  f"({train_seconds / steps * 1e3:.1f} ms per training step, "
+                  f"{tokens_per_step * steps / train_seconds:,.0f} tokens/s)")
+    console.print(f"final loss over {n_final} fresh batches per split: train {final['train']:.4f}, "
+                  f"validation {val:.4f}")
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "tinygpt.npz"
+    save_gpt(path, model, step=steps, extra={"chars": tokenizer.chars, "val_loss": val,
+                                             "train_loss": final["train"],
+                                             "seconds": round(wall, 1)})
+    console.print(f"saved the model, its config and its vocabulary to {path}")
+    print_samples(model, tokenizer, prompt_ids, args, args.seed)
+    if args.quick:
+        return 0
+    if val <= TARGET:
+        console.print(f"[green]Reached the target: validation loss {val:.4f} <= {TARGET}.[/]")
+        return 0
+    console.print(f"[red]Validation loss {val:.4f} is above the target {TARGET}.[/]")
+    return 1
+
+
+def main() -> int:
+    args = arguments()
+    keep_freed_memory()
+    if args.threads and not set_blas_threads(args.threads):
+        console.print("[yellow]note:[/] could not find NumPy's OpenBLAS; --threads ignored "
+                      "(set OPENBLAS_NUM_THREADS instead)")
+    tt = need_tinytorch()
+    try:
+        import tinytorch.models.transformer  # noqa: F401
+        import tinytorch.text.tokenization  # noqa: F401
+    except (ImportError, AttributeError) as error:
+        console.print(f"[red]This milestone needs modules you have not completed:[/] {error}")
+        return 2
+    if args.quick:
+        args.tokens = min(args.tokens, 80)
+    try:
+        return sample_only(args, tt) if args.sample_only else train(args, tt)
+    except Failure as error:
+        from rich.markup import escape
+
+        console.print(f"[red]error:[/] {escape(str(error))}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
