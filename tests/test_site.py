@@ -428,3 +428,18 @@ def test_module_page_screenshot_is_not_blank(rendered, tmp_path):
     assert 0.03 < not_white < 0.6, f"{not_white:.1%} of the screenshot is not white"
     # The dark top bar comes from styles.css: the page was rendered with its stylesheet.
     assert pixels[10, 640].max() < 80, "the top bar is not dark: styles.css was not applied"
+
+
+def test_a_section_ends_where_the_code_starts():
+    from tito.core.notebook import Cell
+    from tito.core.site_lesson import _sections
+
+    cells = [
+        Cell(0, "markdown", "## What you are not building yet\n\n- gradients", {}),
+        Cell(1, "code", "import numpy as np", {}),
+        Cell(2, "markdown", "The lesson itself also uses:", {}),
+        Cell(3, "markdown", "## What comes next\n\nModule 02.", {}),
+    ]
+    bodies, _ = _sections(cells)
+    assert bodies["What you are not building yet"] == "- gradients"
+    assert bodies["What comes next"] == "Module 02."

@@ -69,13 +69,17 @@ def _sections(cells: list[Cell]) -> tuple[dict[str, str], dict[int, str]]:
     bodies: dict[str, list[str]] = {}
     under: dict[int, str] = {}
     current: str | None = None
+    # A section's text ends at the first code cell after it: a markdown cell that follows
+    # code without a heading of its own introduces that code, not the section above.
+    closed = False
     for cell in cells:
         if cell.kind != "markdown":
             under[cell.index] = current or ""
+            closed = True
             continue
         fenced = False
         lines = cell.source.splitlines()
-        if current is not None:
+        if current is not None and not closed:
             bodies[current].append("")  # a cell boundary is a paragraph break
         for line in lines:
             if _FENCE.match(line):
@@ -83,10 +87,11 @@ def _sections(cells: list[Cell]) -> tuple[dict[str, str], dict[int, str]]:
             match = None if fenced else _HEADING.match(line)
             if match and len(match.group(1)) <= 2:
                 current = match.group(2).strip() if len(match.group(1)) == 2 else None
+                closed = False
                 if current is not None:
                     bodies.setdefault(current, [])
                 continue
-            if current is not None:
+            if current is not None and not closed:
                 bodies[current].append(line)
         under[cell.index] = current or ""
     return {k: "\n".join(v).strip("\n") for k, v in bodies.items()}, under
