@@ -81,32 +81,11 @@ def setup_process(args):
         for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ[name] = str(args.threads)
     if args.malloc == "keep":
+        sys.path.insert(0, str(ROOT / "milestones"))
+        from _common import keep_freed_memory  # imported after the thread settings above
+
         keep_freed_memory()
 
-
-def keep_freed_memory():
-    """Ask glibc to reuse freed memory instead of returning it to the kernel.
-
-    NumPy allocates every temporary with malloc. By default glibc serves large blocks with
-    fresh mmap()s and trims the heap when its top is free, so a training step's ~1 MB
-    temporaries are page-faulted in (and zeroed by the kernel) again at every step. With a
-    fixed mmap threshold and no trimming, the step's memory stays mapped and is reused.
-    Same effect as MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_ in the environment.
-    """
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    if not name or not sys.platform.startswith("linux"):
-        return False
-    try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-    # 32 MiB is the largest mmap threshold glibc accepts on 64-bit; trim only above 1 GiB.
-    return bool(mallopt(M_MMAP_THRESHOLD, 32 << 20) and mallopt(M_TRIM_THRESHOLD, 1 << 30))
 
 
 # ---- data ------------------------------------------------------------------------------

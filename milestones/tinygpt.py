@@ -33,35 +33,10 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import DATA, console, curve_table, need_tinytorch, parser
+from _common import DATA, console, curve_table, keep_freed_memory, need_tinytorch, parser
 
 TARGET = 1.88
 DEFAULTS = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64}
-
-
-def keep_freed_memory():
-    """Ask glibc (Linux) to reuse freed memory instead of returning it to the kernel.
-
-    NumPy allocates every temporary with malloc; by default glibc gives blocks of about a
-    megabyte fresh pages from the kernel (mmap) and trims the heap when its top is free, so
-    every training step page-faults its temporaries in again. A fixed mmap threshold and
-    no trimming keep the step's memory mapped for reuse: the same as setting
-    MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ in the environment. Harmless
-    elsewhere: returns False and changes nothing.
-    """
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    if not name or not sys.platform.startswith("linux"):
-        return False
-    try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-    return bool(mallopt(M_MMAP_THRESHOLD, 32 << 20) and mallopt(M_TRIM_THRESHOLD, 1 << 30))
 
 
 def set_blas_threads(n):

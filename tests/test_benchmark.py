@@ -1,0 +1,28 @@
+"""The GPT-step benchmark runs and compares like with like. Speed is what it prints, not
+what this test asserts: a timed unit test on a shared machine would prove nothing."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.slow
+
+
+def test_quick_benchmark_prints_both_frameworks_on_the_same_model(repo):
+    done = subprocess.run([sys.executable, str(repo / "benchmarks" / "gpt_step.py"), "--quick"],
+                          cwd=repo, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    first = re.search(r"first-step loss: tinytorch ([\d.]+), torch ([\d.]+)", done.stdout)
+    assert first and first.group(1) == first.group(2), "the two models must start identical"
+    last = re.search(r"loss after the last step: tinytorch ([\d.]+), pytorch ([\d.]+)", done.stdout)
+    assert last and abs(float(last.group(1)) - float(last.group(2))) < 1e-3
+    result = json.loads(done.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    assert result["tinytorch_ms"] > 0 and result["torch_ms"] > 0
+    assert result["ratio"] == pytest.approx(result["tinytorch_ms"] / result["torch_ms"])
+    assert all(v > 0 for v in result["memory_bytes"].values())
