@@ -8,7 +8,7 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from tito.core.notebook import SOLUTION_BEGIN, SOLUTION_END, read_cells, solution_lines
+from tito.core.notebook import SOLUTION_BEGIN, SOLUTION_END, partition_solution, read_cells, solution_lines
 from tito.core.registry import COURSE_ROOT, MODULES, prerequisites, written_modules
 from tito.core.runner import run_notebook
 
@@ -67,14 +67,8 @@ def test_reference_passes_every_graded_test(module):
 @pytest.mark.parametrize("module", WRITTEN, ids=IDS)
 def test_release_leaks_no_solution_line(module, released):
     cells = read_cells(module.source)
-    given = set()
-    for c in cells:  # lines that are legitimately visible: everything outside solution blocks
-        inside = False
-        for line in c.source.splitlines():
-            if line.strip() in (SOLUTION_BEGIN, SOLUTION_END):
-                inside = line.strip() == SOLUTION_BEGIN
-            elif not inside:
-                given.add(line.strip())
+    # lines that are legitimately visible: everything outside solution blocks
+    given = {line.strip() for c in cells for line in partition_solution(c.source)[0]}
     secret = {line.strip() for c in cells for line in solution_lines(c)} - given - {""}
     assert secret, f"{module.dirname} has no solution lines to hide"
     notebook = nbformat.read(released[module.number], as_version=4)

@@ -186,6 +186,7 @@ def reference_plan(only: list[Module] | None = None, root: Path | None = None) -
 
 
 def write_plan(root: Path, plan: dict[Path, str]) -> list[Path]:
+    """Write each file whose text changed (atomically); returns the paths written."""
     written = []
     for rel, text in plan.items():
         path = root / rel
@@ -193,7 +194,7 @@ def write_plan(root: Path, plan: dict[Path, str]) -> list[Path]:
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8", newline="\n")
         tmp.replace(path)
         written.append(rel)
     return written

@@ -120,18 +120,23 @@ def default_exp(cells: list[Cell]) -> str | None:
     return None
 
 
-def solution_lines(cell: Cell) -> list[str]:
-    """The lines inside ``### BEGIN SOLUTION`` / ``### END SOLUTION`` blocks of a cell."""
-    out, inside = [], False
-    for line in cell.source.splitlines():
+def partition_solution(text: str) -> tuple[list[str], list[str]]:
+    """(visible lines, solution lines) of lesson text; the marker lines are in neither."""
+    visible, hidden, inside = [], [], False
+    for line in text.splitlines():
         stripped = line.strip()
         if stripped == SOLUTION_BEGIN:
             inside = True
         elif stripped == SOLUTION_END:
             inside = False
-        elif inside:
-            out.append(line)
-    return out
+        else:
+            (hidden if inside else visible).append(line)
+    return visible, hidden
+
+
+def solution_lines(cell: Cell) -> list[str]:
+    """The lines inside ``### BEGIN SOLUTION`` / ``### END SOLUTION`` blocks of a cell."""
+    return partition_solution(cell.source)[1]
 
 
 GRADING_FLAGS = ("grade", "solution", "locked", "task")

@@ -19,7 +19,8 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from .notebook import SOLUTION_BEGIN, SOLUTION_END
+from .exporter import write_plan
+from .notebook import partition_solution
 from .registry import (
     COURSE_ROOT,
     MILESTONES,
@@ -565,17 +566,10 @@ def hidden_lines() -> dict[str, str]:
     public, hidden = [], {}
     lessons = [m for m in MODULES if m.written]
     for m in lessons:
-        inside = False
-        for line in m.source.read_text(encoding="utf-8").splitlines():
-            text = line.strip()
-            if text == SOLUTION_BEGIN:
-                inside = True
-            elif text == SOLUTION_END:
-                inside = False
-            elif inside:
-                hidden.setdefault(text, f"modules/{m.dirname}/{m.slug}.py")
-            else:
-                public.append(line)
+        visible, solution = partition_solution(m.source.read_text(encoding="utf-8"))
+        public.extend(visible)
+        for line in solution:
+            hidden.setdefault(line.strip(), f"modules/{m.dirname}/{m.slug}.py")
     text = "\n".join(public)
     return {
         line: where
@@ -608,14 +602,7 @@ def write_site(
 ) -> tuple[list[str], list[str]]:
     """Write the generated files; returns (written or changed, removed as stale)."""
     files = generate() if files is None else files
-    changed = []
-    for rel, text in files.items():
-        path = site / rel
-        if path.is_file() and path.read_text(encoding="utf-8") == text:
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8", newline="\n")
-        changed.append(rel)
+    changed = [str(rel) for rel in write_plan(site, {Path(rel): text for rel, text in files.items()})]
     stale = sorted(_managed(site) - set(files))
     for rel in stale:
         (site / rel).unlink()
