@@ -11,6 +11,7 @@ from ..core.exporter import ExportError, render_module
 from ..core.notebook import NotebookError, cells_of, load_notebook
 from ..core.registry import (
     COURSE_ROOT, MILESTONES, MODULES, Module, UnknownModule, get_module, prerequisites,
+    unlocked_by,
 )
 from ..core.release import ReleaseError, release_notebooks
 from ..core.runner import DEFAULT_TIMEOUT, RunReport, run_notebook
@@ -54,6 +55,11 @@ def _completed(ws: Workspace) -> set[int]:
         raise Failure(str(error)) from None
 
 
+def _missing(m: Module, done: set[int]) -> list[int]:
+    """m's prerequisites (all of them, not only the direct ones) not yet completed."""
+    return [n for n in prerequisites(m.number) if n not in done]
+
+
 def _names(numbers) -> str:
     return ", ".join(f"{get_module(n).key} ({get_module(n).title})" for n in numbers)
 
@@ -70,7 +76,7 @@ def list_(as_json):
             "written": m.written, "export": f"tinytorch.{m.target}",
             "requires": [get_module(n).key for n in m.requires],
             "prerequisites": [get_module(n).key for n in prerequisites(m.number)],
-            "unlocks": [ms.name for ms in MILESTONES if max(ms.requires) == m.number],
+            "unlocks": [ms.name for ms in unlocked_by(m.number)],
         })
     if as_json:
         click.echo(json.dumps(rows, indent=2))
@@ -91,7 +97,7 @@ def _states(ws: Workspace) -> list[dict]:
     done = _completed(ws)
     rows = []
     for m in MODULES:
-        missing = [n for n in prerequisites(m.number) if n not in done]
+        missing = _missing(m, done)
         if not m.written:
             state = "not written"
         elif m.number in done:
@@ -181,7 +187,7 @@ def start(number, force):
     ws = _workspace()
     m = _written(number)
     done = _completed(ws)
-    missing = [n for n in prerequisites(m.number) if n not in done]
+    missing = _missing(m, done)
     console.print(f"[bold]Module {m.key}: {m.title}[/] · {m.summary}")
     if missing:
         console.print(f"[yellow]note:[/] you can read ahead, but `tito module complete {m.key}` "
@@ -269,7 +275,7 @@ def complete(number, timeout):
     ws = _workspace()
     m = _written(number)
     done = _completed(ws)
-    missing = [n for n in prerequisites(m.number) if n not in done]
+    missing = _missing(m, done)
     if missing:
         first = get_module(missing[0]).key
         raise Failure(
