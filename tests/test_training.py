@@ -17,7 +17,7 @@ from tinytorch.core.optimizers import SGD, Adam, AdamW
 from tinytorch.core.tensor import Tensor, default_generator, manual_seed
 from tinytorch.core.training import (
     CheckpointError, CosineWarmup, History, StepDecay, TrainingError, accuracy, batches_from,
-    evaluate, load_checkpoint, save_checkpoint, set_lr, train,
+    evaluate, load_checkpoint, read_checkpoint_meta, save_checkpoint, set_lr, train,
 )
 from tinytorch.data.loader import DataLoader, TensorDataset
 
@@ -174,6 +174,17 @@ def test_weights_only_checkpoint(tmp_path):
                                                      other.state_dict().values()))
     with pytest.raises(CheckpointError, match="no optimizer state"):
         load_checkpoint(path, other, Adam(other.parameters()))
+
+
+def test_metadata_reads_without_a_model(tmp_path):
+    model, opt = trained_pair()
+    path = tmp_path / "run.npz"
+    save_checkpoint(path, model, opt, step=7, extra={"note": "hi"})
+    meta = read_checkpoint_meta(path)
+    assert (meta["step"], meta["optimizer"], meta["extra"]) == (7, "AdamW", {"note": "hi"})
+    np.savez(tmp_path / "plain.npz", a=np.zeros(3))
+    with pytest.raises(CheckpointError, match="not a TinyTorch checkpoint"):
+        read_checkpoint_meta(tmp_path / "plain.npz")
 
 
 def test_save_is_atomic(tmp_path, monkeypatch):

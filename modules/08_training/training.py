@@ -346,6 +346,11 @@ def _read_meta(arrays, path):
     return meta
 
 
+def read_checkpoint_meta(path):
+    """A checkpoint's metadata (step, optimizer, your `extra`, ...), without loading weights."""
+    return _read_meta(_read_npz(path), path)
+
+
 # %% nbgrader={"grade": false, "grade_id": "checkpoint", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 def save_checkpoint(path, model, optimizer=None, step=0, extra=None):

@@ -2,7 +2,7 @@
 # Do not edit: change the lesson and export again.
 """Module 08 (Training): Training loops, learning-rate schedules, safe checkpoints, resumable runs."""
 
-__all__ = ['CosineWarmup', 'StepDecay', 'set_lr', 'CHECKPOINT_FORMAT', 'CHECKPOINT_VERSION', 'CheckpointError', 'save_checkpoint', 'load_checkpoint', 'accuracy', 'evaluate', 'TrainingError', 'train_step', 'batches_from', 'History', 'train']
+__all__ = ['CosineWarmup', 'StepDecay', 'set_lr', 'CHECKPOINT_FORMAT', 'CHECKPOINT_VERSION', 'CheckpointError', 'read_checkpoint_meta', 'save_checkpoint', 'load_checkpoint', 'accuracy', 'evaluate', 'TrainingError', 'train_step', 'batches_from', 'History', 'train']
 
 import json
 import math
@@ -137,6 +137,11 @@ def _read_meta(arrays, path):
             f"{CHECKPOINT_VERSION}"
         )
     return meta
+
+
+def read_checkpoint_meta(path):
+    """A checkpoint's metadata (step, optimizer, your `extra`, ...), without loading weights."""
+    return _read_meta(_read_npz(path), path)
 
 
 def save_checkpoint(path, model, optimizer=None, step=0, extra=None):

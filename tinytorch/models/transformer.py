@@ -513,9 +513,9 @@ def save_gpt(path, model, optimizer=None, step=0, extra=None):
 
 def read_gpt_config(path):
     """The GPTConfig saved in a checkpoint by save_gpt (without loading the weights)."""
-    from tinytorch.core.training import _read_meta, _read_npz
+    from tinytorch.core.training import read_checkpoint_meta
 
-    meta = _read_meta(_read_npz(path), path)
+    meta = read_checkpoint_meta(path)
     extra = meta.get("extra")
     if not isinstance(extra, dict) or "gpt_config" not in extra:
         raise CheckpointError(
