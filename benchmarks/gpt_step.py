@@ -216,6 +216,7 @@ def torch_gpt(config_kwargs):
 
 
 def torch_setup(config_kwargs, weights, threads=None):
+    """PyTorch's model and training step; `weights` by name, or None for nanoGPT's init."""
     import torch
 
     if threads:
@@ -223,7 +224,13 @@ def torch_setup(config_kwargs, weights, threads=None):
     model = torch_gpt(config_kwargs)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            p.copy_(torch.from_numpy(weights[name]))
+            if weights is None:  # nanoGPT's own initialization, from PyTorch's generator
+                residual = name.endswith(("attn.proj.weight", "mlp.proj.weight"))
+                std = 0.02 / math.sqrt(2 * len(model.blocks)) if residual else 0.02
+                if p.dim() >= 2:
+                    torch.nn.init.normal_(p, mean=0.0, std=std)
+            else:
+                p.copy_(torch.from_numpy(weights[name]))
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": 0.1}]
@@ -231,7 +238,10 @@ def torch_setup(config_kwargs, weights, threads=None):
         groups.append({"params": no_decay, "weight_decay": 0.0})
     opt = torch.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.99))
 
-    def step(x, y, times=None):
+    def step(x, y, times=None, lr=None):
+        if lr is not None:  # a schedule's value for this step (tinygpt_loss.py)
+            for group in opt.param_groups:
+                group["lr"] = lr
         xt, yt = torch.from_numpy(x), torch.from_numpy(y)
         t0 = clock()
         _, loss = model(xt, yt)

@@ -9,15 +9,19 @@ schedule and module 08's checkpoints.
 The default configuration is nanoGPT's CPU run of `shakespeare_char`: 4 layers, 4 heads,
 128 wide, context 64, batch 12, no dropout, no biases, tied embeddings; AdamW with betas
 (0.9, 0.99) and weight decay 0.1 on the matrices; lr 1e-3, 100 warm-up steps, cosine decay
-to 1e-4 at step 2,000; gradients clipped to norm 1.0. Target: validation loss <= 1.88 after
-2,000 steps (nanoGPT reports 1.88; PyTorch gives about 1.87 on this machine).
+to 1e-4 at step 2,000; gradients clipped to norm 1.0.
 
 Data: characters encoded with module 10's CharTokenizer (65 ids, sorted characters, as
 nanoGPT); the first 90% of the text trains, the last 10% validates. Each batch is 12
 random windows of 65 characters (64 inputs, each with its next character as target).
 Evaluation every 250 steps: mean loss over the same fixed 20 batches of each split (as
-nanoGPT's CPU run, eval_iters=20), under no_grad. Twenty batches estimate a loss to about
-+-0.015, so the final verdict uses 200 fresh batches per split (+-0.005).
+nanoGPT's CPU run, eval_iters=20), under no_grad; that shows the curve, to about +-0.015.
+
+The verdict: the final validation loss is exact, over the whole validation split, and is
+compared with what PyTorch reaches on the same configuration, measured the same way
+(`benchmarks/tinygpt_loss.py`; numbers below, at PYTORCH_RUNS). nanoGPT's README quotes
+1.88 for this run: that is the loss nanoGPT prints at step 2,000, a mean over 20 random
+batches, which lands within about +-0.03 of the exact loss (two standard deviations).
 
     tito milestone run tinygpt                       # 2,000 steps, then samples
     tito milestone run tinygpt --quick               # a few steps (tests)
@@ -35,8 +39,40 @@ import numpy as np
 
 from _common import DATA, console, curve_table, keep_freed_memory, need_tinytorch, parser
 
-TARGET = 1.88
 DEFAULTS = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64}
+
+# Exact validation loss (whole split) after 2,000 steps of the default configuration in
+# PyTorch 2.13 CPU: every PyTorch run of `benchmarks/tinygpt_loss.py --seeds 0 1 2 3 4 --jobs 2
+# --threads 1` and of the same with seeds 5-9. "paired" runs start from TinyTorch's initial
+# weights and batch draws for the seed; "nanoGPT" runs from PyTorch's own.
+PYTORCH_RUNS = (
+    1.9095, 1.9071, 1.9095, 1.9244, 1.9179, 1.9176, 1.9059, 1.9014, 1.9066, 1.9032,  # paired
+    1.9118, 1.9085, 1.9160, 1.9055, 1.9079, 1.8975, 1.9078, 1.9047, 1.9092, 1.9170,  # nanoGPT
+)
+NANOGPT_README = 1.88  # nanoGPT's quoted figure for this run: a 20-batch estimate
+
+
+def pytorch_reference():
+    """(mean, sd, bar) of PYTORCH_RUNS; the bar is the mean plus three standard deviations."""
+    mean = float(np.mean(PYTORCH_RUNS))
+    sd = float(np.std(PYTORCH_RUNS, ddof=1))
+    return mean, sd, mean + 3 * sd
+
+
+def verdict(val):
+    """(passed, message): the final validation loss against PyTorch's on this configuration."""
+    mean, sd, bar = pytorch_reference()
+    reference = (f"PyTorch reaches {mean:.3f} +- {sd:.3f} on this measure ({len(PYTORCH_RUNS)} "
+                 f"runs, {min(PYTORCH_RUNS):.3f} to {max(PYTORCH_RUNS):.3f}); nanoGPT's README "
+                 f"quotes {NANOGPT_README}, a 20-batch estimate")
+    if val <= bar:
+        return True, (f"Validation loss {val:.4f}: on par with PyTorch (at most {bar:.3f}, its "
+                      f"mean + 3 sd). {reference}.")
+    return False, (f"Validation loss {val:.4f} is above {bar:.3f}, PyTorch's mean + 3 sd: your "
+                   f"framework trains worse than PyTorch on the same configuration. {reference}. "
+                   "A correct framework matches PyTorch to float32 rounding from the same weights "
+                   "on the same batches; rerun your modules' tests (`tito module test NN`, "
+                   "modules 06-13), whose gradient checks find most such bugs.")
 
 
 def set_blas_threads(n):
@@ -64,9 +100,9 @@ def arguments():
     p.add_argument("--eval-every", type=int, default=250)
     p.add_argument("--eval-batches", type=int, default=20,
                    help="batches of each split per evaluation (default 20, as nanoGPT's CPU run)")
-    p.add_argument("--final-eval-batches", type=int, default=200,
-                   help="batches of each split for the final, precise evaluation that the "
-                        "target is checked on (default 200, as nanoGPT's GPU config)")
+    p.add_argument("--final-windows", type=int, default=None,
+                   help="windows of each split for the final evaluation, which the verdict "
+                        "uses (default: the whole validation split, 1,742 windows)")
     p.add_argument("--batch-size", type=int, default=12)
     for name, default in DEFAULTS.items():
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None,
@@ -180,6 +216,33 @@ def sample_only(args, tt):
     prompt_ids = encode_prompt(tokenizer, args.prompt, config.block_size)
     print_samples(model, tokenizer, prompt_ids, args, args.seed)
     return 0
+
+
+def tiled_windows(data, block_size, count=None):
+    """(x, y) for `count` windows of block_size spread evenly over `data` (default: tile it all).
+
+    With count=None the windows tile the split end to end, so every character but the
+    last is predicted exactly once: the split's loss with no sampling noise at all.
+    """
+    fits = (len(data) - 1) // block_size
+    if count is None or count >= fits:
+        starts = np.arange(fits) * block_size
+    else:
+        starts = np.linspace(0, len(data) - block_size - 1, count).astype(np.int64)
+    window = data[starts[:, None] + np.arange(block_size + 1)]  # (N, T + 1)
+    return window[:, :-1], window[:, 1:]
+
+
+def split_loss(model, tt, x, y, batch_size=64):
+    """Mean loss per character over the windows (x, y), in eval mode, no graph."""
+    model.eval()
+    total = 0.0
+    with tt.no_grad():
+        for i in range(0, len(x), batch_size):
+            xb, yb = x[i:i + batch_size], y[i:i + batch_size]
+            total += model(xb, yb)[1].item() * len(xb)
+    model.train()
+    return total / len(x)
 
 
 def estimate_loss(model, tt, eval_batches):
@@ -297,22 +360,23 @@ def train(args, tt):
         progress.close()
     wall = time.perf_counter() - start
     console.print(curve_table("evaluation", rows, ["step", "train loss", "val loss"]))
-    # 20 batches estimate a loss to about +-0.015; the verdict uses more, drawn afresh.
-    n_final = 4 if args.quick else args.final_eval_batches
-    final_rng = np.random.default_rng(args.seed + 2)
-    final = {"train": rows[-1]["train loss"], "val": rows[-1]["val loss"]}
-    if n_final:
-        final = estimate_loss(model, tt, {
-            split: [get_batch(data, args.batch_size, config.block_size, final_rng)
-                    for _ in range(n_final)]
-            for split, data in (("train", train_data), ("val", val_data))
-        })
+    # 20 random batches estimate a loss to about +-0.015, too coarse for a verdict. The final
+    # loss is exact: the whole validation split, and as many windows spread over the training
+    # split.
+    n_windows = 24 if args.quick else args.final_windows
+    x_val, y_val = tiled_windows(val_data, config.block_size, n_windows)
+    x_train, y_train = tiled_windows(train_data, config.block_size, len(x_val))
+    final = {"train": split_loss(model, tt, x_train, y_train),
+             "val": split_loss(model, tt, x_val, y_val)}
     val = final["val"]
     console.print(f"trained {steps} steps in {wall:.1f} s wall time "
                   f"({train_seconds / steps * 1e3:.1f} ms per training step, "
                   f"{tokens_per_step * steps / train_seconds:,.0f} tokens/s)")
-    console.print(f"final loss over {n_final} fresh batches per split: train {final['train']:.4f}, "
-                  f"validation {val:.4f}")
+    every = len(x_val) == (len(val_data) - 1) // config.block_size
+    whole = "the whole validation split" if every else "validation"
+    console.print(f"final loss per character over {len(x_val):,} windows of {config.block_size} "
+                  f"({whole}; as many spread over the training split): train "
+                  f"{final['train']:.4f}, validation {val:.4f}")
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -324,11 +388,21 @@ def train(args, tt):
     print_samples(model, tokenizer, prompt_ids, args, args.seed)
     if args.quick:
         return 0
-    if val <= TARGET:
-        console.print(f"[green]Reached the target: validation loss {val:.4f} <= {TARGET}.[/]")
+    if not reference_run(args, steps):
+        console.print("[dim]No PyTorch reference for this configuration (the defaults have one), "
+                      "so no verdict.[/]")
         return 0
-    console.print(f"[red]Validation loss {val:.4f} is above the target {TARGET}.[/]")
-    return 1
+    passed, message = verdict(val)
+    console.print(f"[green]{message}[/]" if passed else f"[red]{message}[/]")
+    return 0 if passed else 1
+
+
+def reference_run(args, steps):
+    """Whether this run is the configuration PyTorch's reference numbers are for."""
+    defaults = {"batch_size": 12, "lr": 1e-3, "min_lr": 1e-4, "warmup": 100,
+                "weight_decay": 0.1, "final_windows": None}
+    return (steps == 2000 and all(getattr(args, k) == v for k, v in defaults.items())
+            and all(v == DEFAULTS[k] for k, v in requested_sizes(args).items()))
 
 
 def main() -> int:

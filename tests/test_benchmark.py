@@ -26,3 +26,18 @@ def test_quick_benchmark_prints_both_frameworks_on_the_same_model(repo):
     assert result["tinytorch_ms"] > 0 and result["torch_ms"] > 0
     assert result["ratio"] == pytest.approx(result["tinytorch_ms"] / result["torch_ms"])
     assert all(v > 0 for v in result["memory_bytes"].values())
+
+
+def test_quick_loss_comparison_pairs_the_frameworks(repo):
+    """tinygpt_loss.py --quick: the milestone and PyTorch, from the same weights on the same
+    batches, end with the same validation loss; PyTorch on its own draws ends elsewhere."""
+    done = subprocess.run([sys.executable, str(repo / "benchmarks" / "tinygpt_loss.py"), "--quick",
+                           "--jobs", "2"], cwd=repo, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    runs = result["runs"]
+    assert set(runs) == {"tinytorch/0", "paired/0", "nanogpt/0"}
+    assert 2.5 < runs["tinytorch/0"] < 4.2  # 20 steps: below log(65), far from trained
+    assert abs(runs["tinytorch/0"] - runs["paired/0"]) < 1e-3
+    assert result["largest_paired_gap"] == pytest.approx(abs(runs["tinytorch/0"] - runs["paired/0"]))
+    assert runs["nanogpt/0"] != runs["paired/0"]  # its own initial weights and batches

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 from conftest import run_tito
@@ -92,3 +93,42 @@ def test_missing_checkpoint_is_a_clear_error(tmp_path):
     done = run_tito("milestone", "run", "tinygpt", "--sample-only", "--checkpoint",
                     str(tmp_path / "nope.npz"), cwd=tmp_path, timeout=120)
     assert done.returncode == 2 and "no checkpoint file" in done.stdout
+
+
+# ---- the final evaluation and the verdict (the milestone's own functions) ------------------
+@pytest.fixture(scope="module")
+def milestone():
+    import importlib.util
+    import sys
+
+    sys.path.insert(0, str(MILESTONES_DIR))  # the script imports _common beside it
+    try:
+        spec = importlib.util.spec_from_file_location("tinygpt_milestone",
+                                                      MILESTONES_DIR / MILESTONE.script)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(MILESTONES_DIR))
+    return module
+
+
+def test_whole_split_windows_predict_every_character_once(milestone):
+    data = np.arange(1000) % 65
+    x, y = milestone.tiled_windows(data, 64)
+    assert x.shape == y.shape == (15, 64)  # (1000 - 1) // 64 windows fit
+    assert np.array_equal(x.ravel(), data[:960]) and np.array_equal(y.ravel(), data[1:961])
+    # Fewer windows: spread from the start to the very end, each still a true (x, y) pair.
+    x, y = milestone.tiled_windows(data, 64, count=4)
+    assert x.shape == (4, 64) and x[0, 0] == data[0] and y[-1, -1] == data[-1]
+    assert np.array_equal(x[:, 1:], y[:, :-1])
+
+
+def test_verdict_is_measured_against_pytorch(milestone):
+    mean, sd, bar = milestone.pytorch_reference()
+    runs = milestone.PYTORCH_RUNS
+    assert len(runs) >= 5 and min(runs) <= mean <= max(runs) and sd > 0
+    assert max(runs) <= bar < 2.0  # every PyTorch run passes; a loss of 2 never does
+    ok, message = milestone.verdict(mean)
+    assert ok and f"{mean:.3f}" in message
+    ok, message = milestone.verdict(bar + 0.01)
+    assert not ok and "PyTorch" in message and "tito module test" in message
