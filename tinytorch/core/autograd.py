@@ -422,11 +422,30 @@ def gelu_backward(ctx, grad):
         cdf = dtype(0.5) * erfc(-x * dtype(1 / math.sqrt(2)))
         pdf = np.exp(dtype(-0.5) * x * x) * dtype(1 / math.sqrt(2 * math.pi))
         return (grad * (cdf + x * pdf),)
+    # gelu(x) = x (1 + tanh u) / 2 with u = c (x + k x^3), so
+    # slope = (1 + tanh u) / 2 + x (1 - tanh^2 u) u' / 2 with u' = c (1 + 3 k x^2).
+    # GPT's MLP calls this on its widest activation every step, so it is written in
+    # place: three arrays instead of the fifteen temporaries the one-line formula makes.
     c = dtype(math.sqrt(2 / math.pi))
     k = dtype(0.044715)
-    t = np.tanh(c * (x + k * x * x * x))
-    slope = dtype(0.5) * (1 + t) + dtype(0.5) * x * (1 - t * t) * c * (1 + dtype(3) * k * x * x)
-    return (grad * slope,)
+    x2 = x * x
+    t = k * x2
+    t += 1
+    t *= x
+    t *= c  # u
+    np.tanh(t, out=t)  # tanh u
+    x2 *= dtype(3) * k
+    x2 += 1
+    x2 *= x
+    x2 *= c  # x u'
+    sech2 = np.multiply(t, t)
+    np.subtract(1, sech2, out=sech2)  # 1 - tanh^2 u
+    x2 *= sech2  # x (1 - tanh^2 u) u'
+    t += 1
+    t += x2
+    t *= dtype(0.5)  # the slope
+    t *= grad
+    return (t,)
 
 
 @derivative(SoftmaxFunction)
