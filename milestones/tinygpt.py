@@ -245,17 +245,6 @@ def split_loss(model, tt, x, y, batch_size=64):
     return total / len(x)
 
 
-def estimate_loss(model, tt, eval_batches):
-    """Mean loss of each split over its fixed evaluation batches, in eval mode, no graph."""
-    model.eval()
-    out = {}
-    with tt.no_grad():
-        for split, batches in eval_batches.items():
-            out[split] = float(np.mean([model(x, y)[1].item() for x, y in batches]))
-    model.train()
-    return out
-
-
 class Progress:
     """A rich progress bar on a terminal; a plain line per evaluation elsewhere."""
 
@@ -319,11 +308,9 @@ def train(args, tt):
 
     batch_rng = np.random.default_rng(args.seed)
     eval_rng = np.random.default_rng(args.seed + 1)
-    eval_batches = {
-        split: [get_batch(data, args.batch_size, config.block_size, eval_rng)
-                for _ in range(n_eval)]
-        for split, data in (("train", train_data), ("val", val_data))
-    }
+    # The same n_eval random batches of each split at every evaluation, as windows.
+    eval_windows = {split: get_batch(data, n_eval * args.batch_size, config.block_size, eval_rng)
+                    for split, data in (("train", train_data), ("val", val_data))}
     tokens_per_step = args.batch_size * config.block_size
     rows, progress = [], Progress(steps)
     train_seconds, start = 0.0, time.perf_counter()
@@ -349,7 +336,8 @@ def train(args, tt):
             done = step + 1
             progress.update(done, value, tokens_per_step * done / train_seconds)
             if done % eval_every == 0 or done == steps:
-                losses = estimate_loss(model, tt, eval_batches)
+                losses = {split: split_loss(model, tt, x, y)
+                          for split, (x, y) in eval_windows.items()}
                 rows.append({"step": done, "train loss": losses["train"],
                              "val loss": losses["val"]})
                 progress.log(f"step {done}/{steps}: train loss {losses['train']:.4f}, "
@@ -388,7 +376,7 @@ def train(args, tt):
     print_samples(model, tokenizer, prompt_ids, args, args.seed)
     if args.quick:
         return 0
-    if not reference_run(args, steps):
+    if not reference_run(args):
         console.print("[dim]No PyTorch reference for this configuration (the defaults have one), "
                       "so no verdict.[/]")
         return 0
@@ -397,11 +385,11 @@ def train(args, tt):
     return 0 if passed else 1
 
 
-def reference_run(args, steps):
+def reference_run(args):
     """Whether this run is the configuration PyTorch's reference numbers are for."""
     defaults = {"batch_size": 12, "lr": 1e-3, "min_lr": 1e-4, "warmup": 100,
                 "weight_decay": 0.1, "final_windows": None}
-    return (steps == 2000 and all(getattr(args, k) == v for k, v in defaults.items())
+    return (args.steps == 2000 and all(getattr(args, k) == v for k, v in defaults.items())
             and all(v == DEFAULTS[k] for k, v in requested_sizes(args).items()))
 
 
