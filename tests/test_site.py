@@ -276,15 +276,13 @@ def test_every_graded_test_is_on_its_page_with_points(rendered, files):
                 for n in ast.parse(cell.source).body
                 if isinstance(n, ast.FunctionDef) and n.name.startswith("test")
             )
-            row = f"| [`{name}`](#fails-{cell.grade_id}) | {cell.points:g} |"
-            assert row in qmd, (
+            rows = (f"| `{name}` | {cell.points:g} |", f"| [`{name}`](#fails-{cell.grade_id}) | {cell.points:g} |")
+            assert any(row in qmd for row in rows), (
                 f"{m.dirname}: {cell.grade_id} is not listed with {cell.points:g} points"
             )
-            assert f"fails-{cell.grade_id}" in page.ids
-            unit = "point" if cell.points == 1 else "points"
-            assert f"{name} {cell.points:g} {unit}" in text, (
-                f"{m.dirname}: {cell.grade_id} on the page"
-            )
+            assert f"{name} {cell.points:g}" in text, f"{m.dirname}: {cell.grade_id} on the page"
+            if rows[1] in qmd:  # a curated failure of this test is on the page
+                assert f"fails-{cell.grade_id}" in page.ids
         total = sum(c.points for c in graded)
         assert f"{len(graded)} tests, {total:g} points" in qmd
 
@@ -307,7 +305,9 @@ def test_module_page_sections(files):
         ):
             assert f"\n## {heading}\n" in qmd, f"{m.dirname} lacks '{heading}'"
         assert f"tito module start {m.key}" in qmd and f"tito module complete {m.key}" in qmd
-        assert f"{m.hours} hours" in qmd and f"tinytorch.{m.target}" in qmd
+        assert f"tinytorch.{m.target}" in qmd
+        if m.hours:
+            assert f"{m.hours} hours" in qmd
 
 
 def test_later_modules_and_milestones_are_listed(files):
@@ -370,9 +370,21 @@ def helper_written(x, *, axis=-1):
     assert "secret" not in code and "given" not in code
 
 
-def test_module_page_shows_placeholders(rendered):
-    page = (rendered / "modules" / f"{written_modules()[0].dirname}.html").read_text()
-    assert 'class="placeholder"' in page and "&lt;" in page
+def test_each_page_shows_its_curated_failures_and_not_every_message(files):
+    from tito.core.site_failures import mistakes, recorded
+
+    for m in written_modules():
+        qmd = files[f"modules/{m.dirname}.qmd"]
+        section = qmd.split("## When it fails", 1)[1].split("\n## ", 1)[0]
+        planted = mistakes(m)
+        assert 2 <= len(planted) <= 3, f"{m.dirname}: curate 2-3 failures, not {len(planted)}"
+        found = recorded(m)
+        for mistake in planted:
+            result = found[mistake.key]
+            assert result["status"] == "failed", result
+            assert result["message"] in section and mistake.fix in section
+        assert section.count("{.failure}") == len(planted)
+        assert "{.placeholder}" not in section
 
 
 # ---- a look in a real browser -------------------------------------------------------------------

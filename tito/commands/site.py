@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from ..core.registry import COURSE_ROOT
-from ..core.site import SITE_DIR, SiteError, check_site, generate, write_site
+from ..core.registry import get_module, written_modules
+from ..core.site import SITE_DIR, SiteError, check_site, generate, write_notebooks, write_site
 from ..core.site_render import RenderError, render_with_pandoc, render_with_quarto
 from ..core.ui import Failure, console
 
@@ -111,3 +112,47 @@ def render(out, force_pandoc, site_dir):
     except RenderError as error:
         raise Failure(str(error)) from None
     console.print(f"[green]✓[/] open {_shown(target)}/index.html")
+
+
+@site.command()
+@SITE_OPTION
+def notebooks(site_dir):
+    """Release every written lesson with nbgrader into site/notebooks/ (the download links)."""
+    from ..core.release import ReleaseError
+
+    try:
+        written = write_notebooks(site_dir)
+    except ReleaseError as error:
+        raise Failure(str(error)) from None
+    console.print(f"[green]✓[/] {len(written)} released notebooks in {_shown(site_dir)}/notebooks/")
+
+
+@site.command()
+@click.argument("modules", nargs=-1)
+def failures(modules):
+    """Plant each curated mistake (site/failures/NN_slug.yaml) in the reference, run the
+    lesson as `tito module complete` does, and record what the test printed."""
+    from ..core.site_failures import FailureSpecError, record
+
+    chosen = [get_module(x) for x in modules] if modules else written_modules()
+    try:
+        problems = record(chosen)
+    except FailureSpecError as error:
+        raise Failure(str(error)) from None
+    for p in problems:
+        console.print(f"  [red]✗[/] {p}")
+    console.print(f"Recorded the planted mistakes of {len(chosen)} module(s) in site/failures/.")
+    if problems:
+        console.print("Some planted mistakes no longer fail their test: change them.")
+        raise SystemExit(1)
+    console.print("Run `tito site build` to put them on the pages.")
+
+
+@site.command()
+def figures():
+    """Draw the module pages' figures (tito/core/site_figures.py) into site/figures/."""
+    from ..core.site_figures import draw_all
+
+    for path in draw_all():
+        console.print(f"  drew {_shown(path)}")
+    console.print("[green]✓[/] figures drawn. Run `tito site build` to put them on the pages.")

@@ -34,7 +34,15 @@ class Module:
     # Public namespaces that re-export this module's names, PyTorch style:
     # "" is ``tinytorch`` itself, "nn" is ``tinytorch.nn``, and so on.
     namespaces: tuple[str, ...] = ()
-    hours: str = "2-3"
+    # What the module page says about the work (tito site build). Empty: not stated yet,
+    # and the page says nothing rather than guess.
+    hours: str = ""  # e.g. "8-10"
+    difficulty: int = 0  # 1 (easiest) to 4; 0: not rated
+    needs_to_know: str = ""  # one sentence: what a student should already be able to do
+    # The systems question the module answers (markdown; LaTeX math in $...$ is fine).
+    question: str = ""
+    # The matching chapter of the Machine Learning Systems book (mlsysbook.ai): (title, URL).
+    book: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -80,44 +88,145 @@ MODULES: tuple[Module, ...] = (
     Module(1, "tensor", "Tensor", "foundation",
            "N-dimensional arrays on NumPy: creation, arithmetic with broadcasting, matmul, "
            "reductions, reshaping, indexing, and the op records autograd will need.",
-           "core.tensor", (), ("",)),
+           "core.tensor", (), ("",),
+           hours="4-6", difficulty=2,
+           needs_to_know="Python classes and NumPy arrays: shapes, indexing, dtypes.",
+           question=(
+               "What does each operation cost in memory: when does NumPy copy and when does it "
+               "share a view, and why does one stray float64 double the memory of everything "
+               "built on it?"
+           ),
+           book=("Frameworks",
+                 "https://mlsysbook.ai/vol1/frameworks/frameworks.html")),
     Module(2, "activations", "Activations", "foundation",
            "ReLU, Sigmoid, Tanh, GELU, SiLU, Softmax and LogSoftmax, numerically stable.",
-           "core.activations", (1,), ("nn",)),
+           "core.activations", (1,), ("nn",),
+           hours="3-4", difficulty=2,
+           needs_to_know=(
+               "Module 01's Tensor, and what $e^x$ and $\\log x$ do for large and small inputs."
+           ),
+           question=(
+               "Why does a formula that is one line on paper return `nan` in float32, and why is "
+               "an activation limited by memory traffic rather than arithmetic?"
+           ),
+           book=("Neural Computation",
+                 "https://mlsysbook.ai/vol1/nn_computation/nn_computation.html")),
     Module(3, "layers", "Layers", "foundation",
            "Module with a parameter registry, Linear, Dropout, Sequential, state dicts.",
-           "core.layers", (1, 2), ("nn",)),
+           "core.layers", (1, 2), ("nn",),
+           hours="4-6", difficulty=3,
+           needs_to_know="Python classes (`__setattr__`, properties) and matrix shapes.",
+           question=(
+               "Where do a network's parameters live, how much memory do they take, and how does "
+               "a framework find each one exactly once, even when two layers share it?"
+           ),
+           book=("Neural Computation",
+                 "https://mlsysbook.ai/vol1/nn_computation/nn_computation.html")),
     Module(4, "losses", "Losses", "foundation",
            "Mean squared error, cross-entropy from logits, binary cross-entropy with logits.",
-           "core.losses", (1, 2), ("nn",)),
+           "core.losses", (1, 2), ("nn",),
+           hours="3-4", difficulty=2,
+           needs_to_know="Logarithms and the softmax of module 02.",
+           question=(
+               "Why does a textbook cross-entropy return `inf` on confident predictions, and why "
+               "is the probability matrix the largest array of a language model's training step?"
+           ),
+           book=("Neural Computation",
+                 "https://mlsysbook.ai/vol1/nn_computation/nn_computation.html")),
     Module(5, "dataloader", "DataLoader", "foundation",
            "Dataset, TensorDataset and a batching, shuffling DataLoader.",
-           "data.loader", (1,), ("data",)),
+           "data.loader", (1,), ("data",),
+           hours="2-3", difficulty=2,
+           needs_to_know="Python iterators and generators, and seeded random number generators.",
+           question=(
+               "Which examples go into which batch, in what order, and how does a run stopped at "
+               "epoch 5 see exactly the batches it would have seen?"
+           ),
+           book=("Training",
+                 "https://mlsysbook.ai/vol1/training/training.html")),
     Module(6, "autograd", "Autograd", "foundation",
            "Reverse-mode differentiation: derivative rules, an iterative topological "
            "backward, no_grad, detach and gradcheck.",
-           "core.autograd", (1, 2, 3, 4), ("",)),
+           "core.autograd", (1, 2, 3, 4), ("",),
+           hours="8-10", difficulty=4,
+           needs_to_know="The chain rule, and graphs (a topological order) from a first course.",
+           question=(
+               "How does one backward pass give every gradient for about the cost of two forward "
+               "passes, and what memory does the graph hold until it runs?"
+           ),
+           book=("Frameworks",
+                 "https://mlsysbook.ai/vol1/frameworks/frameworks.html")),
     Module(7, "optimizers", "Optimizers", "foundation",
            "SGD with momentum, Adam, AdamW, gradient clipping.",
-           "core.optimizers", (6,), ("optim",)),
+           "core.optimizers", (6,), ("optim",),
+           hours="3-4", difficulty=2,
+           needs_to_know="Gradients as module 06 leaves them in `.grad`; running averages.",
+           question=(
+               "What does an optimizer remember between steps, and why does Adam's state cost "
+               "twice the memory of the model it trains?"
+           ),
+           book=("Training",
+                 "https://mlsysbook.ai/vol1/training/training.html")),
     Module(8, "training", "Training", "foundation",
            "Training loops, learning-rate schedules, safe checkpoints, resumable runs.",
-           "core.training", (5, 7), ("",)),
+           "core.training", (5, 7), ("",),
+           hours="5-6", difficulty=3,
+           needs_to_know="Modules 03-07 end to end, and files: writing, renaming, reading back.",
+           question=(
+               "What is a training run made of, so that a stopped run resumes bit for bit and a "
+               "crash in the middle of saving loses nothing?"
+           ),
+           book=("Training",
+                 "https://mlsysbook.ai/vol1/training/training.html")),
     Module(9, "convolutions", "Convolutions", "architecture",
            "Conv2d with im2col, pooling, a CNN on digits.",
            "core.convolutions", (8,), ("nn",)),
     Module(10, "tokenization", "Tokenization", "architecture",
            "Character and byte-level BPE tokenizers.",
-           "text.tokenization", (1,), ("text",)),
+           "text.tokenization", (1,), ("text",),
+           hours="5-6", difficulty=3,
+           needs_to_know="Python strings, bytes and UTF-8, and dictionaries.",
+           question=(
+               "How does the vocabulary size trade the size of the embedding and output layers "
+               "against the length of every sequence, which attention pays for quadratically?"
+           )),
     Module(11, "embeddings", "Embeddings", "architecture",
            "Token embeddings, learned and sinusoidal positions, rotary embeddings.",
-           "core.embeddings", (6, 10), ("nn",)),
+           "core.embeddings", (6, 10), ("nn",),
+           hours="4-5", difficulty=3,
+           needs_to_know="Indexing and gradients (modules 01, 06); sines, cosines and rotations.",
+           question=(
+               "How does a model learn what a token id means and where it stands, and what does "
+               "each way of encoding positions cost in parameters and in length it can handle?"
+           ),
+           book=("Architectures",
+                 "https://mlsysbook.ai/vol1/nn_architectures/nn_architectures.html")),
     Module(12, "attention", "Attention", "architecture",
            "Scaled dot-product, causal and padding masks, multi-head and grouped-query attention.",
-           "core.attention", (11,), ("nn",)),
+           "core.attention", (11,), ("nn",),
+           hours="6-8", difficulty=4,
+           needs_to_know="Matrix products with batch axes, softmax (02) and autograd (06).",
+           question=(
+               "Attention's $(T, T)$ table of scores grows with the square of the sequence "
+               "length: at what length does it, and not the weights, fill the memory?"
+           ),
+           book=("Architectures",
+                 "https://mlsysbook.ai/vol1/nn_architectures/nn_architectures.html")),
     Module(13, "transformers", "Transformers", "architecture",
            "LayerNorm, RMSNorm, MLPs, the pre-norm block, and GPT with generation.",
-           "models.transformer", (8, 12), ("nn",)),
+           "models.transformer", (8, 12), ("nn",),
+           hours="8-10", difficulty=4,
+           needs_to_know=(
+               "Everything from modules 01-12: you assemble them, so their shapes and "
+               "gradients must be second nature."
+           ),
+           question=(
+               "Attention's memory grows as $O(N^2)$ in the sequence length $N$, the MLP's "
+               "compute as $O(N \\cdot d^2)$ in the width $d$: which one hits a wall first as a "
+               "GPT grows?"
+           ),
+           book=("Architectures",
+                 "https://mlsysbook.ai/vol1/nn_architectures/nn_architectures.html")),
     Module(14, "profiling", "Profiling", "optimization",
            "Measure time, memory and FLOPs of your own models.",
            "perf.profiling", (13,), ()),

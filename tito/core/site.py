@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+import textwrap
 from collections import defaultdict
 from pathlib import Path
 
@@ -32,7 +33,9 @@ from .registry import (
     get_module,
     prerequisites,
 )
-from .site_lesson import Helper, Lesson, LessonError, Message, read_lesson
+from .site_failures import FailureSpecError, Mistake, mistakes, recorded
+from .site_figures import figures_of
+from .site_lesson import Lesson, LessonError, Message, read_lesson
 
 SITE_DIR = COURSE_ROOT / "site"
 SITE_TITLE = "TinyTorch"
@@ -238,7 +241,7 @@ def index_page() -> str:
         modules = tiers.get(tier, [])
         if not modules:
             continue
-        hours = _hours_total(modules)
+        hours = _hours_total(modules) if all(m.hours for m in modules) else None
         titles = ", ".join(module_ref(m, page, short=True) for m in modules)
         out.append(
             f"- **{name}** ({_span(modules)}{', about ' + hours if hours else ''}): {titles}."
@@ -249,20 +252,26 @@ def index_page() -> str:
 
     out += ["## The modules {#modules}", ""]
     out += [
-        "| # | Module | Tier | What you build | Hours | Status |",
-        "|--:|:-------|:-----|:----------------------------------------|:--|:--------|",
+        "| # | Module | Tier | What you build | Difficulty | Hours | Status |",
+        "|--:|:-------|:-----|:----------------------------------------|:--|:--|:--------|",
     ]
     for m in MODULES:
         title = f"[{m.title}]({_rel(module_page(m), page)})" if m.written else m.title
         status = "ready" if m.written else "[coming soon]{.soon}"
         out.append(
             f"| {m.key} | {title} | {TIERS.get(m.tier, m.tier)} | {inline(m.summary, True)} "
-            f"| {m.hours} | {status} |"
+            f"| {difficulty_md(m.difficulty)} | {m.hours} | {status} |"
         )
-    total = _hours_total(list(MODULES))
+    rated = [m for m in MODULES if m.hours]
+    total = _hours_total(rated)
     out += [
         "",
-        f"Time estimates are per module{'; about ' + total + ' in all' if total else ''}.",
+        (
+            f"Time estimates are per module; the {len(rated)} estimated so far "
+            f"({_ranges(m.number for m in rated)}) take about {total} in all."
+            if total
+            else "Time estimates are per module."
+        ),
         "",
     ]
 
@@ -284,28 +293,47 @@ def index_page() -> str:
     return "\n".join(out)
 
 
+DIFFICULTY_MAX = 4
+
+
+def difficulty_md(level: int) -> str:
+    """●●●○ for 3 of 4, with a label for screen readers; empty when not rated."""
+    if not level:
+        return ""
+    level = max(1, min(DIFFICULTY_MAX, int(level)))
+    dots = "●" * level + "○" * (DIFFICULTY_MAX - level)
+    return f'[{dots}]{{.difficulty aria-label="difficulty {level} of {DIFFICULTY_MAX}"}}'
+
+
+def notebook_file(m: Module) -> str:
+    """The released (solution-free) notebook of ``m``, relative to the site root."""
+    return f"notebooks/{m.dirname}.ipynb"
+
+
 def _module_info(m: Module, lesson: Lesson, page: str) -> list[str]:
-    requires = ", ".join(module_ref(get_module(n), page) for n in m.requires)
-    indirect = [n for n in prerequisites(m.number) if n not in m.requires]
+    prereqs = prerequisites(m.number)
+    direct = ", ".join(module_ref(get_module(n), page) for n in m.requires)
     tier_modules = _tier_modules()[m.tier]
     namespaces = ", ".join(f"`tinytorch{'.' + ns if ns else ''}`" for ns in m.namespaces)
-    lines = [
-        f"- **Tier:** {TIERS.get(m.tier, m.tier)} ({_span(tier_modules)})",
-        f"- **Prerequisites:** {requires}"
-        if requires
-        else "- **Prerequisites:** none: this is where the course starts",
-    ]
-    if indirect:
-        lines.append(
-            "- **Through them, also:** "
-            + ", ".join(module_ref(get_module(n), page) for n in indirect)
-        )
+    lines = []
+    if m.difficulty:
+        lines.append(f"- **Difficulty:** {difficulty_md(m.difficulty)}")
+    if m.hours:
+        lines.append(f"- **Time:** {m.hours} hours")
+    if prereqs:
+        lines.append(f"- **Prerequisites:** {_ranges(prereqs)} (directly: {direct})")
+    else:
+        lines.append("- **Prerequisites:** none: this is where the course starts")
+    if m.needs_to_know:
+        lines.append(f"- **You need to know:** {m.needs_to_know}")
     lines += [
-        f"- **Estimated time:** {m.hours} hours",
-        f"- **Export target:** `tinytorch.{m.target}` (`{m.target_path.as_posix()}`)"
+        f"- **Tier:** {TIERS.get(m.tier, m.tier)} ({_span(tier_modules)})",
+        f"- **You export:** `tinytorch.{m.target}`"
         + (f", re-exported by {namespaces}" if namespaces else ""),
         f"- **Graded tests:** {len(lesson.tests)} tests, {_points(lesson.points)} points",
-        f"- **Lesson file:** `modules/{m.dirname}/{m.slug}.py`",
+        f"- **Notebook:** [download {m.slug}.ipynb]({_rel(notebook_file(m), page)})"
+        f'{{download=""}} (solutions removed by nbgrader, the one `tito module start {m.key}` '
+        "hands out)",
     ]
     return ["::: {.module-info}", *lines, ":::"]
 
@@ -343,7 +371,7 @@ def _what_you_write(lesson: Lesson) -> list[str]:
     return out
 
 
-def _how_you_know(lesson: Lesson) -> list[str]:
+def _how_you_know(lesson: Lesson, curated: set[str]) -> list[str]:
     out = [
         (
             f"`tito module complete {lesson.module.key}` runs these graded tests on your notebook; "
@@ -355,46 +383,129 @@ def _how_you_know(lesson: Lesson) -> list[str]:
         "|:---------------|--:|:--------------------------------------------|",
     ]
     for t in lesson.tests:
-        name = f"[`{t.function}`](#fails-{t.grade_id})"
+        name = f"`{t.function}`"
+        if t.grade_id in curated:
+            name = f"[{name}](#fails-{t.grade_id})"
         out.append(f"| {name} | {_points(t.points)} | {inline(t.doc, True) or '(no docstring)'} |")
     return out + [""]
 
 
-def _helper_md(helper: Helper) -> list[str]:
+def _failures(m: Module) -> list[tuple[Mistake, dict]]:
+    """The curated mistakes of ``m``, each with what its test printed when it was planted."""
+    try:
+        planted = mistakes(m)
+    except FailureSpecError as error:
+        raise SiteError(str(error)) from None
+    found = recorded(m)
     out = []
-    if helper.messages:
-        out += ["", f"Through `{helper.name}()`, which it calls:", ""]
-        out += [f"- {message_md(msg)}" for msg in helper.messages]
-    if helper.hints:
-        out += ["", f"Hints it passes to `{helper.name}()`:", ""]
-        out += [f"- {message_md(msg)}" for msg in helper.hints]
+    for mistake in planted:
+        result = found.get(mistake.key)
+        if result is None:
+            raise SiteError(
+                f"site/failures/{m.dirname}.yaml has a mistake that was never run "
+                f"({mistake.key}): run `tito site failures {m.key}` to record what its test "
+                "prints."
+            )
+        out.append((mistake, result))
     return out
 
 
-def _when_it_fails(lesson: Lesson) -> list[str]:
+def _when_it_fails(lesson: Lesson, failures: list[tuple[Mistake, dict]]) -> list[str]:
+    intro = (
+        "A failing test prints what it expected, what your code gave, and the likely fix; "
+        "nothing is exported until every graded test passes."
+    )
+    if not failures:
+        return [intro, ""]
     out = [
         (
-            "A failing test stops at its first failed check and prints that check's message. "
-            "These are all of them, as written in the tests; "
-            "[`<name>`]{.placeholder} stands for a value filled in when the test runs."
+            f"Typical mistakes, each planted in the reference solution and run through "
+            f"`tito module complete {lesson.module.key}`: the message is what that command "
+            f"printed. {intro}"
         ),
         "",
     ]
-    for t in lesson.tests:
-        unit = "point" if t.points == 1 else "points"
+    names = {t.grade_id: t.function for t in lesson.tests}
+    done: set[str] = set()
+    for mistake, result in failures:
+        name = names.get(mistake.test, mistake.test)
+        anchor = "" if mistake.test in done else f" {{#fails-{mistake.test}}}"
+        done.add(mistake.test)
+        points = next((t.points for t in lesson.tests if t.grade_id == mistake.test), 0)
+        unit = "point" if points == 1 else "points"
         out += [
-            f"### `{t.function}` [{_points(t.points)} {unit}]{{.points}} {{#fails-{t.grade_id}}}",
+            f"### `{name}` [{_points(points)} {unit}]{{.points}}{anchor}",
             "",
         ]
-        if t.messages:
-            out += [f"- {message_md(msg)}" for msg in t.messages]
-        for helper in t.helpers:
-            out += _helper_md(helper)
-        if not t.messages and not t.helpers:
-            out.append(
-                "This test raises without a message of its own; the traceback names the check."
-            )
-        out.append("")
+        first, _, rest = mistake.new.strip("\n").partition("\n")
+        code = first + ("\n" + textwrap.dedent(rest) if rest else "")
+        planted = (
+            _code_block(code, "python")
+            if mistake.new.strip()
+            else "A line of the reference left out."
+        )
+        out += ["::: {.failure}", "**The mistake:**", "", planted, ""]
+        out += ["**What it prints:**", "", _code_block(result["message"], "text"), ""]
+        out += [f"**Why:** {mistake.cause}", "", f"**Fix:** {mistake.fix}", ":::", ""]
+    return out
+
+
+# Each tier's story, told at the end of each of its modules.
+TIER_STORIES = {
+    "foundation": (
+        "The Foundation tier builds a framework that can learn: tensors, activations, layers, "
+        "losses, data loading, automatic differentiation, optimizers and a training loop you "
+        "can trust."
+    ),
+    "architecture": (
+        "The Architecture tier builds the models of the last decades on that framework: "
+        "convolutions for images, then tokenizers, embeddings, attention and the transformer."
+    ),
+    "optimization": (
+        "The Optimization tier measures your models and then makes them faster and smaller: "
+        "profiling, quantization, compression, acceleration, caching and fair benchmarks."
+    ),
+    "capstone": "The capstone puts it all together: make your TinyGPT fast and small, and prove it.",
+}
+
+
+def reading_order() -> list[Module | Milestone]:
+    """Modules in registry order, each milestone right after the module that unlocks it."""
+    out: list[Module | Milestone] = []
+    for m in MODULES:
+        out.append(m)
+        out += sorted(
+            (ms for ms in MILESTONES if max(ms.requires) == m.number), key=lambda ms: ms.year
+        )
+    return out
+
+
+def _whats_next(m: Module, lesson: Lesson, page: str) -> list[str]:
+    tier = _tier_modules()[m.tier]
+    ends = [ms for ms in MILESTONES if get_module(max(ms.requires)).tier == m.tier]
+    story = TIER_STORIES.get(m.tier, "")
+    if ends:
+        refs = ", ".join(milestone_ref(ms, page) for ms in ends)
+        story += f" On the way it reaches the milestones {refs}."
+    out = [f"{story} This is module {m.key} of {_span(tier)}.".strip(), ""]
+    order = reading_order()
+    unlocked: list[Milestone] = []
+    upcoming: Module | None = None
+    for item in order[order.index(m) + 1 :]:
+        if isinstance(item, Module):
+            upcoming = item
+            break
+        unlocked.append(item)
+    lines = [
+        f"- **Milestone:** {milestone_ref(ms, page)}: {inline(ms.summary)} "
+        f"Run it: `tito milestone run {ms.name}`."
+        for ms in unlocked
+    ]
+    if upcoming is not None:
+        lines.append(f"- **Module:** {module_ref(upcoming, page)}: {inline(upcoming.summary)}")
+    if lines:
+        out += ["::: {.up-next}", "**Up next**", "", *lines, ":::", ""]
+    out += [lesson.sections["what comes next"], ""]
     return out
 
 
@@ -402,31 +513,53 @@ def _used_by(m: Module, page: str) -> list[str]:
     direct = [x for x in MODULES if m.number in x.requires]
     indirect = [x for x in MODULES if m.number in prerequisites(x.number) and x not in direct]
     milestones = [ms for ms in MILESTONES if m.number in ms.requires]
+    if not (direct or indirect or milestones):
+        return ["No later module or milestone needs this one.", ""]
+    out = [
+        "| Later | What it builds | How it uses this module |",
+        "|:------------|:--------------------------------|:----------------|",
+    ]
+    for x in direct:
+        out.append(f"| {module_ref(x, page)} | {inline(x.summary, True)} | builds on it directly |")
+    for x in indirect:
+        via = [get_module(n) for n in x.requires if m.number in (n, *prerequisites(n))]
+        through = ", ".join(v.key for v in via)
+        out.append(f"| {module_ref(x, page)} | {inline(x.summary, True)} | through {through} |")
+    for ms in milestones:
+        last = ", the last module it needs" if max(ms.requires) == m.number else ""
+        out.append(
+            f"| {milestone_ref(ms, page)} | {inline(ms.summary, True)} | runs your code{last} |"
+        )
+    return out + [""]
+
+
+def _figures_md(m: Module, page: str) -> list[str]:
     out = []
-    if direct:
-        out += ["Modules that build on this one directly:", ""]
-        out += [f"- {module_ref(x, page)}: {inline(x.summary)}" for x in direct]
-        out.append("")
-    if indirect:
-        out += [
-            "Through those, also needed by: "
-            + ", ".join(
-                module_ref(x, page, short=True) + ("" if x.written else " (coming soon)")
-                for x in indirect
+    for fig in figures_of(m):
+        if not (SITE_DIR / fig.path).is_file():
+            raise SiteError(
+                f"site/{fig.path} is missing: run `tito site figures` to draw it "
+                "(tito/core/site_figures.py)."
             )
-            + ".",
+        alt = fig.alt.replace('"', "'")
+        out += [
+            f'![{fig.caption}]({_rel(fig.path, page)}){{#fig-{fig.name} fig-alt="{alt}"}}',
             "",
         ]
-    if milestones:
-        out += ["Milestones that need it:", ""]
-        for ms in milestones:
-            last = get_module(max(ms.requires))
-            note = " This module is the last one it needs." if last.number == m.number else ""
-            out.append(f"- {milestone_ref(ms, page)}: {inline(ms.summary)}{note}")
-        out.append("")
-    if not out:
-        out = ["No later module or milestone needs this one.", ""]
     return out
+
+
+def _read_why(m: Module) -> list[str]:
+    if not m.book:
+        return []
+    title, url = m.book[0], m.book[1]
+    return [
+        "::: {.read-why}",
+        f"**Finished? Read why.** The Machine Learning Systems book explains the systems behind "
+        f"this module in its chapter [{title}]({url}) (mlsysbook.ai).",
+        ":::",
+        "",
+    ]
 
 
 def module_page_text(m: Module) -> str:
@@ -435,19 +568,24 @@ def module_page_text(m: Module) -> str:
         lesson = read_lesson(m)
     except LessonError as error:
         raise SiteError(str(error)) from None
+    failures = _failures(m)
+    curated = {x.test for x, _ in failures}
     s = lesson.sections
     out = [_front_matter(f"Module {m.key}: {m.title}", m.summary)]
+    if m.question:
+        out += ["::: {.systems-question}", f"**The systems question.** {m.question}", ":::", ""]
+    out += ["## Overview", "", s["overview"], "", *_figures_md(m, page)]
     out += ["## Module info", "", *_module_info(m, lesson, page), ""]
-    out += ["## Overview", "", s["overview"], ""]
     out += ["## Commands", "", _commands(m), ""]
     out += ["## Learning objectives", "", s["learning objectives"], ""]
     out += ["## What you build", "", s["what you build"], ""]
     out += ["## What you are not building yet", "", s["what you are not building yet"], ""]
     out += ["## What you write", "", *_what_you_write(lesson)]
-    out += ["## How you know it works", "", *_how_you_know(lesson)]
-    out += ["## When it fails", "", *_when_it_fails(lesson)]
-    out += ["## What's next", "", s["what comes next"], ""]
+    out += ["## How you know it works", "", *_how_you_know(lesson, curated)]
+    out += ["## When it fails", "", *_when_it_fails(lesson, failures)]
+    out += ["## What's next", "", *_whats_next(m, lesson, page)]
     out += ["## How later modules use this one", "", *_used_by(m, page)]
+    out += _read_why(m)
     return "\n".join(out).rstrip("\n") + "\n"
 
 
@@ -494,6 +632,13 @@ def quarto_yml() -> str:
         "project:",
         "  type: website",
         "  output-dir: _site",
+        "  render:",
+        '    - "*.qmd"',
+        '    - "modules/*.qmd"',
+        '    - "milestones/*.qmd"',
+        "  resources:",
+        '    - "figures/*.svg"',
+        '    - "notebooks/*.ipynb"',
         "",
         "website:",
         f"  title: {json.dumps(SITE_TITLE)}",
@@ -508,19 +653,27 @@ def quarto_yml() -> str:
         "    contents:",
         *item("Home", "index.qmd", "      "),
     ]
-    tiers = _tier_modules()
+    # One reading order: the modules of each tier, each milestone right after the module that
+    # unlocks it, so the previous / next links (Quarto's and pandoc's) follow the course.
+    sections: dict[str, list[Module | Milestone]] = defaultdict(list)
+    tier = MODULES[0].tier
+    for entry in reading_order():
+        if isinstance(entry, Module):
+            tier = entry.tier
+        sections[tier].append(entry)
     for tier, name in TIERS.items():
-        if not tiers.get(tier):
+        if not sections.get(tier):
             continue
         lines += [f"      - section: {json.dumps(name)}", "        contents:"]
-        for m in tiers[tier]:
-            if m.written:
-                lines += item(f"{m.key} {m.title}", module_page(m), "          ")
+        for entry in sections[tier]:
+            if isinstance(entry, Milestone):
+                lines += item(
+                    f"★ {entry.year} {entry.title}", milestone_page(entry), "          "
+                )
+            elif entry.written:
+                lines += item(f"{entry.key} {entry.title}", module_page(entry), "          ")
             else:
-                lines += item(f"{m.key} {m.title} (coming soon)", None, "          ")
-    lines += ['      - section: "Milestones"', "        contents:"]
-    for ms in MILESTONES:
-        lines += item(f"{ms.year} {ms.title}", milestone_page(ms), "          ")
+                lines += item(f"{entry.key} {entry.title} (coming soon)", None, "          ")
     lines += [
         "",
         "format:",
@@ -529,6 +682,8 @@ def quarto_yml() -> str:
         f"    css: {STYLESHEET}",
         "    toc: true",
         "    toc-depth: 2",
+        "    toc-location: right",
+        "    fig-cap-location: bottom",
         "    html-math-method: mathml",
         "",
     ]
@@ -621,4 +776,54 @@ def check_site(site: Path = SITE_DIR, files: dict[str, str] | None = None) -> li
             problems.append(f"{site.name}/{rel} differs from what the lessons and registry give")
     for rel in sorted(_managed(site) - set(files)):
         problems.append(f"{site.name}/{rel} is stale: no module or milestone makes it any more")
+    return problems + notebook_problems(site)
+
+
+# ---- released notebooks -------------------------------------------------------------------------
+def write_notebooks(site: Path = SITE_DIR, modules: list[Module] | None = None) -> list[str]:
+    """Release each written lesson with nbgrader into ``site/notebooks/``; returns the files
+    written. The same notebooks `tito module start` hands out: solutions removed."""
+    import nbformat
+
+    from .release import release_notebooks
+
+    modules = [m for m in MODULES if m.written] if modules is None else modules
+    released = release_notebooks(modules)
+    folder = site / "notebooks"
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for m in modules:
+        path = site / notebook_file(m)
+        nbformat.write(released[m.number], path)
+        written.append(notebook_file(m))
+    keep = {notebook_file(m) for m in MODULES if m.written}
+    for path in folder.glob("*.ipynb"):
+        if f"notebooks/{path.name}" not in keep:
+            path.unlink()
+    return written
+
+
+def notebook_problems(site: Path = SITE_DIR) -> list[str]:
+    """Released notebooks that are missing or no longer match their lesson (cheap: every
+    cell that is not a solution cell must read as in the lesson)."""
+    from .notebook import read_cells
+
+    problems = []
+    for m in MODULES:
+        if not m.written:
+            continue
+        path = site / notebook_file(m)
+        fix = "run `tito site notebooks`"
+        if not path.is_file():
+            problems.append(f"{site.name}/{notebook_file(m)} is missing: {fix}")
+            continue
+        released = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+        lesson = read_cells(m.source)
+        same = len(released) == len(lesson) and all(
+            "".join(r.get("source", "")) == c.source
+            for r, c in zip(released, lesson)
+            if not c.nbgrader.get("solution")
+        )
+        if not same:
+            problems.append(f"{site.name}/{notebook_file(m)} is older than its lesson: {fix}")
     return problems

@@ -165,9 +165,10 @@ $highlighting-css$
 $endif$
 </head>
 <body class="tt-pandoc">
-<header class="tt-topbar">$navbar$</header>
+<input type="checkbox" id="tt-menu" class="tt-menu-toggle" aria-hidden="true" tabindex="-1">
+<header class="tt-topbar"><label class="tt-menu-button" for="tt-menu" role="button" aria-controls="tt-sidebar" tabindex="0">☰ Menu</label>$navbar$</header>
 <div class="tt-layout">
-<nav class="tt-sidebar" aria-label="Course contents">$sidebar$</nav>
+<nav class="tt-sidebar" id="tt-sidebar" aria-label="Course contents">$sidebar$</nav>
 <main class="tt-main" id="content">
 <header class="tt-title-block">
 <h1 class="title">$title$</h1>
@@ -297,6 +298,9 @@ def render_with_pandoc(site: Path, out: Path) -> list[Path]:
         # One pandoc process per page, a few at a time.
         with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
             written = list(pool.map(one, pages_of(site)))
+    for folder in ("figures", "notebooks"):
+        if (site / folder).is_dir():
+            shutil.copytree(site / folder, out / folder, dirs_exist_ok=True)
     style = site / STYLESHEET
     if style.is_file():
         shutil.copyfile(style, out / STYLESHEET)
