@@ -43,3 +43,596 @@ class PlacedFigure:
 
 def figures_of(m: Module) -> list[PlacedFigure]:
     return [PlacedFigure(f.name, f.caption, f.alt, f.path_for(m)) for f in FIGURES.get(m.slug, [])]
+
+
+# ---- drawing --------------------------------------------------------------------------------
+INK, MUTED, ACCENT, BLUE, GREEN, RED = "#1f2328", "#6b7280", "#c2410c", "#0b5cad", "#15803d", "#b91c1c"
+FILL = {"ink": "#f3f4f6", "accent": "#fff1e8", "blue": "#eaf2fb", "green": "#eef8ee", "red": "#fdecec"}
+
+
+def _style():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    matplotlib.rcParams.update(
+        {
+            "svg.fonttype": "none",  # text stays text: searchable, small, crisp
+            "svg.hashsalt": "tinytorch-site",  # stable ids
+            "font.family": "DejaVu Sans",
+            "font.size": 10,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "axes.edgecolor": MUTED,
+            "axes.titlesize": 11,
+        }
+    )
+
+
+def _box(ax, x, y, w, h, text, fill="ink", edge=INK, size=9.5, weight="normal"):
+    from matplotlib.patches import FancyBboxPatch
+
+    ax.add_patch(
+        FancyBboxPatch(
+            (x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.02,rounding_size=0.08",
+            facecolor=FILL.get(fill, fill), edgecolor=edge, linewidth=1.1,
+        )
+    )
+    ax.text(x, y, text, ha="center", va="center", fontsize=size, color=INK, weight=weight)
+
+
+def _arrow(ax, start, end, color=INK, text="", side=0.0, style="-|>", ls="-"):
+    from matplotlib.patches import FancyArrowPatch
+
+    ax.add_patch(
+        FancyArrowPatch(
+            start, end, arrowstyle=style, mutation_scale=11, color=color, linewidth=1.2,
+            linestyle=ls, shrinkA=2, shrinkB=2,
+        )
+    )
+    if text:
+        mx, my = (start[0] + end[0]) / 2, (start[1] + end[1]) / 2
+        ax.text(mx + side, my, text, fontsize=8.5, color=color, ha="left" if side >= 0 else "right",
+                va="center")
+
+
+def _canvas(fig, xlim, ylim):
+    ax = fig.add_axes([0, 0, 1, 1])
+    ax.set_xlim(*xlim)
+    ax.set_ylim(*ylim)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    return ax
+
+
+# ---- 01 tensor: broadcasting ------------------------------------------------------------------
+def draw_broadcasting(fig):
+    import numpy as np
+
+    from tinytorch import Tensor
+
+    a = Tensor(np.arange(3, dtype=np.float32).reshape(3, 1) * 10)
+    b = Tensor(np.arange(4, dtype=np.float32).reshape(1, 4))
+    c = (a + b).data
+    ax = _canvas(fig, (0, 15.5), (0, 5.2))
+
+    def grid(x0, values, real_rows, real_cols, title):
+        rows, cols = values.shape
+        for i in range(rows):
+            for j in range(cols):
+                real = i < real_rows and j < real_cols
+                fill = FILL["blue"] if real else "#ffffff"
+                ax.add_patch(__import__("matplotlib").patches.Rectangle(
+                    (x0 + j, 3.6 - i), 1, 1, facecolor=fill, edgecolor=INK if real else MUTED,
+                    linestyle="-" if real else (0, (2, 2)), linewidth=1))
+                ax.text(x0 + j + 0.5, 4.1 - i, f"{values[i, j]:g}", ha="center", va="center",
+                        fontsize=9, color=INK if real else MUTED)
+        ax.text(x0 + cols / 2, 4.95, title, ha="center", fontsize=9.5, color=INK)
+
+    grid(0.3, np.repeat(a.data, 4, axis=1), 3, 1, "a: shape (3, 1)")
+    ax.text(4.75, 3.1, "+", fontsize=16, ha="center", va="center")
+    grid(5.4, np.repeat(b.data, 3, axis=0), 1, 4, "b: shape (1, 4)")
+    ax.text(9.85, 3.1, "=", fontsize=16, ha="center", va="center")
+    grid(10.5, c, 3, 4, "a + b: shape (3, 4)")
+    ax.text(7.75, 0.45, "Dashed cells are never stored: a size-1 axis is read again for every "
+            "index of the other operand.", ha="center", fontsize=8.5, color=MUTED)
+
+
+# ---- 02 activations -----------------------------------------------------------------------------
+def draw_activations(fig):
+    import numpy as np
+
+    import tinytorch.nn as nn
+
+    x = np.linspace(-4, 4, 321, dtype=np.float32)
+    ax = fig.add_axes([0.08, 0.14, 0.6, 0.78])
+    for name, fn, color in (
+        ("ReLU", nn.relu, INK), ("GELU", nn.gelu, ACCENT), ("SiLU", nn.silu, GREEN),
+        ("Sigmoid", nn.sigmoid, BLUE), ("Tanh", nn.tanh, "#7c3aed"),
+    ):
+        ax.plot(x, fn(nn.Parameter(x) if False else __import__("tinytorch").Tensor(x)).data,
+                color=color, label=name, linewidth=1.6)
+    ax.axhline(0, color=MUTED, linewidth=0.6)
+    ax.axvline(0, color=MUTED, linewidth=0.6)
+    ax.set_xlabel("x")
+    ax.set_ylabel("f(x)")
+    ax.set_ylim(-1.2, 4.1)
+    ax.legend(frameon=False, loc="upper left")
+    ax.set_title("Your activations, evaluated by tinytorch")
+    ax2 = fig.add_axes([0.76, 0.14, 0.22, 0.78])
+    big = np.array([-1000, -100, -10, 0, 10, 100, 1000], dtype=np.float32)
+    with np.errstate(over="ignore"):
+        naive = 1 / (1 + np.exp(-big))
+    ax2.axis("off")
+    stable = nn.sigmoid(__import__("tinytorch").Tensor(big)).data
+    ax2.text(0.0, 1.0, "sigmoid in float32", fontsize=9.5, weight="bold", va="top")
+    for head, x0 in (("x", 0.0), ("stable", 0.33), ("textbook", 0.68)):
+        ax2.text(x0, 0.9, head, fontsize=8, color=MUTED, va="top")
+    for i, v in enumerate(big):
+        y = 0.8 - i * 0.085
+        for text, x0 in ((f"{v:g}", 0.0), (f"{stable[i]:.3g}", 0.33), (f"{naive[i]:.3g}", 0.68)):
+            ax2.text(x0, y, text, fontsize=8, va="top")
+    ax2.text(0.0, 0.0, "e^1000 overflows to inf\n(NumPy warns); the stable\nform never does.",
+             fontsize=8, color=MUTED, va="bottom")
+
+
+# ---- 03 layers: the module tree -------------------------------------------------------------------
+def draw_module_tree(fig):
+    import tinytorch.nn as nn
+
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    ax = _canvas(fig, (0, 12), (0, 5.4))
+    _box(ax, 6, 4.6, 3.6, 0.8, "Sequential (the model)", "accent", ACCENT, weight="bold")
+    children = list(model._modules.items())
+    xs = [2 + 8 * i / max(1, len(children) - 1) for i in range(len(children))]
+    for (name, child), x in zip(children, xs):
+        _arrow(ax, (6, 4.2), (x, 3.55))
+        _box(ax, x, 3.15, 3.0, 0.75, f"{name}: {type(child).__name__}", "blue", BLUE)
+        params = list(child._parameters.items())
+        for k, (pname, p) in enumerate(params):
+            y = 1.95 - k * 0.95
+            _arrow(ax, (x, 2.78), (x, y + 0.38)) if k == 0 else None
+            _box(ax, x, y, 3.0, 0.7, f"{name}.{pname}  {tuple(p.shape)}", "ink", MUTED, size=8.5)
+        if not params:
+            ax.text(x, 2.2, "no parameters", ha="center", fontsize=8.5, color=MUTED)
+    total = sum(p.size for p in model.parameters())
+    ax.text(6, 0.15, f"model.named_parameters() walks this tree: {len(list(model.parameters()))} "
+            f"parameters, {total} numbers, each found once", ha="center", fontsize=8.5,
+            color=MUTED)
+
+
+# ---- 04 losses: cross-entropy, naive against stable ----------------------------------------------
+def draw_cross_entropy(fig):
+    import numpy as np
+
+    import tinytorch.nn as nn
+    from tinytorch import Tensor
+
+    scale = np.linspace(0, 120, 241, dtype=np.float32)
+    base = np.array([1.0, -0.5, 0.25, -1.0], dtype=np.float32)
+    stable, naive = [], []
+    for s in scale:
+        logits = (base * s)[None, :]
+        stable.append(nn.cross_entropy(Tensor(logits), np.array([1])).item())
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            e = np.exp(logits)
+            naive.append(float(-np.log(e[0, 1] / e.sum())))
+    naive = np.array(naive)
+    ax = fig.add_axes([0.1, 0.16, 0.86, 0.74])
+    ax.plot(scale, stable, color=BLUE, linewidth=2, label="your cross_entropy (log-sum-exp)")
+    ok = np.isfinite(naive)
+    ax.plot(scale[ok], naive[ok], color=ACCENT, linestyle="--", linewidth=1.6,
+            label="-log(softmax) in float32")
+    first_bad = scale[~ok][0] if (~ok).any() else None
+    if first_bad is not None:
+        ax.axvline(first_bad, color=RED, linewidth=0.8)
+        ax.text(first_bad + 1.5, max(stable) * 0.55, f"from scale {first_bad:g}: exp overflows,\n"
+                "the textbook loss is inf or nan", color=RED, fontsize=8.5)
+    ax.set_xlabel("logit scale s (logits = s · [1, -0.5, 0.25, -1], target class 1)")
+    ax.set_ylabel("loss")
+    ax.legend(frameon=False, loc="upper left")
+    ax.set_title("A wrong, confident prediction: the loss should grow linearly with s")
+
+
+# ---- 05 dataloader: the order of two epochs --------------------------------------------------------
+def draw_epochs(fig):
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from tinytorch import Tensor
+    from tinytorch.data import DataLoader, TensorDataset
+
+    data = TensorDataset(Tensor(np.arange(12, dtype=np.float32)))
+    loader = DataLoader(data, batch_size=4, shuffle=True, seed=7)
+    ax = _canvas(fig, (0, 16), (0, 4.6))
+    cmap = plt.get_cmap("tab20")
+    for row, epoch in enumerate((0, 1)):
+        order = loader.order(epoch)
+        y = 3.2 - row * 1.6
+        ax.text(0.1, y + 0.45, f"epoch {epoch}", fontsize=9.5, va="center")
+        for i, idx in enumerate(order):
+            x = 1.9 + i * 1.1 + (i // 4) * 0.45
+            ax.add_patch(__import__("matplotlib").patches.Rectangle(
+                (x, y), 1.0, 0.9, facecolor=cmap(int(idx) % 20), edgecolor=INK, linewidth=0.8,
+                alpha=0.85))
+            ax.text(x + 0.5, y + 0.45, str(int(idx)), ha="center", va="center", fontsize=9)
+        for b in range(3):
+            x = 1.9 + b * (4 * 1.1 + 0.45)
+            ax.text(x + 2.2, y - 0.22, f"batch {b}", ha="center", fontsize=8, color=MUTED)
+    ax.text(8, 0.2, "order(epoch) = default_rng([seed, epoch]).permutation(12): the same for "
+            "every run, and for a run resumed at any epoch", ha="center", fontsize=8.5,
+            color=MUTED)
+
+
+# ---- 06 autograd: a graph and its backward pass ------------------------------------------------------
+def draw_autograd_graph(fig):
+    import numpy as np
+
+    from tinytorch import Tensor
+
+    w = Tensor(np.float32(2.0), requires_grad=True)
+    x = Tensor(np.float32(3.0))
+    b = Tensor(np.float32(1.0), requires_grad=True)
+    u = w * x
+    z = u + b
+    loss = z * z
+    loss.backward()
+    ax = _canvas(fig, (0, 14), (0, 6.2))
+    nodes = {
+        "w": (1.5, 4.6, f"w = {w.item():g}", "accent"),
+        "x": (1.5, 2.4, f"x = {x.item():g}", "ink"),
+        "b": (5.6, 1.3, f"b = {b.item():g}", "accent"),
+        "u": (5.6, 3.7, f"u = w·x = {u.item():g}", "blue"),
+        "z": (9.1, 2.6, f"z = u + b = {z.item():g}", "blue"),
+        "L": (12.4, 2.6, f"L = z² = {loss.item():g}", "green"),
+    }
+    for key, (cx, cy, text, fill) in nodes.items():
+        _box(ax, cx, cy, 2.2 if key in "wxb" else 2.7, 0.8, text, fill)
+    forward = [("w", "u"), ("x", "u"), ("u", "z"), ("b", "z"), ("z", "L")]
+    for a, c in forward:
+        (x0, y0, *_), (x1, y1, *_) = nodes[a], nodes[c]
+        _arrow(ax, (x0 + (1.1 if a in "wxb" else 1.35), y0 + 0.15),
+               (x1 - 1.35, y1 + 0.15), INK)
+    dz = 2 * z.item()
+    grads = [
+        ("L", "z", f"dL/dz = 2z = {dz:g}", (10.75, 1.75)),
+        ("z", "u", f"dL/du = {dz:g}", (7.55, 3.75)),
+        ("z", "b", f"b.grad = {b.grad.item():g}", (7.3, 1.25)),
+        ("u", "w", f"w.grad = x · {dz:g} = {w.grad.item():g}", (0.4, 5.3)),
+    ]
+    for a, c, text, (tx, ty) in grads:
+        (x0, y0, *_), (x1, y1, *_) = nodes[a], nodes[c]
+        _arrow(ax, (x0 - 1.35, y0 - 0.2), (x1 + (1.1 if c in "wxb" else 1.35), y1 - 0.2), RED,
+               ls="--")
+        ax.text(tx, ty, text, color=RED, fontsize=8.5, ha="left", va="center")
+    ax.text(7, 5.85, "forward: black arrows, each op records its inputs     "
+            "backward: red, dashed, in reverse topological order", ha="center", fontsize=8.5,
+            color=MUTED)
+    ax.text(7, 0.2, "Values computed by tinytorch: L.backward() leaves w.grad and b.grad; x needs "
+            "no gradient and gets none.", ha="center", fontsize=8.5, color=MUTED)
+
+
+# ---- 07 optimizers: paths on a narrow valley --------------------------------------------------------
+def draw_optimizer_paths(fig):
+    import numpy as np
+
+    from tinytorch import Tensor
+    from tinytorch.optim import SGD, Adam
+
+    def path(make, steps=60):
+        p = Tensor(np.array([-4.0, 2.0], dtype=np.float32), requires_grad=True)
+        opt = make([p])
+        points = [p.data.copy()]
+        for _ in range(steps):
+            opt.zero_grad()
+            loss = (p * p * Tensor(np.array([0.05, 1.0], dtype=np.float32))).sum()
+            loss.backward()
+            opt.step()
+            points.append(p.data.copy())
+        return np.array(points)
+
+    ax = fig.add_axes([0.08, 0.14, 0.9, 0.76])
+    gx, gy = np.meshgrid(np.linspace(-4.5, 1, 200), np.linspace(-2.5, 2.5, 120))
+    ax.contour(gx, gy, 0.05 * gx**2 + gy**2, levels=12, colors="#d1d5db", linewidths=0.7)
+    for label, make, color in (
+        ("SGD lr=0.9", lambda ps: SGD(ps, lr=0.9), MUTED),
+        ("SGD momentum 0.9, lr=0.1", lambda ps: SGD(ps, lr=0.1, momentum=0.9), BLUE),
+        ("Adam lr=0.3", lambda ps: Adam(ps, lr=0.3), ACCENT),
+    ):
+        pts = path(make)
+        ax.plot(pts[:, 0], pts[:, 1], marker="o", markersize=2.5, linewidth=1.2, color=color,
+                label=label)
+    ax.plot([0], [0], marker="*", color=GREEN, markersize=12)
+    ax.set_xlabel("w1 (gentle direction)")
+    ax.set_ylabel("w2 (steep direction)")
+    ax.legend(frameon=False, loc="lower right", fontsize=8.5)
+    ax.set_title("60 steps of your optimizers on L = 0.05·w1² + w2² (minimum: the star)")
+
+
+# ---- 08 training: the learning-rate schedule -----------------------------------------------------------
+def draw_schedule(fig):
+    from tinytorch.core.training import CosineWarmup
+
+    sched = CosineWarmup(1e-3, 1e-4, 100, 2000)
+    steps = list(range(0, 2201, 5))
+    ax = fig.add_axes([0.11, 0.16, 0.85, 0.74])
+    ax.plot(steps, [sched(s) * 1e3 for s in steps], color=ACCENT, linewidth=2)
+    ax.axvspan(0, 100, color=FILL["accent"])
+    ax.text(110, 0.95, "warm-up:\n100 steps", fontsize=8.5, color=ACCENT, va="top")
+    ax.text(1600, 0.55, "cosine decay to min_lr\nat total_steps = 2000", fontsize=8.5,
+            color=MUTED)
+    ax.set_xlabel("step")
+    ax.set_ylabel("learning rate (×10⁻³)")
+    ax.set_title("CosineWarmup(max_lr=1e-3, min_lr=1e-4, 100, 2000), evaluated by tinytorch")
+
+
+# ---- 10 tokenization: tokens per character against vocabulary size ------------------------------------
+def draw_bpe_compression(fig):
+    from tinytorch.text import BPETokenizer, CharTokenizer
+
+    text = (COURSE_ROOT / "milestones" / "data" / "tinyshakespeare.txt").read_text("utf-8")
+    train, held = text[:40_000], text[200_000:210_000]
+    sizes = [256, 300, 400, 600, 800, 1000]
+    ratios = []
+    for size in sizes:
+        tok = BPETokenizer.train(train, size)
+        ratios.append(len(tok.encode(held)) / len(held))
+    char = CharTokenizer.train(text)
+    ax = fig.add_axes([0.11, 0.16, 0.85, 0.74])
+    ax.plot(sizes, ratios, marker="o", color=BLUE, linewidth=1.8, label="byte-level BPE")
+    ax.scatter([char.vocab_size], [1.0], color=ACCENT, zorder=3,
+               label=f"characters ({char.vocab_size} ids)")
+    for s, r in zip(sizes, ratios):
+        ax.annotate(f"{r:.2f}", (s, r), textcoords="offset points", xytext=(0, 7), ha="center",
+                    fontsize=8)
+    ax.set_xlabel("vocabulary size (ids)")
+    ax.set_ylabel("tokens per character")
+    ax.set_ylim(0, 1.15)
+    ax.legend(frameon=False, loc="lower left")
+    ax.set_title("Measured on Tiny Shakespeare (trained on 40k characters, tested on 10k others)")
+
+
+# ---- 11 embeddings: sinusoidal positions ------------------------------------------------------------------
+def draw_sinusoidal(fig):
+    import tinytorch.nn as nn
+
+    table = nn.sinusoidal_encoding(64, 64)
+    table = getattr(table, "data", table)
+    ax = fig.add_axes([0.1, 0.15, 0.78, 0.75])
+    image = ax.imshow(table, aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1, origin="upper")
+    ax.set_xlabel("feature (pairs of sin and cos, fast waves on the left)")
+    ax.set_ylabel("position")
+    ax.set_title("sinusoidal_encoding(64, 64): one row per position, nothing learned")
+    fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
+
+
+# ---- 12 attention: weights with the causal mask, and memory against length -------------------------
+def draw_attention_matrix(fig):
+    import numpy as np
+
+    import tinytorch.nn as nn
+
+    rng = np.random.default_rng(0)
+    t = 10
+    q = rng.standard_normal((1, 1, t, 16)).astype(np.float32)
+    k = rng.standard_normal((1, 1, t, 16)).astype(np.float32)
+    weights = nn.attention_weights(q, k, is_causal=True)[0, 0]
+    mask = nn.causal_mask(t)
+    ax1 = fig.add_axes([0.05, 0.14, 0.38, 0.72])
+    ax1.imshow(mask, cmap="Greys", vmin=-0.3, vmax=1.6)
+    ax1.set_title("causal_mask(10): True = may attend")
+    ax2 = fig.add_axes([0.53, 0.14, 0.42, 0.72])
+    image = ax2.imshow(weights, cmap="Oranges", vmin=0, vmax=1)
+    ax2.set_title("attention weights: each row sums to 1")
+    for ax in (ax1, ax2):
+        ax.set_xlabel("key position j")
+        ax.set_ylabel("query position i")
+        ax.set_xticks(range(0, t, 3))
+        ax.set_yticks(range(0, t, 3))
+    fig.colorbar(image, ax=ax2, fraction=0.045, pad=0.03)
+
+
+def draw_attention_memory(fig):
+    import tracemalloc
+
+    import numpy as np
+
+    import tinytorch.nn as nn
+    from tinytorch import Tensor
+
+    rng = np.random.default_rng(0)
+    lengths = [128, 256, 512, 1024, 2048]
+    b, h, d = 1, 4, 32
+    peaks = []
+    for t in lengths:
+        q, k, v = (Tensor(rng.standard_normal((b, h, t, d)).astype(np.float32),
+                          requires_grad=True) for _ in range(3))
+        tracemalloc.start()
+        out = nn.scaled_dot_product_attention(q, k, v, is_causal=True)
+        out.sum().backward()
+        peaks.append(tracemalloc.get_traced_memory()[1] / 2**20)
+        tracemalloc.stop()
+    table = [b * h * t * t * 4 / 2**20 for t in lengths]
+    ax = fig.add_axes([0.11, 0.16, 0.85, 0.74])
+    ax.plot(lengths, peaks, marker="o", color=ACCENT, linewidth=1.8,
+            label="measured peak, forward + backward (tracemalloc)")
+    ax.plot(lengths, table, linestyle="--", color=MUTED, label="one (B, H, T, T) float32 table")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_xticks(lengths)
+    ax.set_xticklabels([str(t) for t in lengths])
+    ticks = [0.25, 1, 4, 16, 64, 256]
+    ax.set_yticks(ticks)
+    ax.set_yticklabels([f"{t:g}" for t in ticks])
+    ax.set_xlabel("sequence length T")
+    ax.set_ylabel("MiB")
+    ax.legend(frameon=False, loc="upper left")
+    ax.set_title(f"Your attention, B={b}, H={h}, head dim {d}: doubling T quadruples the memory")
+
+
+# ---- 13 transformers: the GPT forward path ----------------------------------------------------------------
+def draw_gpt_path(fig):
+    import tinytorch.nn as nn
+
+    config = nn.GPTConfig(vocab_size=50_257, block_size=1024, n_layer=12, n_head=12, n_embd=768,
+                          bias=True, tie_weights=False)
+    counts = nn.gpt_parameter_count(config)
+
+    def m(n):
+        return f"{n / 1e6:.1f}M"
+
+    ax = _canvas(fig, (0, 16), (0, 7.4))
+    y = 5.9
+    steps = [
+        (1.1, "token ids\n(B, T)", "ink", ""),
+        (3.6, "wte[ids]\n(B, T, C)", "blue", m(counts["token_embedding"])),
+        (6.3, "+ wpe[0..T)\n(B, T, C)", "blue", m(counts["position_embedding"])),
+        (9.3, f"{config.n_layer} blocks\n(B, T, C)", "accent", m(counts["blocks"])),
+        (12.0, "ln_f\n(B, T, C)", "ink", ""),
+        (14.6, "lm_head\n(B, T, V)", "green", m(counts["lm_head"])),
+    ]
+    for i, (x, text, fill, params) in enumerate(steps):
+        _box(ax, x, y, 2.1, 1.05, text, fill, size=9)
+        if params:
+            ax.text(x, y - 0.82, params, ha="center", fontsize=8.5, color=MUTED)
+        if i:
+            _arrow(ax, (steps[i - 1][0] + 1.05, y), (x - 1.05, y))
+    ax.text(15.75, y + 0.75, "logits", fontsize=8.5, ha="right", color=GREEN)
+    # one block, expanded
+    _arrow(ax, (9.3, y - 1.05), (8.0, 3.55), MUTED, ls=":")
+    _arrow(ax, (9.3, y - 1.05), (10.6, 3.55), MUTED, ls=":")
+    ax.add_patch(__import__("matplotlib").patches.FancyBboxPatch(
+        (2.0, 0.45), 12.0, 3.0, boxstyle="round,pad=0.02,rounding_size=0.15",
+        facecolor="#fffaf6", edgecolor=ACCENT, linewidth=1))
+    ax.text(2.25, 3.2, f"one block ({m(counts['per_block'])} parameters)", fontsize=9,
+            color=ACCENT, weight="bold")
+    row = [(3.3, "ln_1"), (5.7, "causal self-\nattention"), (7.8, "+"), (9.4, "ln_2"),
+           (11.5, "MLP\nC→4C→C"), (13.4, "+")]
+    widths = {"+": 0.6}
+    for i, (x, text) in enumerate(row):
+        w = widths.get(text, 1.7)
+        _box(ax, x, 1.9, w, 0.95, text, "blue" if i in (1, 4) else "ink", size=8.5)
+        if i:
+            px, ptext = row[i - 1]
+            _arrow(ax, (px + widths.get(ptext, 1.7) / 2, 1.9), (x - w / 2, 1.9))
+    for start, end in ((2.35, 7.8), (8.3, 13.4)):  # the residual paths
+        ax.plot([start, start, end], [1.9, 2.85, 2.85], color=ACCENT, linewidth=1.1)
+        _arrow(ax, (end, 2.85), (end, 2.4), ACCENT)
+    ax.text(5.1, 2.98, "residual: x + attn(ln_1(x))", fontsize=8, color=ACCENT, ha="center")
+    ax.text(10.85, 2.98, "residual: x + mlp(ln_2(x))", fontsize=8, color=ACCENT, ha="center")
+    ax.text(5.0, 0.8, "tokens exchange information:\nmemory O(T²) per head", fontsize=8,
+            ha="center", color=MUTED)
+    ax.text(11.5, 0.8, "each token alone:\ncompute O(T·C²)", fontsize=8, ha="center",
+            color=MUTED)
+    ax.text(8.0, 7.15, f"GPT-2-sized: V={config.vocab_size:,}, T≤{config.block_size}, "
+            f"C={config.n_embd}, {config.n_layer} layers, untied head: "
+            f"{counts['total'] / 1e6:.0f}M parameters", ha="center", fontsize=9)
+
+
+FIGURES.update(
+    {
+        "tensor": [Figure("tensor", "broadcasting",
+                          "Broadcasting (3, 1) + (1, 4): values computed by your `Tensor`.",
+                          "Three grids: a column of 0, 10, 20 plus a row of 0 to 3 gives a 3 by 4 "
+                          "table; stretched cells are dashed, as they are never stored.",
+                          draw_broadcasting)],
+        "activations": [Figure("activations", "curves",
+                               "The activations of this module, and why sigmoid must be written "
+                               "stably.",
+                               "Curves of ReLU, GELU, SiLU, sigmoid and tanh from -4 to 4, and a "
+                               "table of sigmoid at plus and minus 1000 where the textbook form "
+                               "overflows.", draw_activations)],
+        "layers": [Figure("layers", "module-tree",
+                          "What `Module` records: a tree of children and their named parameters.",
+                          "A Sequential with children 0 (Linear 4 to 8), 1 (ReLU) and 2 (Linear "
+                          "8 to 2), each Linear with a weight and a bias and their shapes.",
+                          draw_module_tree)],
+        "losses": [Figure("losses", "stable-cross-entropy",
+                          "Cross-entropy of one confidently wrong prediction as its logits "
+                          "grow: computed stably, and the textbook way in float32.",
+                          "A straight rising line for the stable loss; the textbook loss follows "
+                          "it and then stops where exp overflows.", draw_cross_entropy)],
+        "dataloader": [Figure("dataloader", "epochs",
+                              "Twelve examples in batches of four over two epochs: the shuffle "
+                              "is fixed by the seed and the epoch.",
+                              "Two rows of twelve numbered cells, grouped in three batches; the "
+                              "order differs between epoch 0 and epoch 1.", draw_epochs)],
+        "autograd": [Figure("autograd", "graph",
+                            "A computation graph (forward, black) and its backward pass (red): "
+                            "values and gradients computed by tinytorch.",
+                            "Nodes w, x, b, u = w times x, z = u + b and L = z squared, with "
+                            "forward arrows left to right and dashed backward arrows carrying "
+                            "dL/dz, dL/du, b.grad and w.grad.", draw_autograd_graph)],
+        "optimizers": [Figure("optimizers", "paths",
+                              "SGD, SGD with momentum and Adam on a narrow valley, run with your "
+                              "optimizers.",
+                              "Three paths on elliptical contours from (-4, 2) toward the minimum "
+                              "at the origin: plain SGD zigzags, momentum and Adam move along the "
+                              "valley.", draw_optimizer_paths)],
+        "training": [Figure("training", "schedule",
+                            "The learning-rate schedule of the TinyGPT run: warm-up, then "
+                            "cosine decay.",
+                            "The learning rate rises linearly for 100 steps, then falls along a "
+                            "cosine to a tenth of its peak at step 2000.", draw_schedule)],
+        "tokenization": [Figure("tokenization", "compression",
+                                "Measured: how many tokens a character costs as the BPE "
+                                "vocabulary grows (drawn by `tito site figures`).",
+                                "Tokens per character fall from 1.0 at 256 byte ids as merges "
+                                "are added; the character tokenizer sits at 1.0 with 65 ids.",
+                                draw_bpe_compression)],
+        "embeddings": [Figure("embeddings", "sinusoidal",
+                              "Sinusoidal position encodings: every position gets a distinct "
+                              "pattern of waves.",
+                              "A 64 by 64 heatmap of positions against features; stripes are "
+                              "narrow on the left (fast waves) and wide on the right.",
+                              draw_sinusoidal)],
+        "attention": [
+            Figure("attention", "matrix",
+                   "The causal mask and the attention weights it leaves: a lower triangle.",
+                   "Two 10 by 10 grids: the mask is a lower triangle of True; the weights are "
+                   "zero above the diagonal and each row sums to one.", draw_attention_matrix),
+            Figure("attention", "memory",
+                   "Measured: peak memory of your attention's forward and backward against "
+                   "sequence length (drawn by `tito site figures`).",
+                   "A log-log plot: measured peak memory rises fourfold per doubling of the "
+                   "sequence length, parallel to the size of one T by T table.",
+                   draw_attention_memory),
+        ],
+        "transformers": [Figure("transformers", "gpt-forward",
+                                "The GPT forward path, from token ids to logits, with the "
+                                "parameters of each piece for a GPT-2-sized model.",
+                                "Token ids go through the token embedding, plus the position "
+                                "embedding, twelve blocks, the final norm and the LM head to "
+                                "logits; below, one block: layer norm, causal self-attention, "
+                                "residual add, layer norm, MLP, residual add.",
+                                draw_gpt_path)],
+    }
+)
+
+SIZES = {"matrix": (8.4, 3.6), "memory": (8.0, 4.2)}
+
+
+def draw_all(root: Path = FIGURES_DIR, only: list[str] | None = None) -> list[Path]:
+    """Draw every figure (or those of the slugs in ``only``) into ``root``; returns the files."""
+    import matplotlib.pyplot as plt
+
+    from .registry import MODULES
+
+    _style()
+    root.mkdir(parents=True, exist_ok=True)
+    written = []
+    for m in MODULES:
+        if only and m.slug not in only:
+            continue
+        for f in FIGURES.get(m.slug, []):
+            size = SIZES.get(f.name, (8.0, 3.4 if f.module not in ("transformers",) else 3.3))
+            if f.module == "transformers":
+                size = (9.6, 4.45)
+            elif f.module in ("autograd",):
+                size = (9.0, 4.0)
+            fig = plt.figure(figsize=size)
+            f.draw(fig)
+            path = root / Path(f.path_for(m)).name
+            fig.savefig(path, format="svg", metadata={"Date": None, "Creator": None})
+            plt.close(fig)
+            written.append(path)
+    return written
