@@ -27,6 +27,11 @@
 # In module 06 you will walk it backwards to compute gradients, without changing a line you
 # wrote here.
 #
+# **In numbers.** A GPT-2-sized model (module 13) has 163M parameters: 652 MB in float32, and
+# 1.3 GB if one stray float64 creeps in, because every result inherits its inputs' dtype. A
+# broadcast such as $(B, T, 1) + (1, 1, C)$ reads two small arrays and writes
+# $B \cdot T \cdot C$ numbers.
+#
 # ## Learning objectives
 #
 # - Store data as float32 NumPy arrays and know why float64 creeps in (and how to stop it).
@@ -929,7 +934,7 @@ vectorization_report()
 
 # %% [markdown]
 # On a two-core laptop-class machine the vectorized product is typically hundreds to
-# thousands of times faster, and the gap grows with `n`: the loop is O(n^3) interpreter
+# thousands of times faster, and the gap grows with `n`: the loop is $O(n^3)$ interpreter
 # steps, while BLAS keeps the arithmetic units busy with cache-friendly blocks.
 #
 # ## What comes next

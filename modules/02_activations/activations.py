@@ -34,6 +34,10 @@
 # You will also implement a special function NumPy does not have, the error function
 # `erf`, because the exact GELU used by BERT (and by PyTorch by default) needs it.
 #
+# **In numbers.** The largest float32 is about $3.4 \times 10^{38}$, so $e^x$ is `inf` from
+# $x \approx 88.7$ on. An activation does about one floating-point operation for every 8 bytes
+# it reads and writes.
+#
 # ## Learning objectives
 #
 # - Write element-wise operations as `Function` subclasses that keep float32 float32.

@@ -28,6 +28,11 @@
 # resumable**: a training run stopped at epoch 5 and restarted must see exactly the batches
 # it would have seen, or a resumed run is not the same experiment.
 #
+# **In numbers.** Over $N$ examples with batch size $B$ a loader yields $\lceil N / B \rceil$
+# batches per epoch ($\lfloor N / B \rfloor$ with `drop_last`). Its whole state is a seed and
+# an epoch number: one permutation of $N$ indices per epoch, 8 bytes per example whatever the
+# examples are.
+#
 # ## Learning objectives
 #
 # - Separate *what an example is* (`Dataset`) from *how examples are batched*

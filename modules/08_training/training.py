@@ -28,6 +28,11 @@
 # made of, so that it can be saved, restored and reproduced. That is the difference
 # between "it trained once on my laptop" and a run that survives a shared machine.
 #
+# **In numbers.** A checkpoint that can resume a run holds more than the weights: with Adam,
+# the weights and both moments ($3\times$ the model's size), plus the step, the schedule's
+# position, the loader's epoch and the random generators' states, a few hundred bytes that
+# decide whether the resumed losses match bit for bit.
+#
 # ## Learning objectives
 #
 # - Write warm-up + cosine and step-decay learning-rate schedules as functions of the step,

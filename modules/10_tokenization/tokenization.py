@@ -35,6 +35,11 @@
 # pairs to merge into new tokens, so that frequent words become single tokens and no text
 # is ever unknown.
 #
+# **In numbers.** Measured on Tiny Shakespeare (the figure on the module's web page, `tito
+# site figures`): the character tokenizer has 65 ids and costs 1 token per character; a
+# byte-level BPE with 1,000 ids costs 0.44 tokens per character, so the same context window
+# holds more than twice the text, for an embedding table 15 times larger.
+#
 # ## Learning objectives
 #
 # - State the tokenizer contract (`encode`, `decode`, `vocab_size`) and why

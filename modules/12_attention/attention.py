@@ -29,9 +29,7 @@
 # A softmax turns each row of scores into weights that sum to 1, and position `i`'s output
 # is the weighted average of the values:
 #
-# ```
-# Attention(Q, K, V) = softmax(Q K^T / sqrt(D)) V
-# ```
+# $$\operatorname{Attention}(Q, K, V) = \operatorname{softmax}\!\left(\frac{Q K^\top}{\sqrt{D}}\right) V$$
 #
 # This module builds that formula twice: once from the operations you already have
 # (matmul, softmax, masking by addition), and once as **one fused operation** with its own
@@ -41,6 +39,10 @@
 #
 # The price of looking everywhere is the **(T, T) table of weights**: its memory and time
 # grow with the square of the sequence length. You will measure it.
+#
+# **In numbers.** In a GPT-2-sized layer (12 heads, $T = 1024$) the table of weights holds
+# $12 \cdot 1024^2$ float32 numbers: 48 MiB per layer and sequence, 576 MiB for 12 layers,
+# more than the 340 MB of those layers' weights. Double $T$ and it quadruples.
 #
 # ## Learning objectives
 #
@@ -53,7 +55,7 @@
 # - Trade recomputation for memory in backward, as FlashAttention does.
 # - Split an embedding into heads with reshapes and permutes, without Python loops, and
 #   share key/value heads with broadcasting instead of copies.
-# - Measure attention's O(T^2) memory and time on your machine.
+# - Measure attention's $O(T^2)$ memory and time on your machine.
 #
 # ## What you build
 #

@@ -39,6 +39,13 @@
 # close to PyTorch's. That only works if the pieces are fast, so the norms here are **fused**
 # operations: one `Function` with a hand-written derivative instead of a dozen small ones.
 #
+# **In numbers.** A GPT-2-sized model (768 wide, 12 blocks, 50,257 tokens, 1,024 positions, an
+# untied head) has **163M** parameters, **85M** of them in the blocks (7.1M each). Per token,
+# a block's MLP costs $16 d^2 \approx 9.4$M FLOPs at width $d = 768$ whatever the length $N$,
+# while attention costs $4 N d$ FLOPs and keeps $N$ weights per head: its compute overtakes
+# the MLP's only at $N = 4d = 3{,}072$ tokens, but its $O(N^2)$ memory, 48 MiB per layer at
+# $N = 1024$, fills the memory first.
+#
 # ## Learning objectives
 #
 # - Implement layer normalization and RMS normalization as fused operations, derive their
@@ -166,7 +173,7 @@ from tinytorch.core.tensor import manual_seed
 # `ctx.parents[i].requires_grad` is False (return `None` in its place).
 #
 # **Cost.** Forward and backward are each a handful of passes over the `(B, T, C)`
-# activations: O(B T C) time, no matrix products. Memory: `x_hat` (one activation) plus one
+# activations: $O(B T C)$ time, no matrix products. Memory: `x_hat` (one activation) plus one
 # number per row. Two NumPy habits keep the passes few: update arrays you own in place
 # (`x_hat *= rstd`, not `x_hat = x_hat * rstd`, which allocates a new activation), and
 # compute a row-wise sum of products with `np.einsum("...i,...i->...", a, b)`, which never
@@ -1523,4 +1530,4 @@ time_report()
 #   Shakespeare for 2,000 steps and writes Shakespeare-like text.
 # - **Module 14 (profiling)** measures where the time of your GPT's step goes, op by op.
 # - **Module 18 (KV caching)** makes `generate` fast: today every new token reruns the
-#   whole context, O(T^2) work per token; a cache of keys and values makes it O(T).
+#   whole context, $O(T^2)$ work per token; a cache of keys and values makes it $O(T)$.

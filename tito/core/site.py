@@ -543,7 +543,8 @@ def _figures_md(m: Module, page: str) -> list[str]:
             )
         alt = fig.alt.replace('"', "'")
         out += [
-            f'![{fig.caption}]({_rel(fig.path, page)}){{#fig-{fig.name} fig-alt="{alt}"}}',
+            f'![{fig.caption}]({_rel(fig.path, page)})'
+            f'{{#fig-{fig.name} fig-alt="{alt}" alt="{alt}"}}',
             "",
         ]
     return out
