@@ -29,7 +29,7 @@
 # `self.fc = Linear(4, 8)` inside a module, the module *notices* and records `fc` as a child.
 #
 # **In numbers.** One `Linear(768, 3072)`, the first layer of a GPT-2 MLP, holds
-# $768 \cdot 3072 + 3072 = 2{,}362{,}368$ parameters, 9.4 MB in float32; a GPT-2-sized model
+# $768 \cdot 3072 + 3072 = 2\,362\,368$ parameters, 9.4 MB in float32; a GPT-2-sized model
 # has 24 layers of that size among its 163M parameters.
 #
 # ## Learning objectives

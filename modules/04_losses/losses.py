@@ -33,7 +33,7 @@
 # the probability matrix is the largest array in the whole training step).
 #
 # **In numbers.** With GPT-2's vocabulary of 50,257 tokens, a batch of 8 sequences of 1,024
-# tokens has $8 \cdot 1024 \cdot 50{,}257$ probabilities: 1.53 GiB in float32, more than the
+# tokens has $8 \cdot 1024 \cdot 50\,257$ probabilities: 1.53 GiB in float32, more than the
 # 652 MB of the 163M-parameter model's weights.
 #
 # ## Learning objectives

@@ -37,9 +37,9 @@
 #   the query and key vectors by an angle proportional to the position, so that attention
 #   scores depend on the *distance* between tokens.
 #
-# **In numbers.** GPT-2's token embedding is a $50{,}257 \times 768$ table: 38.6M parameters,
+# **In numbers.** GPT-2's token embedding is a $50\,257 \times 768$ table: 38.6M parameters,
 # 154 MB in float32, almost a quarter of a 163M-parameter GPT-2-sized model. Learned positions
-# add $1{,}024 \times 768 \approx 0.8$M parameters and stop at position 1,023; sinusoidal and
+# add $1\,024 \times 768 \approx 0.8$M parameters and stop at position 1,023; sinusoidal and
 # rotary positions add none.
 #
 # ## Learning objectives

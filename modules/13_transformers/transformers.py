@@ -43,7 +43,7 @@
 # untied head) has **163M** parameters, **85M** of them in the blocks (7.1M each). Per token,
 # a block's MLP costs $16 d^2 \approx 9.4$M FLOPs at width $d = 768$ whatever the length $N$,
 # while attention costs $4 N d$ FLOPs and keeps $N$ weights per head: its compute overtakes
-# the MLP's only at $N = 4d = 3{,}072$ tokens, but its $O(N^2)$ memory, 48 MiB per layer at
+# the MLP's only at $N = 4d = 3\,072$ tokens, but its $O(N^2)$ memory, 48 MiB per layer at
 # $N = 1024$, fills the memory first.
 #
 # ## Learning objectives

@@ -13,6 +13,7 @@ with pandoc where Quarto is not installed.
 
 from __future__ import annotations
 
+import html
 import json
 import posixpath
 import re
@@ -360,14 +361,23 @@ def _what_you_write(lesson: Lesson) -> list[str]:
     out = [
         (
             "The functions and classes you complete, with the signatures and docstrings of the "
-            "notebook. The bodies are yours to write; `...` marks them here."
+            "notebook; open a part to read them. The bodies are yours to write; `...` marks "
+            "them here."
         ),
         "",
     ]
     for part in lesson.parts:
-        if part.heading:
-            out += [f"### {part.heading}", ""]
-        out += [_code_block("\n\n\n".join(s.code for s in part.stubs), "python"), ""]
+        names = ", ".join(f"<code>{html.escape(s.name)}</code>" for s in part.stubs)
+        title = html.escape(part.heading) if part.heading else "The code you write"
+        out += [
+            '<details class="stubs">',
+            f"<summary><strong>{title}</strong>: {names}</summary>",
+            "",
+            _code_block("\n\n\n".join(s.code for s in part.stubs), "python"),
+            "",
+            "</details>",
+            "",
+        ]
     return out
 
 

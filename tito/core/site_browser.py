@@ -47,7 +47,9 @@ PROBE = r"""
       var cap = img.closest('figure').querySelector('figcaption');
       b.caption = cap ? cap.textContent.trim() : ''; return b;
     });
-    return {height: d.scrollHeight, scrollWidth: d.scrollWidth, clientWidth: d.clientWidth,
+    var sections = Array.prototype.map.call(document.querySelectorAll('main section.level2'),
+      function (el) { return [el.id, Math.round(el.getBoundingClientRect().height)]; });
+    return {height: d.scrollHeight, sections: sections, scrollWidth: d.scrollWidth, clientWidth: d.clientWidth,
             toc: box(document.querySelector('.tt-toc')),
             sidebar: box(document.querySelector('.tt-sidebar')),
             menu: box(document.querySelector('.tt-menu-button')),
