@@ -50,9 +50,20 @@ def _shown(path: Path) -> str:
     is_flag=True,
     help="Exit 1 if the committed site/ differs from what would be generated.",
 )
+@click.option(
+    "--all",
+    "everything",
+    is_flag=True,
+    help="First regenerate what the pages read: `tito site failures`, `notebooks`, `figures`.",
+)
+@click.pass_context
 @SITE_OPTION
-def build(check, site_dir):
+def build(ctx, check, everything, site_dir):
     """Generate site/ (_quarto.yml and .qmd pages) from the lessons and the registry."""
+    if everything and not check:
+        ctx.invoke(failures)
+        ctx.invoke(notebooks, site_dir=site_dir)
+        ctx.invoke(figures)
     files = _generate()
     name = _shown(site_dir)
     if check:
@@ -143,8 +154,7 @@ def failures(modules):
         console.print(f"  [red]✗[/] {p}")
     console.print(f"Recorded the planted mistakes of {len(chosen)} module(s) in site/failures/.")
     if problems:
-        console.print("Some planted mistakes no longer fail their test: change them.")
-        raise SystemExit(1)
+        raise Failure("Some planted mistakes no longer fail their test: change them.")
     console.print("Run `tito site build` to put them on the pages.")
 
 

@@ -805,7 +805,10 @@ def write_notebooks(site: Path = SITE_DIR, modules: list[Module] | None = None) 
     written = []
     for m in modules:
         path = site / notebook_file(m)
-        nbformat.write(released[m.number], path)
+        notebook = released[m.number]
+        for i, cell in enumerate(notebook.cells):
+            cell["id"] = f"{m.slug}-{i}"  # stable ids: the same lesson gives the same bytes
+        nbformat.write(notebook, path)
         written.append(notebook_file(m))
     keep = {notebook_file(m) for m in MODULES if m.written}
     for path in folder.glob("*.ipynb"):
