@@ -282,7 +282,10 @@ def test_every_graded_test_is_on_its_page_with_points(rendered, files):
                 for n in ast.parse(cell.source).body
                 if isinstance(n, ast.FunctionDef) and n.name.startswith("test")
             )
-            rows = (f"| `{name}` | {cell.points:g} |", f"| [`{name}`](#fails-{cell.grade_id}) | {cell.points:g} |")
+            rows = (
+                f"| `{name}` | {cell.points:g} |",
+                f"| [`{name}`](#fails-{cell.grade_id}) | {cell.points:g} |",
+            )
             assert any(row in qmd for row in rows), (
                 f"{m.dirname}: {cell.grade_id} is not listed with {cell.points:g} points"
             )
@@ -479,7 +482,8 @@ def test_reading_order_puts_each_milestone_after_the_module_that_unlocks_it():
         last = next(m for m in MODULES if m.number == max(ms.requires))
         if last.written:
             i = pages.index(f"modules/{last.dirname}.qmd")
-            following = pages[i + 1 : i + 1 + sum(max(x.requires) == last.number for x in MILESTONES)]
+            count = sum(max(x.requires) == last.number for x in MILESTONES)
+            following = pages[i + 1 : i + 1 + count]
             assert f"milestones/{ms.name}.qmd" in following
 
 

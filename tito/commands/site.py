@@ -135,7 +135,8 @@ def notebooks(site_dir):
         written = write_notebooks(site_dir)
     except ReleaseError as error:
         raise Failure(str(error)) from None
-    console.print(f"[green]✓[/] {len(written)} released notebooks in {_shown(site_dir)}/notebooks/")
+    where = f"{_shown(site_dir)}/notebooks/"
+    console.print(f"[green]✓[/] {len(written)} released notebooks in {where}")
 
 
 @site.command()

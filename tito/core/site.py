@@ -475,7 +475,9 @@ TIER_STORIES = {
         "The Optimization tier measures your models and then makes them faster and smaller: "
         "profiling, quantization, compression, acceleration, caching and fair benchmarks."
     ),
-    "capstone": "The capstone puts it all together: make your TinyGPT fast and small, and prove it.",
+    "capstone": (
+        "The capstone puts it all together: make your TinyGPT fast and small, and prove it."
+    ),
 }
 
 

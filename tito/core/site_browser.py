@@ -37,19 +37,24 @@ PROBE = r"""
     if (!el) return null;
     var r = el.getBoundingClientRect(), s = getComputedStyle(el);
     return {w: r.width, h: r.height, x: r.left,
-            shown: r.width > 0 && r.height > 0 && s.display !== 'none' && s.visibility !== 'hidden'};
+            shown: r.width > 0 && r.height > 0 && s.display !== 'none' &&
+                   s.visibility !== 'hidden'};
   }
   function measure() {
     var d = document.documentElement;
     var maths = Array.prototype.map.call(document.querySelectorAll('main math'), box);
-    var figures = Array.prototype.map.call(document.querySelectorAll('main figure img'), function (img) {
-      var b = box(img); b.alt = img.getAttribute('alt') || ''; b.loaded = img.complete && img.naturalWidth > 0;
+    var imgs = document.querySelectorAll('main figure img');
+    var figures = Array.prototype.map.call(imgs, function (img) {
+      var b = box(img);
+      b.alt = img.getAttribute('alt') || '';
+      b.loaded = img.complete && img.naturalWidth > 0;
       var cap = img.closest('figure').querySelector('figcaption');
       b.caption = cap ? cap.textContent.trim() : ''; return b;
     });
     var sections = Array.prototype.map.call(document.querySelectorAll('main section.level2'),
       function (el) { return [el.id, Math.round(el.getBoundingClientRect().height)]; });
-    return {height: d.scrollHeight, sections: sections, scrollWidth: d.scrollWidth, clientWidth: d.clientWidth,
+    return {height: d.scrollHeight, sections: sections,
+            scrollWidth: d.scrollWidth, clientWidth: d.clientWidth,
             toc: box(document.querySelector('.tt-toc')),
             sidebar: box(document.querySelector('.tt-sidebar')),
             menu: box(document.querySelector('.tt-menu-button')),
@@ -66,7 +71,9 @@ PROBE = r"""
   var timer = setTimeout(done, 3000);
   imgs.forEach(function (img) {
     function one() { if (--left === 0) { clearTimeout(timer); done(); } }
-    if (img.complete) one(); else { img.addEventListener('load', one); img.addEventListener('error', one); }
+    if (img.complete) { one(); return; }
+    img.addEventListener('load', one);
+    img.addEventListener('error', one);
   });
 })();
 </script>
@@ -77,7 +84,8 @@ PROBE = r"""
 # measured inside an iframe of the asked width: media queries and scroll widths are the
 # iframe's own, as on a phone 390 px wide.
 WRAPPER = """<!DOCTYPE html>
-<html><head><meta charset="utf-8"><style>body{{margin:0}} iframe{{border:0;display:block}}</style></head>
+<html><head><meta charset="utf-8">
+<style>body{{margin:0}} iframe{{border:0;display:block}}</style></head>
 <body><iframe src="{src}" width="{width}" height="{height}"></iframe>
 <script>
 window.addEventListener('message', function (event) {{

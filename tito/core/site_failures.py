@@ -60,7 +60,12 @@ def mistakes(m: Module, root: Path = FAILURES_DIR) -> list[Mistake]:
     entries = yaml.safe_load(path.read_text(encoding="utf-8")) or []
     out = []
     for i, entry in enumerate(entries, 1):
-        missing = [k for k in ("test", "cell", "old", "new", "cause", "fix") if entry.get(k) is None or (k != "new" and not entry.get(k))]
+        # "new" may be empty (a line left out); everything else must say something
+        missing = [
+            k
+            for k in ("test", "cell", "old", "new", "cause", "fix")
+            if entry.get(k) is None or (k != "new" and not entry.get(k))
+        ]
         if missing:
             raise FailureSpecError(
                 f"site/failures/{path.name}, mistake {i}: missing {', '.join(missing)}; each "

@@ -45,9 +45,12 @@ def figures_of(m: Module) -> list[PlacedFigure]:
     return [PlacedFigure(f.name, f.caption, f.alt, f.path_for(m)) for f in FIGURES.get(m.slug, [])]
 
 
-# ---- drawing --------------------------------------------------------------------------------
-INK, MUTED, ACCENT, BLUE, GREEN, RED = "#1f2328", "#6b7280", "#c2410c", "#0b5cad", "#15803d", "#b91c1c"
-FILL = {"ink": "#f3f4f6", "accent": "#fff1e8", "blue": "#eaf2fb", "green": "#eef8ee", "red": "#fdecec"}
+# ---- drawing ------------------------------------------------------------------------------------
+INK, MUTED, ACCENT = "#1f2328", "#6b7280", "#c2410c"
+BLUE, GREEN, RED = "#0b5cad", "#15803d", "#b91c1c"
+FILL = {
+    "ink": "#f3f4f6", "accent": "#fff1e8", "blue": "#eaf2fb", "green": "#eef8ee", "red": "#fdecec"
+}
 
 
 def _style():
@@ -104,9 +107,10 @@ def _canvas(fig, xlim, ylim):
     return ax
 
 
-# ---- 01 tensor: broadcasting ------------------------------------------------------------------
+# ---- 01 tensor: broadcasting --------------------------------------------------------------------
 def draw_broadcasting(fig):
     import numpy as np
+    from matplotlib.patches import Rectangle
 
     from tinytorch import Tensor
 
@@ -121,7 +125,7 @@ def draw_broadcasting(fig):
             for j in range(cols):
                 real = i < real_rows and j < real_cols
                 fill = FILL["blue"] if real else "#ffffff"
-                ax.add_patch(__import__("matplotlib").patches.Rectangle(
+                ax.add_patch(Rectangle(
                     (x0 + j, 3.6 - i), 1, 1, facecolor=fill, edgecolor=INK if real else MUTED,
                     linestyle="-" if real else (0, (2, 2)), linewidth=1))
                 ax.text(x0 + j + 0.5, 4.1 - i, f"{values[i, j]:g}", ha="center", va="center",
@@ -142,6 +146,7 @@ def draw_activations(fig):
     import numpy as np
 
     import tinytorch.nn as nn
+    from tinytorch import Tensor
 
     x = np.linspace(-4, 4, 321, dtype=np.float32)
     ax = fig.add_axes([0.08, 0.14, 0.6, 0.78])
@@ -149,7 +154,7 @@ def draw_activations(fig):
         ("ReLU", nn.relu, INK), ("GELU", nn.gelu, ACCENT), ("SiLU", nn.silu, GREEN),
         ("Sigmoid", nn.sigmoid, BLUE), ("Tanh", nn.tanh, "#7c3aed"),
     ):
-        ax.plot(x, fn(nn.Parameter(x) if False else __import__("tinytorch").Tensor(x)).data,
+        ax.plot(x, fn(Tensor(x)).data,
                 color=color, label=name, linewidth=1.6)
     ax.axhline(0, color=MUTED, linewidth=0.6)
     ax.axvline(0, color=MUTED, linewidth=0.6)
@@ -163,7 +168,7 @@ def draw_activations(fig):
     with np.errstate(over="ignore"):
         naive = 1 / (1 + np.exp(-big))
     ax2.axis("off")
-    stable = nn.sigmoid(__import__("tinytorch").Tensor(big)).data
+    stable = nn.sigmoid(Tensor(big)).data
     ax2.text(0.0, 1.0, "sigmoid in float32", fontsize=9.5, weight="bold", va="top")
     for head, x0 in (("x", 0.0), ("stable", 0.33), ("textbook", 0.68)):
         ax2.text(x0, 0.9, head, fontsize=8, color=MUTED, va="top")
@@ -175,7 +180,7 @@ def draw_activations(fig):
              fontsize=8, color=MUTED, va="bottom")
 
 
-# ---- 03 layers: the module tree -------------------------------------------------------------------
+# ---- 03 layers: the module tree -----------------------------------------------------------------
 def draw_module_tree(fig):
     import tinytorch.nn as nn
 
@@ -190,7 +195,8 @@ def draw_module_tree(fig):
         params = list(child._parameters.items())
         for k, (pname, p) in enumerate(params):
             y = 1.95 - k * 0.95
-            _arrow(ax, (x, 2.78), (x, y + 0.38)) if k == 0 else None
+            if k == 0:
+                _arrow(ax, (x, 2.78), (x, y + 0.38))
             _box(ax, x, y, 3.0, 0.7, f"{name}.{pname}  {tuple(p.shape)}", "ink", MUTED, size=8.5)
         if not params:
             ax.text(x, 2.2, "no parameters", ha="center", fontsize=8.5, color=MUTED)
@@ -200,7 +206,7 @@ def draw_module_tree(fig):
             color=MUTED)
 
 
-# ---- 04 losses: cross-entropy, naive against stable ----------------------------------------------
+# ---- 04 losses: cross-entropy, naive against stable ---------------------------------------------
 def draw_cross_entropy(fig):
     import numpy as np
 
@@ -233,10 +239,11 @@ def draw_cross_entropy(fig):
     ax.set_title("A wrong, confident prediction: the loss should grow linearly with s")
 
 
-# ---- 05 dataloader: the order of two epochs --------------------------------------------------------
+# ---- 05 dataloader: the order of two epochs -----------------------------------------------------
 def draw_epochs(fig):
     import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.patches import Rectangle
 
     from tinytorch import Tensor
     from tinytorch.data import DataLoader, TensorDataset
@@ -251,7 +258,7 @@ def draw_epochs(fig):
         ax.text(0.1, y + 0.45, f"epoch {epoch}", fontsize=9.5, va="center")
         for i, idx in enumerate(order):
             x = 1.9 + i * 1.1 + (i // 4) * 0.45
-            ax.add_patch(__import__("matplotlib").patches.Rectangle(
+            ax.add_patch(Rectangle(
                 (x, y), 1.0, 0.9, facecolor=cmap(int(idx) % 20), edgecolor=INK, linewidth=0.8,
                 alpha=0.85))
             ax.text(x + 0.5, y + 0.45, str(int(idx)), ha="center", va="center", fontsize=9)
@@ -263,7 +270,7 @@ def draw_epochs(fig):
             color=MUTED)
 
 
-# ---- 06 autograd: a graph and its backward pass ------------------------------------------------------
+# ---- 06 autograd: a graph and its backward pass -------------------------------------------------
 def draw_autograd_graph(fig):
     import numpy as np
 
@@ -311,7 +318,7 @@ def draw_autograd_graph(fig):
             "no gradient and gets none.", ha="center", fontsize=8.5, color=MUTED)
 
 
-# ---- 07 optimizers: paths on a narrow valley --------------------------------------------------------
+# ---- 07 optimizers: paths on a narrow valley ----------------------------------------------------
 def draw_optimizer_paths(fig):
     import numpy as np
 
@@ -348,7 +355,7 @@ def draw_optimizer_paths(fig):
     ax.set_title("60 steps of your optimizers on L = 0.05·w1² + w2² (minimum: the star)")
 
 
-# ---- 08 training: the learning-rate schedule -----------------------------------------------------------
+# ---- 08 training: the learning-rate schedule ----------------------------------------------------
 def draw_schedule(fig):
     from tinytorch.core.training import CosineWarmup
 
@@ -365,7 +372,7 @@ def draw_schedule(fig):
     ax.set_title("CosineWarmup(max_lr=1e-3, min_lr=1e-4, 100, 2000), evaluated by tinytorch")
 
 
-# ---- 10 tokenization: tokens per character against vocabulary size ------------------------------------
+# ---- 10 tokenization: tokens per character against vocabulary size ------------------------------
 def draw_bpe_compression(fig):
     from tinytorch.text import BPETokenizer, CharTokenizer
 
@@ -391,7 +398,7 @@ def draw_bpe_compression(fig):
     ax.set_title("Measured on Tiny Shakespeare (trained on 40k characters, tested on 10k others)")
 
 
-# ---- 11 embeddings: sinusoidal positions ------------------------------------------------------------------
+# ---- 11 embeddings: sinusoidal positions --------------------------------------------------------
 def draw_sinusoidal(fig):
     import tinytorch.nn as nn
 
@@ -405,7 +412,7 @@ def draw_sinusoidal(fig):
     fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
 
 
-# ---- 12 attention: weights with the causal mask, and memory against length -------------------------
+# ---- 12 attention: weights with the causal mask, and memory against length ----------------------
 def draw_attention_matrix(fig):
     import numpy as np
 
@@ -469,8 +476,10 @@ def draw_attention_memory(fig):
     ax.set_title(f"Your attention, B={b}, H={h}, head dim {d}: doubling T quadruples the memory")
 
 
-# ---- 13 transformers: the GPT forward path ----------------------------------------------------------------
+# ---- 13 transformers: the GPT forward path ------------------------------------------------------
 def draw_gpt_path(fig):
+    from matplotlib.patches import FancyBboxPatch
+
     import tinytorch.nn as nn
 
     config = nn.GPTConfig(vocab_size=50_257, block_size=1024, n_layer=12, n_head=12, n_embd=768,
@@ -500,7 +509,7 @@ def draw_gpt_path(fig):
     # one block, expanded
     _arrow(ax, (9.3, y - 1.05), (8.0, 3.55), MUTED, ls=":")
     _arrow(ax, (9.3, y - 1.05), (10.6, 3.55), MUTED, ls=":")
-    ax.add_patch(__import__("matplotlib").patches.FancyBboxPatch(
+    ax.add_patch(FancyBboxPatch(
         (2.0, 0.45), 12.0, 3.0, boxstyle="round,pad=0.02,rounding_size=0.15",
         facecolor="#fffaf6", edgecolor=ACCENT, linewidth=1))
     ax.text(2.25, 3.2, f"one block ({m(counts['per_block'])} parameters)", fontsize=9,
@@ -608,7 +617,8 @@ FIGURES.update(
     }
 )
 
-SIZES = {"matrix": (8.4, 3.6), "memory": (8.0, 4.2)}
+# Figure sizes in inches by figure name; the rest are 8 x 3.4.
+SIZES = {"matrix": (8.4, 3.6), "memory": (8.0, 4.2), "gpt-forward": (9.6, 4.45), "graph": (9.0, 4.0)}
 
 
 def draw_all(root: Path = FIGURES_DIR, only: list[str] | None = None) -> list[Path]:
@@ -624,12 +634,7 @@ def draw_all(root: Path = FIGURES_DIR, only: list[str] | None = None) -> list[Pa
         if only and m.slug not in only:
             continue
         for f in FIGURES.get(m.slug, []):
-            size = SIZES.get(f.name, (8.0, 3.4 if f.module not in ("transformers",) else 3.3))
-            if f.module == "transformers":
-                size = (9.6, 4.45)
-            elif f.module in ("autograd",):
-                size = (9.0, 4.0)
-            fig = plt.figure(figsize=size)
+            fig = plt.figure(figsize=SIZES.get(f.name, (8.0, 3.4)))  # inches
             f.draw(fig)
             path = root / Path(f.path_for(m)).name
             fig.savefig(path, format="svg", metadata={"Date": None, "Creator": None})

@@ -166,7 +166,10 @@ $endif$
 </head>
 <body class="tt-pandoc">
 <input type="checkbox" id="tt-menu" class="tt-menu-toggle" aria-hidden="true" tabindex="-1">
-<header class="tt-topbar"><label class="tt-menu-button" for="tt-menu" role="button" aria-controls="tt-sidebar" tabindex="0">☰ Menu</label>$navbar$</header>
+<header class="tt-topbar">
+<label class="tt-menu-button" for="tt-menu" role="button" aria-controls="tt-sidebar"
+  tabindex="0">☰ Menu</label>
+$navbar$</header>
 <div class="tt-layout">
 <nav class="tt-sidebar" id="tt-sidebar" aria-label="Course contents">$sidebar$</nav>
 <main class="tt-main" id="content">
