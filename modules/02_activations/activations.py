@@ -16,8 +16,8 @@
 #
 # ## Overview
 #
-# A linear layer computes `x @ W + b`. Stack two of them and you get
-# `(x @ W1 + b1) @ W2 + b2 = x @ (W1 @ W2) + (b1 @ W2 + b2)`: one linear layer again. However
+# A linear layer computes $xW + b$. Stack two of them and you get
+# $(xW_1 + b_1)W_2 + b_2 = x(W_1 W_2) + (b_1 W_2 + b_2)$: one linear layer again. However
 # deep you stack them, linear layers can only draw straight decision boundaries. What makes
 # a network *deep* is a non-linear function between the layers: an **activation**.
 #

@@ -46,7 +46,7 @@
 #
 # ## Learning objectives
 #
-# - Derive why scores are divided by `sqrt(D)`, and check it numerically.
+# - Derive why scores are divided by $\sqrt{D}$, and check it numerically.
 # - Build causal and padding masks as boolean arrays (True = may attend, PyTorch's
 #   convention), align a causal mask to the end of the keys for cached generation, and give
 #   fully masked rows a zero output instead of NaN.
