@@ -386,7 +386,9 @@ def test_each_page_shows_its_curated_failures_and_not_every_message(files):
         qmd = files[f"modules/{m.dirname}.qmd"]
         section = qmd.split("## When it fails", 1)[1].split("\n## ", 1)[0]
         planted = mistakes(m)
-        assert 2 <= len(planted) <= 3, f"{m.dirname}: curate 2-3 failures, not {len(planted)}"
+        # A module that just landed may have no site/failures/NN_slug.yaml yet: its page then
+        # says what a failing test prints, without examples. With the file: two or three.
+        assert len(planted) in (0, 2, 3), f"{m.dirname}: curate 2-3 failures, not {len(planted)}"
         found = recorded(m)
         for mistake in planted:
             result = found[mistake.key]
