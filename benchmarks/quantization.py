@@ -83,12 +83,15 @@ def plot(rows, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for row in rows:
-        ax.scatter(row["model_bytes"] / 2**20, row["val_loss"], s=40)
-        ax.annotate(row["format"], (row["model_bytes"] / 2**20, row["val_loss"]),
-                    textcoords="offset points", xytext=(5, 5), fontsize=8)
-    ax.set_xlabel("model bytes held (MiB)")
+    fig, ax = plt.subplots(figsize=(7, 4))
+    markers = "osD^vPX*"
+    for row, marker in zip(rows, markers):
+        ax.scatter(row["model_bytes"] / 2**20, row["val_loss"], s=50, marker=marker,
+                   label=f"{row['format']}: {row['model_bytes'] / 2**20:.2f} MiB, "
+                         f"{row['val_loss']:.4f}")
+    ax.set_xscale("log")
+    ax.legend(fontsize=7, loc="upper right")
+    ax.set_xlabel("model bytes held (MiB, log scale)")
     ax.set_ylabel("validation loss (whole split)")
     ax.set_title("TinyGPT: size against loss, round-to-nearest quantization")
     ax.grid(alpha=0.3)
