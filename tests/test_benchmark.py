@@ -41,3 +41,39 @@ def test_quick_loss_comparison_pairs_the_frameworks(repo):
     assert abs(runs["tinytorch/0"] - runs["paired/0"]) < 1e-3
     assert result["largest_paired_gap"] == pytest.approx(abs(runs["tinytorch/0"] - runs["paired/0"]))
     assert runs["nanogpt/0"] != runs["paired/0"]  # its own initial weights and batches
+
+
+def test_quick_quantization_benchmark_reports_bytes_and_losses(repo):
+    """quantization.py --quick: every format's bytes held and loss, and the target verdicts."""
+    done = subprocess.run([sys.executable, str(repo / "benchmarks" / "quantization.py"), "--quick",
+                           "--plot", str(repo / "runs" / "test_quantization.png")],
+                          cwd=repo, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    rows = {r["format"]: r for r in result["rows"]}
+    assert list(rows) == ["float32", "int8 per-channel", "int4 group 128", "int4 group 64",
+                          "int4 group 32"]
+    assert rows["int8 per-channel"]["linear_share"] == pytest.approx(0.2559, abs=1e-4)
+    assert rows["int4 group 32"]["linear_share"] == pytest.approx(0.15625)
+    sizes = [rows[f]["model_bytes"] for f in ("float32", "int8 per-channel", "int4 group 32")]
+    assert sizes[0] > sizes[1] > sizes[2] > 0
+    assert all(abs(r["val_loss"] - rows["float32"]["val_loss"]) < 0.1 for r in rows.values())
+    assert set(result["targets_met"]) == {"int8 per-channel", "int4 group 32"}
+    assert len(result["sensitivity"]) == 16
+
+
+def test_quick_compression_benchmark_reports_every_measure(repo):
+    """compression.py --quick: pruned, fine-tuned, timed and distilled models, all measured."""
+    done = subprocess.run([sys.executable, str(repo / "benchmarks" / "compression.py"), "--quick"],
+                          cwd=repo, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    for scope in ("layer", "global"):
+        row = result[f"unstructured_{scope}"]
+        assert row["sparsity"] == pytest.approx(0.5, abs=1e-3)  # still 50% after fine-tuning
+        assert row["csr_share"] == pytest.approx(1.0, abs=0.01)  # 8 bytes a kept value
+    for label, params in (("MLP neurons -25%", 673_024), ("heads -25%", 738_560)):
+        assert result[label]["parameters"] == params  # the matrices really shrank
+        assert result[label]["cpu_ms"] > 0 and result[label]["speedup_cpu"] > 0
+    assert set(result["distillation"]) == {"alone", "distilled"}
+    assert result["distillation"]["alone"] != result["distillation"]["distilled"]

@@ -1,0 +1,226 @@
+"""Quantized TinyGPT: bytes actually held and the exact validation loss, float32 vs int8 vs int4.
+
+Loads a trained checkpoint of the `tinygpt` milestone (`tito milestone run tinygpt`), and for
+each format quantizes a fresh copy of the model with module 15's `quantize_model` (the tied
+`lm_head` stays float32, as it is the embedding), then reports:
+
+- the bytes the model holds (`model_nbytes`: the sum of `nbytes` of every array it keeps),
+  and the bytes of the quantized Linear weights with their scales against their float32 bytes;
+- the exact validation loss: every window of the validation split, with the milestone's own
+  `split_loss` and `tiled_windows`;
+- whether each target is met: int8 per-channel at most +0.01 loss and 26% of the bytes,
+  int4 group 32 at most +0.05 and 16%.
+
+Then int8 activations (W8A8, int32 accumulation), calibrated by min/max and by a percentile,
+on the first `--act-windows` validation windows (NumPy's integer matrix product has no BLAS,
+so the whole split would take minutes), against float32 on the same windows. A size-vs-loss
+plot is written to `--plot`.
+
+    .venv/bin/python benchmarks/quantization.py --checkpoint runs/tinygpt/tinygpt.npz
+    .venv/bin/python benchmarks/quantization.py --quick     # untrained model, 24 windows (tests)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(ROOT / "milestones")]
+
+import tinygpt as milestone  # noqa: E402  (milestones/tinygpt.py: data and split_loss)
+
+import tinytorch as tt  # noqa: E402
+from tinytorch.perf.quantization import (  # noqa: E402
+    QuantizedLinear, calibrate, linear_weight_nbytes, model_nbytes, quantize_model)
+
+FORMATS = (  # label, bits, group size, (max loss increase, max share of float32 bytes)
+    ("float32", None, None, None),
+    ("int8 per-channel", 8, None, (0.01, 0.26)),
+    ("int4 group 128", 4, 128, None),
+    ("int4 group 64", 4, 64, None),
+    ("int4 group 32", 4, 32, (0.05, 0.16)),
+)
+
+
+def load_model(path):
+    """(model, tokenizer) from a tinygpt checkpoint: the one place that reads the file format."""
+    from tinytorch.models.transformer import load_gpt
+    from tinytorch.text.tokenization import CharTokenizer
+
+    model, _, extra = load_gpt(path)
+    return model, CharTokenizer(extra["chars"])
+
+
+def quick_checkpoint(folder):
+    """An untrained milestone-sized GPT saved as the milestone saves it (for --quick)."""
+    from tinytorch.models.transformer import GPT, GPTConfig, save_gpt
+    from tinytorch.text.tokenization import CharTokenizer
+
+    tokenizer = CharTokenizer.train(milestone.load_text())
+    tt.manual_seed(0)
+    path = Path(folder) / "tinygpt.npz"
+    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size))
+    save_gpt(path, model, extra={"chars": tokenizer.chars})
+    return path
+
+
+def quantized_share(model, head_bytes, float_bytes):
+    """Bytes of the replaced Linear weights (with scales) over their float32 bytes."""
+    return (linear_weight_nbytes(model) - head_bytes) / float_bytes
+
+
+def plot(rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    markers = "osD^vPX*"
+    for row, marker in zip(rows, markers):
+        ax.scatter(row["model_bytes"] / 2**20, row["val_loss"], s=50, marker=marker,
+                   label=f"{row['format']}: {row['model_bytes'] / 2**20:.2f} MiB, "
+                         f"{row['val_loss']:.4f}")
+    ax.set_xscale("log")
+    ax.legend(fontsize=7, loc="upper right")
+    ax.set_xlabel("model bytes held (MiB, log scale)")
+    ax.set_ylabel("validation loss (whole split)")
+    ax.set_title("TinyGPT: size against loss, round-to-nearest quantization")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--checkpoint", default=str(ROOT / "runs" / "tinygpt" / "tinygpt.npz"),
+                   help="a tinygpt milestone checkpoint (default runs/tinygpt/tinygpt.npz)")
+    p.add_argument("--windows", type=int, default=None,
+                   help="validation windows (default: the whole split, exact)")
+    p.add_argument("--act-windows", type=int, default=128,
+                   help="validation windows for the int8-activation rows (default 128)")
+    p.add_argument("--plot", default=str(ROOT / "runs" / "quantization" / "size_vs_loss.png"))
+    p.add_argument("--quick", action="store_true",
+                   help="an untrained model and 24 windows: a smoke test")
+    args = p.parse_args()
+    milestone.keep_freed_memory()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = quick_checkpoint(tmp) if args.quick else Path(args.checkpoint)
+        if not path.exists():
+            print(f"no checkpoint at {path}: train one with `tito milestone run tinygpt` "
+                  "(or pass --checkpoint)")
+            return 2
+        model, tokenizer = load_model(path)
+        fresh = lambda: load_model(path)[0]  # noqa: E731  a float32 copy per format
+        _, val_data = milestone.encode_splits(milestone.load_text(), tokenizer)
+        windows = 24 if args.quick else args.windows
+        act_windows = 8 if args.quick else args.act_windows
+        block = model.config.block_size
+        x, y = milestone.tiled_windows(val_data, block, windows)
+        print(f"{path}: {model.num_parameters():,} parameters; {len(x):,} validation windows of "
+              f"{block} ({'the whole split' if windows is None else 'a subset'})")
+
+        head = model.lm_head.weight.data.nbytes
+        float_linear = linear_weight_nbytes(model) - head
+        rows = []
+        for label, bits, group, target in FORMATS:
+            m = fresh()
+            if bits:
+                quantize_model(m, bits=bits, group_size=group or 32)
+            start = time.perf_counter()
+            loss = milestone.split_loss(m, tt, x, y)
+            seconds = time.perf_counter() - start
+            rows.append({"format": label, "model_bytes": model_nbytes(m),
+                         "linear_share": quantized_share(m, head, float_linear),
+                         "val_loss": loss, "seconds": seconds, "target": target})
+        base = rows[0]["val_loss"]
+        print(f"\n{'format':18s} {'model bytes':>12s} {'vs float32':>10s} {'Linear W':>9s} "
+              f"{'val loss':>9s} {'change':>8s} {'eval s':>7s}  target")
+        verdicts = {}
+        for r in rows:
+            delta = r["val_loss"] - base
+            note = ""
+            if r["target"]:
+                max_delta, max_share = r["target"]
+                ok = delta <= max_delta and r["linear_share"] <= max_share
+                verdicts[r["format"]] = ok
+                note = (f"{'met' if ok else 'MISSED'} (loss <= +{max_delta}, "
+                        f"Linear W <= {max_share:.0%})")
+            print(f"{r['format']:18s} {r['model_bytes']:12,d} "
+                  f"{r['model_bytes'] / rows[0]['model_bytes']:10.1%} {r['linear_share']:9.1%} "
+                  f"{r['val_loss']:9.4f} {delta:+8.4f} {r['seconds']:7.1f}  {note}")
+        for r in rows:
+            if r["target"] and not verdicts[r["format"]]:
+                print(f"\n{r['format']} misses its target with round-to-nearest: "
+                      f"{r['val_loss'] - base:+.4f} loss, {r['linear_share']:.1%} of the bytes. "
+                      "What would close it: smaller groups (more scales, more bytes), an "
+                      "asymmetric zero point per group, or error-correcting rounding "
+                      "(GPTQ, AWQ) calibrated on training text.")
+
+        # Which layers carry the int4 error: one layer at a time in int4 group 32, the rest
+        # float32, on the first --act-windows windows.
+        xs, ys = x[:act_windows], y[:act_windows]
+        sub_base = milestone.split_loss(model, tt, xs, ys)
+        names = quantize_model(fresh(), bits=4, group_size=32)
+        print(f"\nint4 group 32 one layer at a time (the others float32), first {len(xs)} "
+              "validation windows:")
+        sensitivity = {}
+        for name in names:
+            m = fresh()
+            quantize_model(m, bits=4, group_size=32, skip=[n for n in names if n != name]
+                           + ["lm_head"])
+            sensitivity[name] = milestone.split_loss(m, tt, xs, ys) - sub_base
+        worst = sorted(sensitivity, key=sensitivity.get, reverse=True)
+        for name in worst[:4]:
+            print(f"  {name:22s} {sensitivity[name]:+.4f}")
+        print(f"  (the other {len(names) - 4} layers: {min(sensitivity.values()):+.4f} to "
+              f"{sensitivity[worst[4]]:+.4f}; sum of all {sum(sensitivity.values()):+.4f})")
+        m = fresh()  # the most sensitive layer in int8, by hand; the rest int4 group 32
+        quantize_model(m, bits=4, group_size=32, skip=("lm_head", worst[0]))
+        parent_name, child = worst[0].rsplit(".", 1)
+        parent = dict(m.named_modules())[parent_name]
+        setattr(parent, child, QuantizedLinear.from_linear(getattr(parent, child), bits=8))
+        mixed = {"format": f"int4 g32, {worst[0]} int8", "model_bytes": model_nbytes(m),
+                 "linear_share": quantized_share(m, head, float_linear),
+                 "val_loss": milestone.split_loss(m, tt, x, y)}
+        print(f"whole split, {mixed['format']}: val loss {mixed['val_loss']:.4f} "
+              f"({mixed['val_loss'] - base:+.4f}), {mixed['model_bytes']:,} bytes, Linear W "
+              f"{mixed['linear_share']:.1%}")
+
+        xa, ya = x[:act_windows], y[:act_windows]
+        calib = milestone.tiled_windows(
+            milestone.encode_splits(milestone.load_text(), tokenizer)[0], block, 16)[0]
+        act_rows = [("float32", None), ("int8 weights only", None),
+                    ("W8A8 min/max", "minmax"), ("W8A8 percentile 99.99", "percentile")]
+        print(f"\nint8 activations (int32 accumulation), first {len(xa)} validation windows; "
+              "scales calibrated on 16 training windows")
+        act = {}
+        for label, method in act_rows:
+            m = fresh()
+            if label != "float32":
+                quantize_model(m, bits=8)
+            if method:
+                calibrate(m, [calib], method=method, percentile=99.99)
+            act[label] = milestone.split_loss(m, tt, xa, ya)
+            print(f"  {label:24s} val loss {act[label]:.4f} ({act[label] - act['float32']:+.4f})")
+
+        plot(rows + [mixed], args.plot)
+        print(f"\nsize-vs-loss plot: {args.plot}")
+        result = {"rows": [{k: v for k, v in r.items() if k != "target"} for r in rows],
+                  "targets_met": verdicts, "activations": act, "sensitivity": sensitivity,
+                  "mixed": mixed}
+        print("RESULT " + json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
