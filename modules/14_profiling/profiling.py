@@ -24,8 +24,8 @@
 # the whole each of those is.
 #
 # Guessing is how optimization goes wrong. Attention is quadratic in the context, so surely
-# it dominates? On the milestone's TinyGPT (context 64) it does not: the MLP does twice its
-# arithmetic. You will measure it instead of believing it.
+# it dominates? On the milestone's TinyGPT (context 64) it does not: the MLP does about 1.6
+# times its arithmetic. You will measure it instead of believing it.
 #
 # The profiler reads the two records your framework already keeps. Every operation passes
 # through `Function.apply` (module 01), so that is where arithmetic can be counted; every
@@ -402,9 +402,10 @@ def test_unit_saved_bytes():
         f"{len(arrays)} arrays: include ctx.inputs and ctx.output"
     )
     seen = {id(w.data): w.data}  # the parameter is not an activation
-    assert new_saved_bytes(h._ctx, seen) == 4 * 8 * 4 + 4 * 16 * 4, (
+    got = new_saved_bytes(h._ctx, seen)
+    assert got == 4 * 8 * 4 + 4 * 16 * 4, (
         "the MatMul record keeps x (4*8 floats) and h (4*16 floats) beyond the seen weight: "
-        f"768 bytes, got {new_saved_bytes(h._ctx, dict(seen))}: skip buffers already in seen"
+        f"768 bytes, got {got}: count each buffer's nbytes once, skipping those already in seen"
     )
     r = h.reshape(2, 32)  # a view of h
     t = r.transpose()  # a view of a view
@@ -769,7 +770,10 @@ class Profiler:
 
     # ---- the two entry points -----------------------------------------------------------
     def profile_forward_pass(self, model, x):
-        """Profile model(x): rows of self time, FLOPs and bytes kept for backward."""
+        """Profile model(x): rows of self time, FLOPs and bytes kept for backward.
+
+        Gradients are recorded as in training, so the bytes are what a training forward
+        keeps; under no_grad() nothing is kept (inference)."""
         self._check_model(model)
 
         def run(listener):
@@ -943,7 +947,7 @@ def test_unit_profiler():
     assert profile.row("0").calls == 1 and profile.row("").calls == 1, (
         "each module was called once: count calls in exit()"
     )
-    # kept for backward: layer 0 keeps its output (16, 32) and x (16, 8)... by buffers
+    # kept for backward: layer 0 keeps at least its (16, 32) outputs
     kept = profile.row("0").saved_bytes
     assert kept >= 16 * 32 * 4, (
         f"row '0' keeps {kept} bytes for backward; its (16, 32) float32 outputs alone are "
@@ -995,7 +999,8 @@ def gpt_forward_flops(c, B, T):
         + 2 * n * 4 * C * C + bias * n * C  # proj
         + n * C  # residual add
     )
-    return n * C + L * per_layer + norm + 2 * n * C * V + 5 * n * V  # wte+wpe, blocks, ln_f, head, loss
+    # wte + wpe, the blocks, ln_f, the output layer, the loss
+    return n * C + L * per_layer + norm + 2 * n * C * V + 5 * n * V
 
 
 def test_unit_gpt_profile():
@@ -1164,8 +1169,8 @@ def memory_report(lengths=(32, 64, 128, 256), batch=4):
             model, idx[:, :-1], idx[:, 1:], SGD(model.parameters(), lr=0.0))
         scores = batch * config.n_head * t * t * 4
         peaks.append(profile.peak_bytes)
-        print(f"{t:5d} {profile.saved_bytes / 2**20:14.2f} MiB {profile.peak_bytes / 2**20:13.2f} MiB "
-              f"{scores / 2**20:10.2f} MiB")
+        print(f"{t:5d} {profile.saved_bytes / 2**20:14.2f} MiB "
+              f"{profile.peak_bytes / 2**20:13.2f} MiB {scores / 2**20:10.2f} MiB")
     t = np.asarray(lengths, dtype=np.float64)
     a, b, c = np.linalg.lstsq(np.stack([np.ones_like(t), t, t * t], axis=1),
                               np.asarray(peaks, dtype=np.float64), rcond=None)[0]
@@ -1204,22 +1209,25 @@ overhead_report()
 # %% [markdown]
 # What to look for (your figures vary with the machine and its load; the FLOP counts do not):
 #
-# - **Attention against the MLP.** At context 64 the MLP does about twice attention's FLOPs:
-#   per token and layer the MLP's two products are `16 C^2`, attention's projections
-#   `8 C^2` and its scores `4 T C`. Attention's share of the time is larger than its share
-#   of the FLOPs: its reshapes, permutes and softmax cost time without many FLOPs, and
-#   `(T, T)` products per head are small, slow matrix products.
-# - **The step** is roughly one third forward, two thirds backward and optimizer, and its
-#   FLOPs are within about 10-20% of `6 N D`; adding attention's `12 L T C` per token
-#   brings the estimate closer still.
+# - **Attention against the MLP.** At context 64 the MLP does about 1.6 times attention's
+#   FLOPs: per token and layer the MLP's two products are `16 C^2` FLOPs, attention's
+#   projections `8 C^2` and its scores `4 T C` (and its softmax `6 T` per head). Attention's
+#   share of the time is usually a little larger than its share of the FLOPs: its reshapes,
+#   permutes and softmax cost time without many FLOPs, and its `(T, T)` products per head
+#   are small matrix products, which run at a lower GFLOP/s than the MLP's large ones.
+# - **The step** is about a quarter to a third forward, most of the rest backward; AdamW is a
+#   few percent. Its FLOPs are about 10% above `6 N D`; adding attention's `12 L T C` per
+#   token brings the estimate within a few percent.
 # - **Memory against `T`.** What the graph keeps grows linearly (your module 12 recomputes
 #   the attention probabilities in backward instead of keeping them; only the causal mask,
 #   one byte per `T^2`, is kept), but the peak grows with `T^2`: the scores and their
-#   gradients exist during each layer's attention, forward and backward. At `T = 256` they
-#   are already a large share of the peak; at GPT-2's 1,024 positions they would dominate.
-# - **The bottleneck** of the forward is usually the output layer or the MLP's big products
-#   at a high GFLOP/s, followed by attention at a low one. The latter is where a fused
-#   kernel helps (module 17); the former only gets faster with fewer FLOPs (modules 15, 16).
+#   gradients exist during each layer's attention, forward and backward. At `T = 256` and
+#   batch 4 the `T^2` term is about an eighth of the peak, and it quadruples with every
+#   doubling of `T`: at GPT-2's 1,024 positions it would dominate.
+# - **The bottleneck** of the forward is one of the MLPs (the largest matrix products, at
+#   the highest GFLOP/s of the model), with the attention layers close behind at a lower
+#   GFLOP/s. Attention's overhead is where fusing helps (module 17); the MLP only gets
+#   faster with fewer FLOPs or cheaper ones (modules 15 and 16).
 #
 # ## What comes next
 #

@@ -373,7 +373,10 @@ class Profiler:
 
     # ---- the two entry points -----------------------------------------------------------
     def profile_forward_pass(self, model, x):
-        """Profile model(x): rows of self time, FLOPs and bytes kept for backward."""
+        """Profile model(x): rows of self time, FLOPs and bytes kept for backward.
+
+        Gradients are recorded as in training, so the bytes are what a training forward
+        keeps; under no_grad() nothing is kept (inference)."""
         self._check_model(model)
 
         def run(listener):
