@@ -1228,10 +1228,12 @@ overhead_report()
 #
 # - **Attention against the MLP.** At context 64 the MLP does about 1.6 times attention's
 #   FLOPs: per token and layer the MLP's two products are `16 C^2` FLOPs, attention's
-#   projections `8 C^2` and its scores `4 T C` (and its softmax `6 T` per head). Attention's
-#   share of the time is usually a little larger than its share of the FLOPs: its reshapes,
-#   permutes and softmax cost time without many FLOPs, and its `(T, T)` products per head
-#   are small matrix products, which run at a lower GFLOP/s than the MLP's large ones.
+#   projections `8 C^2` and its scores `4 T C` (and its softmax `6 T` per head). Compare
+#   attention's share of the time with its share of the FLOPs. When they are close, the time
+#   goes where the arithmetic is. When the time share is larger (on a busy machine it often
+#   is), the difference is attention's overhead: reshapes, permutes and the softmax cost
+#   time without many FLOPs, and its `(T, T)` products per head are small matrix products,
+#   which run at a lower GFLOP/s than the MLP's large ones.
 # - **The step** is about a quarter to a third forward, most of the rest backward; AdamW is a
 #   few percent. Its FLOPs are about 10% above `6 N D`; adding attention's `12 L T C` per
 #   token brings the estimate within a few percent.
@@ -1241,10 +1243,10 @@ overhead_report()
 #   gradients exist during each layer's attention, forward and backward. At `T = 256` and
 #   batch 4 the `T^2` term is about an eighth of the peak, and it quadruples with every
 #   doubling of `T`: at GPT-2's 1,024 positions it would dominate.
-# - **The bottleneck** of the forward is one of the MLPs (the largest matrix products, at
-#   the highest GFLOP/s of the model), with the attention layers close behind at a lower
-#   GFLOP/s. Attention's overhead is where fusing helps (module 17); the MLP only gets
-#   faster with fewer FLOPs or cheaper ones (modules 15 and 16).
+# - **The bottleneck** of the forward is one of the MLPs (the largest matrix products), with
+#   the attention layers next. A row with a low GFLOP/s (norms, residual additions, the
+#   model's own row) is overhead that fusing removes (module 17); the MLP only gets faster
+#   with fewer FLOPs or cheaper ones (modules 15 and 16).
 #
 # ## What comes next
 #
