@@ -204,6 +204,7 @@ class ShapeError(ValueError):
 
 
 _grad_enabled = True
+_op_observers = []  # observe(fn, arrays, params, result) after every op; module 14's profiler
 
 
 def is_grad_enabled():
@@ -296,6 +297,9 @@ class Function:
             result.requires_grad = True
             result._ctx = Context(cls, tuple(tensors), arrays, out, params)
             result._ctx.saved = saved
+        if _op_observers:  # empty unless a profiler is listening (module 14): one test per op
+            for observe in _op_observers:
+                observe(cls, arrays, params, result)
         return result
 
 
@@ -448,3 +452,29 @@ class Max(Function):
     @staticmethod
     def forward(a, axis=None, keepdims=False):
         return np.max(a, axis=axis, keepdims=keepdims)
+
+
+import time
+
+
+def time_runs(fn, repeat=5, warmup=1, min_time=0.0):
+    """Seconds per call of fn(), one figure per timed run (after `warmup` untimed calls)."""
+    for _ in range(warmup):
+        fn()
+    number = 1  # calls per run: enough for a run to last min_time seconds
+    if min_time > 0:
+        start = time.perf_counter()
+        fn()
+        number = max(1, int(min_time / max(time.perf_counter() - start, 1e-9)))
+    runs = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        runs.append((time.perf_counter() - start) / number)
+    return runs
+
+
+def best_time(fn, repeat=5, warmup=1, min_time=0.0):
+    """Seconds per call of fn(): the fastest of `repeat` timed runs (see time_runs)."""
+    return min(time_runs(fn, repeat, warmup, min_time))
