@@ -130,9 +130,10 @@ MODULES: tuple[Module, ...] = (
     Module(17, "acceleration", "Acceleration", "optimization",
            "Vectorization, fused kernels and memory layout.",
            "perf.acceleration", (14,), ()),
-    Module(18, "kv_caching", "KV Caching", "optimization",
-           "Cache keys and values for fast autoregressive generation, measured.",
-           "perf.kv_cache", (13, 14), ()),
+    Module(18, "kv_caching", "KV Caching and Serving", "optimization",
+           "Llama, Qwen and MoE checkpoints on your own engine: the decoder block, model "
+           "assembly, dense and paged KV caches, batched generation, measured.",
+           "models.llm", (10, 13), ("models",)),
     Module(19, "benchmarking", "Benchmarking", "optimization",
            "Fair, repeatable measurements against a reference framework.",
            "perf.benchmarking", (14,), ()),
