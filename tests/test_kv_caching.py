@@ -173,11 +173,12 @@ def test_batch_of_unequal_prompts(checkpoints):
     folder = checkpoints["qwen2"]
     model = load_model(folder)
     prompts = [[5, 6, 7, 8, 9, 10, 11], [42], [1, 2, 3]]
+    wants = [_hf(folder).generate(torch.tensor([p]), max_new_tokens=12,
+                                  do_sample=False)[0].tolist() for p in prompts]
     for mode in ("dense", "paged"):
         outs = generate(model, prompts, 12, temperature=0, cache=mode, page_size=4)
-        for p, o in zip(prompts, outs):
-            want = _hf(folder).generate(torch.tensor([p]), max_new_tokens=12,
-                                        do_sample=False)[0].tolist()
+        assert isinstance(outs, list) and len(outs) == 3
+        for p, o, want in zip(prompts, outs, wants):
             assert o.tolist() == want, f"cache={mode}, prompt {p}: {o.tolist()} != {want}"
 
 
