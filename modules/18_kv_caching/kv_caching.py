@@ -95,6 +95,7 @@ from tinytorch.core.attention import attention_weights, causal_mask
 from tinytorch.core.autograd import no_grad
 from tinytorch.core.embeddings import rotate_half
 from tinytorch.core.tensor import ShapeError, default_generator
+from tinytorch.core.training import load_safetensors_folder
 from tinytorch.models.transformer import layer_norm, rms_norm, sample_logits
 
 # %% [markdown]
@@ -434,8 +435,7 @@ class WeightStore:
 
     @classmethod
     def from_path(cls, path):
-        from tinytorch.core.training import load_safetensors_folder
-
+        """The weights of a checkpoint folder (module 08's memory-mapped reader)."""
         return cls(load_safetensors_folder(path), source=path)
 
     def _key(self, name):
