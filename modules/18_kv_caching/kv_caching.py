@@ -267,7 +267,7 @@ class Config:
             head_dim=hidden // heads,
             intermediate_size=int(values.get("n_inner") or 4 * hidden),
             norm_eps=float(values.get("layer_norm_epsilon", 1e-5)),
-            tie_word_embeddings=True,
+            tie_word_embeddings=bool(values.get("tie_word_embeddings", True)),
             qkv_bias=True, o_bias=True, mlp_bias=True,
             max_position_embeddings=int(values.get("n_positions") or 1024),
             dtype=str(values.get("dtype") or values.get("torch_dtype") or "float32"),

@@ -158,6 +158,10 @@ MILESTONES: tuple[Milestone, ...] = (
     Milestone("tinygpt", 2018, "TinyGPT on Tiny Shakespeare",
               "Your own framework trains a character-level GPT on a CPU.",
               (1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13), "tinygpt.py"),
+    Milestone("llm", 2023, "An open-weights LLM on your own engine",
+              "Your engine serves a Hugging Face checkpoint (Llama, Qwen, MoE, or your own "
+              "TinyGPT) with a KV cache, token for token as transformers does.",
+              (1, 2, 3, 6, 8, 10, 11, 12, 13, 18), "llm.py"),
 )
 
 TIERS = {
