@@ -18,8 +18,8 @@ it serves the TinyGPT that `tito milestone run tinygpt` trains and saves in GPT-
 (`runs/tinygpt/config.json` + `model.safetensors`, with its character vocabulary).
 
 Text needs a tokenizer: the character vocabulary of a TinyGPT folder, or the folder's
-`tokenizer.json` read by module 10 when your module 10 can load one. Otherwise pass token
-ids with `--prompt-ids` and the ids are printed.
+`tokenizer.json` read by module 10 (`load_hf_tokenizer`: GPT-2, Qwen2 and Llama 3 style
+byte-level BPE). Without either, pass token ids with `--prompt-ids`; the ids are printed.
 
 `--cache dense|paged|none`: the KV cache (module 18) or none (every step recomputes the
 whole context, module 13's way); `--compare` runs all three and prints their tokens/s.
@@ -54,19 +54,6 @@ def arguments(argv=None):
     return p.parse_args(argv)
 
 
-class CharVocabulary:
-    """A TinyGPT folder's characters (config.json, "tinytorch": {"chars": [...]})."""
-
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-
-    def encode(self, text):
-        return self.tokenizer.encode(text)
-
-    def decode(self, ids):
-        return self.tokenizer.decode(ids)
-
-
 def find_tokenizer(folder):
     """(tokenizer or None, a sentence saying which) for a checkpoint folder."""
     from tinytorch.text import CharTokenizer
@@ -74,15 +61,16 @@ def find_tokenizer(folder):
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     chars = (config.get("tinytorch") or {}).get("chars")
     if chars:
-        return CharVocabulary(CharTokenizer(chars)), f"its {len(chars)}-character vocabulary"
+        return CharTokenizer(chars), f"its {len(chars)}-character vocabulary"
     if (folder / "tokenizer.json").is_file():
         import tinytorch.text as text
 
-        loader = getattr(getattr(text, "BPETokenizer", None), "from_hf_tokenizer_json", None)
-        if loader is not None:
-            return loader(folder / "tokenizer.json"), "its tokenizer.json (module 10)"
-        return None, ("its tokenizer.json, which your module 10 cannot read yet: pass "
-                      "--prompt-ids; the generated ids are printed")
+        try:
+            load = text.load_hf_tokenizer  # module 10, Part 8
+        except AttributeError:
+            return None, ("its tokenizer.json, which your module 10 cannot read yet (complete "
+                          "module 10's Part 8): pass --prompt-ids; the ids are printed")
+        return load(folder / "tokenizer.json"), "its tokenizer.json (module 10)"
     return None, "no tokenizer (no character vocabulary, no tokenizer.json): pass --prompt-ids"
 
 

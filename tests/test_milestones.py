@@ -122,3 +122,37 @@ def test_llm_serves_a_checkpoint_folder(repo, tmp_path):
 
     done = run_tito("milestone", "run", "llm", "--model", str(tmp_path / "nothing"), cwd=repo)
     assert done.returncode == 2 and "tito milestone run tinygpt" in done.stdout
+
+
+@needs("llm")
+def test_llm_encodes_text_with_the_folders_tokenizer_json(repo, tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE())
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=300, initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(["once upon a time there was a tiny model"] * 20, trainer)
+    folder = _tiny_checkpoint(tmp_path / "qwen", {
+        "model_type": "qwen2", "vocab_size": 320, "hidden_size": 32, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48,
+        "rms_norm_eps": 1e-6, "rope_theta": 1e6, "tie_word_embeddings": True})
+    tok.save(str(folder / "tokenizer.json"))
+    done = run_tito("milestone", "run", "llm", "--model", str(folder), "--prompt",
+                    "once upon a time", "--cache", "paged", "--quick", cwd=repo, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "its tokenizer.json (module 10)" in done.stdout
+    assert "once upon a time" in done.stdout and "cache=paged" in done.stdout
+
+
+@needs("llm")
+@needs("tinygpt")
+def test_llm_serves_your_own_tinygpt_by_default(tmp_path):
+    done = run_tito("milestone", "run", "llm", "--quick", cwd=tmp_path)
+    assert done.returncode == 2 and "tito milestone run tinygpt" in done.stdout  # says how
+    done = run_tito("milestone", "run", "tinygpt", "--quick", cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    done = run_tito("milestone", "run", "llm", "--quick", "--prompt", "ROMEO:", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "runs/tinygpt: gpt2" in done.stdout and "65-character vocabulary" in done.stdout
+    assert re.search(r"then 7 tokens at [\d.]+ tokens/s", done.stdout)
