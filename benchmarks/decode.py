@@ -239,9 +239,12 @@ def main():
     weights = runs["tinytorch"][0]["weight_bytes"]
     ratio = best["tinytorch"] / best["transformers"]
     agree = runs["tinytorch"][0]["tokens"] == runs["transformers"][0]["tokens"]
+    per_round = [t["decode_tokens_per_s"] / h["decode_tokens_per_s"]
+                 for t, h in zip(runs["tinytorch"], runs["transformers"])]
     print(f"decode: tinytorch {best['tinytorch']:.2f} tokens/s, transformers "
           f"{best['transformers']:.2f} tokens/s (best of {rounds}): ratio {ratio:.2f} "
-          f"(target >= 1.0); greedy tokens {'identical' if agree else 'DIFFERENT'}")
+          f"(target >= 1.0; per round {', '.join(f'{r:.2f}' for r in per_round)}); greedy "
+          f"tokens {'identical' if agree else 'DIFFERENT'}")
     print(f"memory: float32 weights {weights / 2**20:,.0f} MiB; peak RSS tinytorch "
           f"{rss['tinytorch'] / 2**20:,.0f} MiB ({rss['tinytorch'] / weights:.2f}x the weights, "
           f"target <= 1.3x), transformers {rss['transformers'] / 2**20:,.0f} MiB "
@@ -268,7 +271,8 @@ def main():
           f"{mem['needed'] / 2**10:,.0f} KiB")
     print("RESULT " + json.dumps({
         "tinytorch_tokens_per_s": best["tinytorch"], "transformers_tokens_per_s":
-        best["transformers"], "ratio": ratio, "greedy_identical": agree,
+        best["transformers"], "ratio": ratio, "ratio_per_round": per_round,
+        "greedy_identical": agree,
         "weight_bytes": weights, "peak_rss_bytes": rss,
         "cache_tokens_per_s": speed, "cache_speedup": speed["dense"] / speed["None"],
         "kv_bytes": mem}))

@@ -84,8 +84,10 @@ def _tiny_checkpoint(folder, config, seed=0):
             shapes.update({p + "input_layernorm.weight": (C,),
                            p + "post_attention_layernorm.weight": (C,),
                            p + "self_attn.q_proj.weight": (C, C), p + "self_attn.q_proj.bias": (C,),
-                           p + "self_attn.k_proj.weight": (16, C), p + "self_attn.k_proj.bias": (16,),
-                           p + "self_attn.v_proj.weight": (16, C), p + "self_attn.v_proj.bias": (16,),
+                           p + "self_attn.k_proj.weight": (16, C),
+                           p + "self_attn.k_proj.bias": (16,),
+                           p + "self_attn.v_proj.weight": (16, C),
+                           p + "self_attn.v_proj.bias": (16,),
                            p + "self_attn.o_proj.weight": (C, C),
                            p + "mlp.gate_proj.weight": (48, C), p + "mlp.up_proj.weight": (48, C),
                            p + "mlp.down_proj.weight": (C, 48)})

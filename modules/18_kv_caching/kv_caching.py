@@ -788,14 +788,16 @@ def random_weights(config, seed=0):
         H, Hkv = c.num_attention_heads, c.num_key_value_heads
         for i in range(c.num_hidden_layers):
             p = f"model.layers.{i}"
-            shapes[p + ".input_layernorm.weight"] = shapes[p + ".post_attention_layernorm.weight"] = (C,)
+            for n in ("input_layernorm", "post_attention_layernorm"):
+                shapes[f"{p}.{n}.weight"] = (C,)
             for n, out in (("q", H * D), ("k", Hkv * D), ("v", Hkv * D)):
                 shapes[f"{p}.self_attn.{n}_proj.weight"] = (out, C)
                 if c.qkv_bias:
                     shapes[f"{p}.self_attn.{n}_proj.bias"] = (out,)
             shapes[f"{p}.self_attn.o_proj.weight"] = (C, H * D)
             if c.qk_norm:
-                shapes[f"{p}.self_attn.q_norm.weight"] = shapes[f"{p}.self_attn.k_norm.weight"] = (D,)
+                shapes[f"{p}.self_attn.q_norm.weight"] = (D,)
+                shapes[f"{p}.self_attn.k_norm.weight"] = (D,)
             if c.is_moe_layer(i):
                 shapes[p + ".mlp.gate.weight"] = (c.num_experts, C)
                 for e in range(c.num_experts):
@@ -1010,7 +1012,9 @@ class TinyKvFullCache:
 # %% nbgrader={"grade": true, "grade_id": "test_unit_dense_cache", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 def test_unit_dense_cache():
     m = cache_mask(np.array([0, 2]), np.array([3, 1]), 3, 4)
-    assert m.shape == (2, 1, 3, 4), f"cache_mask should be (B, 1, T, S) = (2, 1, 3, 4), got {m.shape}"
+    assert m.shape == (2, 1, 3, 4), (
+        f"cache_mask should be (B, 1, T, S) = (2, 1, 3, 4), got {m.shape}"
+    )
     assert m[0, 0].tolist() == [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0]], (
         f"row 0 starts empty with 3 new tokens: a causal (3, 4) mask over slots 0..2, got "
         f"{m[0, 0].astype(int).tolist()}"
@@ -1348,7 +1352,9 @@ def test_unit_paged_cache():
     )
     other = TinyKvPagedCache(pool)
     other.reserve([20])  # 5 pages: the 3 released ones are reused, 2 are new
-    assert len(pool.pages) == 5, f"released pages should be reused first, pool made {len(pool.pages)}"
+    assert len(pool.pages) == 5, (
+        f"released pages should be reused first, but the pool made {len(pool.pages)} pages"
+    )
     try:
         TinyKvPagedCache(pool).reserve([1])
     except MemoryError as error:
@@ -1523,9 +1529,24 @@ cache_memory()
 
 # %% [markdown]
 # The course repository's `benchmarks/decode.py` runs the same comparisons on a model
-# shaped like Qwen2.5-0.5B (494M parameters, about 2 GB in float32) against `transformers`,
-# and measures the resident memory while serving: with memory-mapped weights it stays close
-# to the weights' own size, because nothing is copied.
+# shaped like Qwen2.5-0.5B (494M random float32 parameters, 1.84 GiB) against
+# `transformers` 5.24 (float32, eager attention, its own cache), each in its own process.
+# On the course's 2-core machine, shared with other jobs (load average 11-29), one thread
+# each, `python benchmarks/decode.py` measured:
+#
+# | | this engine | transformers |
+# |---|---|---|
+# | decode tokens/s (best of 3 rounds) | 1.55 | 1.32 (ratio 1.17; per round 0.93-1.18) |
+# | peak resident memory / float32 weights | 1.03x | 1.21x |
+# | load | 0.3 s (memory-mapped) | 18 s |
+#
+# with identical greedy tokens. Decoding reads every weight once per token, so both sit
+# near the memory-bandwidth floor (1.84 GiB per token); this engine's resident memory is
+# the weights plus 65 MiB because `x @ W.T` reads the mapped file in place. In the same run
+# the KV cache was 7.0x faster than recomputing the prefix (256 tokens after a 32-token
+# prompt, 4 layers of width 256), and for sequences of 500, 30, 120 and 8 tokens the paged
+# cache (pages of 16) held 2.91x less memory than the dense one. Your figures will differ
+# with the machine; the ratios are what to compare.
 #
 # ## What comes next
 #
