@@ -255,6 +255,9 @@ class Config:
         if act not in ("gelu_new", "gelu_pytorch_tanh"):
             raise ConfigError(f"{path}: activation_function {act!r} is not supported; "
                               "GPT-2 uses gelu_new (the tanh form)")
+        for key in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"):
+            if values.get(key):
+                raise ConfigError(f"{path}: {key}=true is not supported (field {key!r})")
         hidden = int(_need(values, "n_embd", path))
         heads = int(_need(values, "n_head", path))
         config = cls(
