@@ -30,7 +30,9 @@ batches, which lands within about +-0.03 of the exact loss (two standard deviati
 The checkpoint is a Hugging Face GPT-2 folder, written with module 08's safetensors writer:
 `runs/tinygpt/config.json` + `model.safetensors`, so `transformers` loads it too
 (`AutoModelForCausalLM.from_pretrained("runs/tinygpt")` gives the same logits). The
-character vocabulary, the step and the losses are in config.json under "tinytorch".
+character vocabulary, the step and the losses are in config.json under "tinytorch", and the
+vocabulary is also a `tokenizer.json` (one token per character) that module 10's
+`load_hf_tokenizer` and `tokenizers` read.
 """
 
 from __future__ import annotations
@@ -271,20 +273,50 @@ def gpt2_config(config, info):
     }
 
 
-def save_pretrained(folder, model, info):
-    """Write `folder`/config.json and model.safetensors (module 08's writer, atomically)."""
-    import json
+def char_tokenizer_json(chars):
+    """A tokenizer.json that encodes one id per character, as CharTokenizer(chars) does, for
+    an ASCII vocabulary: a byte-level BPE with no merges, whose tokens are the characters'
+    bytes (module 10's bytes_to_unicode names them). None if a character is not ASCII."""
+    from tinytorch.text.tokenization import bytes_to_unicode
+
+    if not all(len(ch) == 1 and ord(ch) < 128 for ch in chars):
+        return None
+    table = bytes_to_unicode()
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+                  "use_regex": False}
+    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
+            "normalizer": None, "pre_tokenizer": byte_level, "post_processor": None,
+            "decoder": byte_level,
+            "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                      "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                      "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                      "vocab": {table[ord(ch)]: i for i, ch in enumerate(chars)},
+                      "merges": []}}
+
+
+def write_text_atomically(path, text):
     import os
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def save_pretrained(folder, model, info):
+    """Write `folder`/config.json and model.safetensors (module 08's writer, atomically), and
+    tokenizer.json for the character vocabulary `info["chars"]` when it is ASCII."""
+    import json
 
     from tinytorch.core.training import save_safetensors
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     save_safetensors(folder / GPT2_WEIGHTS, gpt2_tensors(model), metadata={"format": "pt"})
-    text = json.dumps(gpt2_config(model.config, info), indent=2) + "\n"
-    tmp = folder / f".{GPT2_CONFIG}.tmp"
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, folder / GPT2_CONFIG)
+    tokenizer = char_tokenizer_json(info.get("chars", []))
+    if tokenizer is not None:
+        write_text_atomically(folder / "tokenizer.json", json.dumps(tokenizer, ensure_ascii=False))
+    write_text_atomically(folder / GPT2_CONFIG,
+                          json.dumps(gpt2_config(model.config, info), indent=2) + "\n")
 
 
 def load_pretrained(folder, requested=None):

@@ -46,6 +46,7 @@ def test_quick_run_trains_evaluates_saves_and_samples(quick_run):
     assert "ms/step" in out and "tokens/s" in out
     assert (folder / "run" / "config.json").is_file()
     assert (folder / "run" / "model.safetensors").is_file()
+    assert (folder / "run" / "tokenizer.json").is_file()
     assert "saved the model, its config and its vocabulary" in out
     assert "sample 1" in out and "sample 2" in out
 
@@ -189,7 +190,8 @@ def test_checkpoint_gives_transformers_the_same_logits(milestone, tmp_path, size
     model = random_gpt(**sizes)
     chars = list("abcdefghijk")
     milestone.save_pretrained(tmp_path, model, {"chars": chars, "step": 5, "val_loss": 2.0})
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors",
+                                                         "tokenizer.json"]
     hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32)
     hf.eval()
     assert type(hf).__name__ == "GPT2LMHeadModel"
@@ -251,3 +253,21 @@ def test_old_npz_checkpoint_still_samples(milestone, tmp_path):
     back, step, extra = milestone.load_npz(tmp_path / "tinygpt.npz", args)
     idx = np.array([[1, 2, 3]])
     assert step == 4 and np.array_equal(back(idx)[0].data, model(idx)[0].data)
+
+
+def test_char_vocabulary_as_tokenizer_json(milestone, tmp_path):
+    """tokenizer.json encodes one id per character, as the CharTokenizer, in module 10's loader
+    and in the tokenizers package; a vocabulary beyond ASCII gets no tokenizer.json."""
+    from tinytorch.text.tokenization import CharTokenizer, load_hf_tokenizer
+
+    text = "First Citizen:\nBefore we proceed any further, hear me speak!  $&';-?\n"
+    chars = CharTokenizer.train(text + "xyzQZ3").chars
+    model = random_gpt(vocab_size=len(chars))
+    milestone.save_pretrained(tmp_path, model, {"chars": chars})
+    want = CharTokenizer(chars).encode(text)
+    ours = load_hf_tokenizer(tmp_path)
+    assert ours.encode(text) == want and ours.decode(want) == text
+    tokenizers = pytest.importorskip("tokenizers")
+    theirs = tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    assert theirs.encode(text).ids == want and theirs.decode(want) == text
+    assert milestone.char_tokenizer_json(["a", "é"]) is None
