@@ -1507,7 +1507,7 @@ cache_speedup()
 
 # %% [markdown]
 # **What the cache costs.** Per token, `2 x layers x kv_heads x head_dim x 4` bytes: for
-# Qwen2.5-0.5B (24 layers, 2 KV heads of 64) 24 KiB, so 32K tokens hold 768 MiB, a third of
+# Qwen2.5-0.5B (24 layers, 2 KV heads of 64) 24 KiB, so 32K tokens hold 768 MiB, 40% of
 # the float32 weights. Grouped-query attention is what keeps it small: with 14 KV heads
 # (one per query head) it would be 7 times larger. And for a batch of unequal sequences the
 # dense cache pays for the longest:
