@@ -77,3 +77,25 @@ def test_quick_compression_benchmark_reports_every_measure(repo):
         assert result[label]["cpu_ms"] > 0 and result[label]["speedup_cpu"] > 0
     assert set(result["distillation"]) == {"alone", "distilled"}
     assert result["distillation"]["alone"] != result["distillation"]["distilled"]
+
+
+def test_quick_decode_benchmark_prints_every_figure(repo, tmp_path):
+    """decode.py --quick: both frameworks decode the same tiny checkpoint to the same greedy
+    tokens, and every figure of the full run is printed (their values are not asserted)."""
+    pytest.importorskip("transformers")
+    done = subprocess.run([sys.executable, str(repo / "benchmarks" / "decode.py"), "--quick",
+                           "--folder", str(tmp_path / "ckpt")],
+                          cwd=repo, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    assert result["greedy_identical"], "the same checkpoint must give the same greedy tokens"
+    assert result["ratio"] == pytest.approx(result["tinytorch_tokens_per_s"]
+                                            / result["transformers_tokens_per_s"])
+    assert len(result["ratio_per_round"]) == 1
+    assert result["weight_bytes"] > 0 and all(v > 0 for v in result["peak_rss_bytes"].values())
+    assert set(result["cache_tokens_per_s"]) == {"dense", "paged", "None"}
+    kv = result["kv_bytes"]
+    assert kv["needed"] <= kv["paged"] < kv["dense"], "pages hold the tokens, less than dense"
+    for line in ("decode: tinytorch", "memory: float32 weights", "KV cache, 16 tokens",
+                 "KV memory, batch"):
+        assert line in done.stdout

@@ -56,3 +56,105 @@ def test_milestone_list_and_bad_names(repo):
     assert [r["name"] for r in rows] == [m.name for m in MILESTONES]
     done = run_tito("milestone", "run", "nope", cwd=repo)
     assert done.returncode == 2 and "perceptron" in done.stderr
+
+
+def _tiny_checkpoint(folder, config, seed=0):
+    """A random checkpoint folder written with module 08's safetensors writer (no torch)."""
+    import numpy as np
+
+    from tinytorch.core.training import save_safetensors
+
+    rng = np.random.default_rng(seed)
+    C, V, L = 32, config["vocab_size"], 2
+    if config["model_type"] == "gpt2":
+        shapes = {"transformer.wte.weight": (V, C), "transformer.wpe.weight": (64, C),
+                  "transformer.ln_f.weight": (C,), "transformer.ln_f.bias": (C,)}
+        for i in range(L):
+            p = f"transformer.h.{i}."
+            shapes.update({p + "ln_1.weight": (C,), p + "ln_1.bias": (C,),
+                           p + "ln_2.weight": (C,), p + "ln_2.bias": (C,),
+                           p + "attn.c_attn.weight": (C, 3 * C), p + "attn.c_attn.bias": (3 * C,),
+                           p + "attn.c_proj.weight": (C, C), p + "attn.c_proj.bias": (C,),
+                           p + "mlp.c_fc.weight": (C, 4 * C), p + "mlp.c_fc.bias": (4 * C,),
+                           p + "mlp.c_proj.weight": (4 * C, C), p + "mlp.c_proj.bias": (C,)})
+    else:
+        shapes = {"model.embed_tokens.weight": (V, C), "model.norm.weight": (C,)}
+        for i in range(L):
+            p = f"model.layers.{i}."
+            shapes.update({p + "input_layernorm.weight": (C,),
+                           p + "post_attention_layernorm.weight": (C,),
+                           p + "self_attn.q_proj.weight": (C, C), p + "self_attn.q_proj.bias": (C,),
+                           p + "self_attn.k_proj.weight": (16, C),
+                           p + "self_attn.k_proj.bias": (16,),
+                           p + "self_attn.v_proj.weight": (16, C),
+                           p + "self_attn.v_proj.bias": (16,),
+                           p + "self_attn.o_proj.weight": (C, C),
+                           p + "mlp.gate_proj.weight": (48, C), p + "mlp.up_proj.weight": (48, C),
+                           p + "mlp.down_proj.weight": (C, 48)})
+    tensors = {n: (0.3 * rng.standard_normal(s)).astype(np.float32) for n, s in shapes.items()}
+    folder.mkdir(parents=True)
+    save_safetensors(folder / "model.safetensors", tensors)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@needs("llm")
+def test_llm_serves_a_checkpoint_folder(repo, tmp_path):
+    chars = sorted(set("abcdefghijklmnopqrstuvwxyz ROMEO:\n"))
+    gpt = _tiny_checkpoint(tmp_path / "gpt", {
+        "model_type": "gpt2", "vocab_size": len(chars), "n_embd": 32, "n_layer": 2, "n_head": 4,
+        "n_positions": 64, "tinytorch": {"chars": chars}})
+    done = run_tito("milestone", "run", "llm", "--model", str(gpt), "--prompt", "ROMEO:",
+                    "--quick", cwd=repo, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ROMEO:" in done.stdout and f"its {len(chars)}-character vocabulary" in done.stdout
+    assert re.search(r"then 7 tokens at [\d.]+ tokens/s", done.stdout), done.stdout
+
+    qwen = _tiny_checkpoint(tmp_path / "qwen", {
+        "model_type": "qwen2", "vocab_size": 50, "hidden_size": 32, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48,
+        "rms_norm_eps": 1e-6, "rope_theta": 1e6, "tie_word_embeddings": True})
+    done = run_tito("milestone", "run", "llm", "--model", str(qwen), "--prompt-ids", "1,2,3",
+                    "--temperature", "0", "--compare", "--quick", cwd=repo, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = re.findall(r"(dense|paged|none) *: +[\d.]+ tokens/s .*(same|different) tokens\)",
+                      done.stdout)
+    assert [r[0] for r in rows] == ["dense", "paged", "none"], done.stdout
+    assert all(r[1] == "same" for r in rows), "greedy tokens must not depend on the cache"
+
+    done = run_tito("milestone", "run", "llm", "--model", str(tmp_path / "nothing"), cwd=repo)
+    assert done.returncode == 2 and "tito milestone run tinygpt" in done.stdout
+
+
+@needs("llm")
+def test_llm_encodes_text_with_the_folders_tokenizer_json(repo, tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE())
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=300, initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(["once upon a time there was a tiny model"] * 20, trainer)
+    folder = _tiny_checkpoint(tmp_path / "qwen", {
+        "model_type": "qwen2", "vocab_size": 320, "hidden_size": 32, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48,
+        "rms_norm_eps": 1e-6, "rope_theta": 1e6, "tie_word_embeddings": True})
+    tok.save(str(folder / "tokenizer.json"))
+    done = run_tito("milestone", "run", "llm", "--model", str(folder), "--prompt",
+                    "once upon a time", "--cache", "paged", "--quick", cwd=repo, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "its tokenizer.json (module 10)" in done.stdout
+    assert "once upon a time" in done.stdout and "cache=paged" in done.stdout
+
+
+@needs("llm")
+@needs("tinygpt")
+def test_llm_serves_your_own_tinygpt_by_default(tmp_path):
+    done = run_tito("milestone", "run", "llm", "--quick", cwd=tmp_path)
+    assert done.returncode == 2 and "tito milestone run tinygpt" in done.stdout  # says how
+    done = run_tito("milestone", "run", "tinygpt", "--quick", cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    done = run_tito("milestone", "run", "llm", "--quick", "--prompt", "ROMEO:", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "runs/tinygpt: gpt2" in done.stdout and "65-character vocabulary" in done.stdout
+    assert re.search(r"then 7 tokens at [\d.]+ tokens/s", done.stdout)

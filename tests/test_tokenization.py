@@ -358,3 +358,168 @@ def test_load_refuses_wrong_and_damaged_files(tmp_path, small_bpe):
         with pytest.raises(TokenizerFileError, match=f"{name}.json"):
             Tokenizer.load(path)
     assert issubclass(TokenizerFileError, ValueError)
+
+
+# ---- Hugging Face tokenizer.json (byte-level BPE), against the `tokenizers` package ------
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA3_PATTERN = QWEN2_PATTERN.replace(r"|\p{N}|", r"|\p{N}{1,3}|")
+HF_STYLES = ("gpt2", "gpt2-prefix-space", "qwen2", "llama3")
+HF_TEXTS = [
+    "", "hello world", "Hello, world!  It's 2024.\n", "   leading and trailing   ",
+    "naïve café résumé", "東京と京都", "emoji 😀😀! 👍🏽", "digits 1234567890 3.14 1,000,000",
+    "tabs\t\there\r\nwindows\nnewlines\n\n\n", "I'M HERE, YOU'LL SEE, they've we'd",
+    "<|endoftext|>start<|im_start|>user\nhi<|im_end|>\n<|endoftext|>",
+    "a<|endoftext|>b <|endoftext|> c", "wherefore art thou, whereforeX", "x <tool>  y",
+    "ﬁ ligature Ａ１ full width e\u0301 combining", "\u00a0nbsp\u3000ideographic\u2028ls",
+    "ROMEO:\nBut, soft! what light through yonder window breaks?", "x" * 50 + " " + "ab" * 30,
+    "'s 's's", "  \n  \n", "$$$ ### %%% ... ???", "a\x00b\x1fc\x7f", "Ġ Ċ ĉ", "\r\r\n\n ",
+]
+
+
+def build_hf_tokenizer(style, corpus):
+    """A small tokenizer trained by `tokenizers` in the style of GPT-2, Qwen2 or Llama 3."""
+    from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import processors, trainers
+
+    tok = HFTokenizer(models.BPE(ignore_merges=style == "llama3"))
+    if style.startswith("gpt2"):
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=style != "gpt2")
+    else:
+        pattern = QWEN2_PATTERN if style == "qwen2" else LLAMA3_PATTERN
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    if style == "qwen2":
+        tok.normalizer = normalizers.NFC()
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=600, special_tokens=[EOT, "<|im_start|>", "<|im_end|>"], show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([corpus], trainer)
+    if style == "llama3":
+        tok.add_special_tokens(["<|begin_of_text|>"])
+        bos = tok.token_to_id("<|begin_of_text|>")
+        tok.post_processor = processors.Sequence([
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(single="<|begin_of_text|> $A",
+                                          special_tokens=[("<|begin_of_text|>", bos)])])
+    else:
+        tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    tok.add_tokens([AddedToken("wherefore", normalized=False),
+                    AddedToken("<tool>", lstrip=True, rstrip=True, normalized=False)])
+    return tok
+
+
+@pytest.fixture(scope="module")
+def hf_tokenizers(tmp_path_factory, shakespeare):
+    """{style: (the tokenizers package's tokenizer, the path of its tokenizer.json)}."""
+    pytest.importorskip("tokenizers")
+    corpus = shakespeare[:20_000] + (
+        "\nnaïve café résumé 東京 京都 😀 emoji 12345 3.14159 I'M YOU'LL don't   tabs\t\tand"
+        "\r\n lines ÀÉÎ ﬁ Ａ１\n") * 5
+    folder = tmp_path_factory.mktemp("hf")
+    out = {}
+    for style in HF_STYLES:
+        tok = build_hf_tokenizer(style, corpus)
+        (folder / style).mkdir()
+        tok.save(str(folder / style / "tokenizer.json"))
+        out[style] = tok, folder / style / "tokenizer.json"
+    return out
+
+
+@pytest.mark.parametrize("style", HF_STYLES)
+def test_hf_tokenizer_encodes_and_decodes_as_tokenizers_does(hf_tokenizers, style, shakespeare):
+    from tinytorch.text.tokenization import ByteLevelBPETokenizer, load_hf_tokenizer
+
+    theirs, path = hf_tokenizers[style]
+    ours = load_hf_tokenizer(path)
+    assert isinstance(ours, ByteLevelBPETokenizer)
+    assert ours.vocab_size == theirs.get_vocab_size()
+    texts = HF_TEXTS + [shakespeare[i:i + 400] for i in range(100_000, 140_000, 4_000)]
+    for text in texts:
+        for add in (True, False):
+            assert ours.encode(text, add_special_tokens=add) == \
+                theirs.encode(text, add_special_tokens=add).ids, (style, add, text)
+        ids = theirs.encode(text).ids
+        for skip in (True, False):
+            assert ours.decode(ids, skip_special_tokens=skip) == \
+                theirs.decode(ids, skip_special_tokens=skip), (style, skip, text)
+    if style == "llama3":
+        assert ours.encode("hi")[0] == theirs.token_to_id("<|begin_of_text|>")
+
+
+@pytest.mark.parametrize("style", HF_STYLES)
+def test_hf_tokenizer_on_random_text_and_ids(hf_tokenizers, style, tmp_path):
+    """Random strings of awkward pieces, and random ids (half characters included); the file
+    rewritten with merges in the older "a b" form and a normalized special token."""
+    import random
+
+    from tokenizers import Tokenizer as HFTokenizer
+
+    from tinytorch.text.tokenization import load_hf_tokenizer
+
+    _, path = hf_tokenizers[style]
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["model"]["merges"] = [" ".join(m) for m in data["model"]["merges"]]
+    for token in data["added_tokens"]:
+        if token["content"] == EOT:
+            token["normalized"] = True
+    (tmp_path / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
+    theirs = HFTokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    ours = load_hf_tokenizer(tmp_path)  # the folder
+    rng = random.Random(0)
+    pieces = list("abeéÉ東京😀 \t\n\r0123456789'.,!?-_<>|ﬁ\u0301\u00a0Ġ") + [
+        EOT, "<tool>", "wherefore", "'s", "'LL"]
+    for _ in range(600):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 30)))
+        assert ours.encode(text) == theirs.encode(text).ids, text
+        ids = [rng.randrange(theirs.get_vocab_size()) for _ in range(rng.randint(0, 8))]
+        assert ours.decode(ids) == theirs.decode(ids), ids
+        assert ours.decode(ids, False) == theirs.decode(ids, skip_special_tokens=False), ids
+
+
+def test_hf_tokenizer_saves_and_loads_as_a_tinytorch_file(hf_tokenizers, tmp_path):
+    from tinytorch.text.tokenization import load_hf_tokenizer
+
+    ours = load_hf_tokenizer(hf_tokenizers["qwen2"][1])
+    ours.save(tmp_path / "tok.json")
+    back = Tokenizer.load(tmp_path / "tok.json")
+    text = "café<|im_start|>東京 1234"
+    assert type(back) is type(ours) and back.encode(text) == ours.encode(text)
+
+
+def test_hf_tokenizer_bad_files_are_named(tmp_path, hf_tokenizers):
+    from tinytorch.text.tokenization import load_hf_tokenizer
+
+    path = tmp_path / "tokenizer.json"
+    path.write_bytes(b"\x80\x04pickle")
+    with pytest.raises(TokenizerFileError, match="tokenizer.json.*JSON"):
+        load_hf_tokenizer(path)
+    good = json.loads(hf_tokenizers["gpt2"][1].read_text(encoding="utf-8"))
+    cases = [
+        (lambda d: d["model"].update(type="WordPiece"), "not BPE"),
+        (lambda d: d.update(pre_tokenizer={"type": "Metaspace"}), "Metaspace"),
+        (lambda d: d.update(normalizer={"type": "Lowercase"}), "Lowercase"),
+        (lambda d: d.update(decoder={"type": "WordPiece"}), "decoder"),
+        (lambda d: d["model"].update(merges=[["a", "b", "c"]]), "merge 0"),
+        (lambda d: d["model"].pop("vocab"), "vocab"),
+        (lambda d: d["model"].update(continuing_subword_prefix="##"), "continuing_subword"),
+    ]
+    for change, words in cases:
+        data = json.loads(json.dumps(good))
+        change(data)
+        path.write_text(json.dumps(data), encoding="utf-8")
+        with pytest.raises(TokenizerFileError, match=words) as caught:
+            load_hf_tokenizer(path)
+        assert "tokenizer.json" in str(caught.value)
+    ours = load_hf_tokenizer(hf_tokenizers["gpt2"][1])
+    with pytest.raises(ValueError, match="cannot decode ids \\[99999\\]"):
+        ours.decode([1, 99999])
+
+
+def test_lesson_does_not_import_the_cli():
+    """Issue #15: a lesson must not import the course's command-line tool."""
+    source = (REPO / "modules" / "10_tokenization" / "tokenization.py").read_text()
+    assert "from tito" not in source and "import tito" not in source

@@ -4,7 +4,7 @@ __version__ = "0.1.0"
 from .core.tensor import *  # module 01: Tensor
 from .core.autograd import *  # module 06: Autograd
 from .core.training import *  # module 08: Training
-from . import data, nn, optim, text  # PyTorch-style namespaces
+from . import data, models, nn, optim, text  # PyTorch-style namespaces
 
 _COMING_FROM = {
 }

@@ -66,14 +66,17 @@
 # - `split_words(text)`: a simple, lossless pre-split of text into words.
 # - `BPETokenizer`: `BPETokenizer.train(text, vocab_size, special_tokens=())`, then
 #   `encode` and `decode` for any text.
+# - `bytes_to_unicode()` and `ByteLevelBPETokenizer` (`load_hf_tokenizer(path)`): the
+#   byte-level BPE tokenizers of GPT-2, Qwen2 and Llama 3, read from their `tokenizer.json`,
+#   id for id as Hugging Face's `tokenizers` encodes and decodes.
 #
 # ## What you are not building yet
 #
 # - **Vectors.** A token id is just an index; module 11 (embeddings) turns ids into
 #   learned vectors.
-# - **Other people's tokenizers.** GPT-2's exact regular expression and its byte-to-unicode
-#   table, loading OpenAI or Hugging Face vocabulary files, WordPiece, SentencePiece and
-#   Unigram models. Once BPE is yours, each is a variation you can read.
+# - **Other kinds of tokenizers.** WordPiece, SentencePiece and Unigram models, and training
+#   GPT-2-style tokenizers (Part 8 reads them). Once BPE is yours, each is a variation you
+#   can read.
 # - **Normalization.** No lowercasing, no Unicode normalization (NFC, NFKC): the tokenizer
 #   sees the text exactly as it is given and gives it back exactly.
 # - **Batching, padding and truncation.** Module 05 batches sequences of ids; module 12
@@ -85,8 +88,11 @@
 import json
 import os
 import re
+import unicodedata
 from collections import Counter
 from pathlib import Path
+
+import regex  # Part 8: `re` has no \p{L} (letter) or \p{N} (number) classes
 
 # %% [markdown]
 # ## Part 1: the contract, and a file format
@@ -577,12 +583,14 @@ def find_tiny_shakespeare():
     """The course's Tiny Shakespeare file, or None if it cannot be found from here."""
     candidates = [Path.cwd().joinpath(*[".."] * up, "milestones", "data", "tinyshakespeare.txt")
                   for up in range(4)]
-    try:
-        from tito.core.registry import MILESTONES_DIR
+    # The course folder, found without importing the course's command-line tool: beside
+    # the `tito` package's folder, if it is installed.
+    import importlib.util
 
-        candidates.append(MILESTONES_DIR / "data" / "tinyshakespeare.txt")
-    except ImportError:
-        pass
+    spec = importlib.util.find_spec("tito")
+    if spec is not None and spec.origin:
+        candidates.append(Path(spec.origin).resolve().parents[1] / "milestones" / "data"
+                          / "tinyshakespeare.txt")
     for path in candidates:
         if path.is_file():
             return path
@@ -1361,6 +1369,516 @@ print(f"trained on {len(train_text):,} characters: {bpe.vocab_size} ids in {trai
 print("first merges:", [bpe.decode([i]) for i in list(bpe.merges.values())[:10]])
 print("last merges: ", [bpe.decode([i]) for i in list(bpe.merges.values())[-10:]])
 print("tokens:", [bpe.decode([i]) for i in bpe.encode("First Citizen:\nBefore we proceed")])
+
+# %% [markdown]
+# ## Part 8: reading a Hugging Face `tokenizer.json`
+#
+# The BPE tokenizer you trained numbers its tokens your way: bytes are ids 0-255 and merge
+# `k` is id `256 + k`. The open models you will run in module 18 (GPT-2, Qwen2, Llama 3)
+# come with the tokenizer they were trained with, in one file, `tokenizer.json`, written by
+# Hugging Face's `tokenizers` library. A model only makes sense with *its* tokenizer: the
+# same text under another numbering is a different sequence of ids. So this part reads that
+# file and encodes and decodes exactly as `tokenizers` does, id for id. Nothing here is a
+# new idea; every piece is a variation of Parts 3-6.
+#
+# **What the file holds** (GPT-2's, cut down):
+#
+# ```json
+# {"added_tokens": [{"id": 50256, "content": "<|endoftext|>", "special": true,
+#                    "lstrip": false, "rstrip": false, "normalized": true, ...}],
+#  "normalizer": null,
+#  "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+#  "post_processor": {"type": "ByteLevel", ...},
+#  "decoder": {"type": "ByteLevel", ...},
+#  "model": {"type": "BPE", "vocab": {"!": 0, "\"": 1, ..., "Ġthe": 262, ...},
+#            "merges": ["Ġ t", "Ġ a", "h e", ...]}}
+# ```
+#
+# - `model.vocab` maps each token, written as a **string**, to its id. Ids are in any order.
+# - `model.merges` lists the merges, most important first: a merge's **rank** is its
+#   position. Files from older libraries write a merge as `"Ġ t"`, newer ones as
+#   `["Ġ", "t"]`; both mean: the tokens `Ġ` and `t` join into `Ġt`.
+# - `added_tokens` are tokens matched whole before anything else (Part 3's special
+#   tokens). `special: true` marks control tokens (`<|endoftext|>`, `<|im_start|>`) that
+#   decoding may skip; `lstrip`/`rstrip` let a token swallow the whitespace beside it.
+# - `normalizer` rewrites the text first: Qwen2 applies Unicode NFC, so `e` followed by a
+#   combining accent becomes the single character `é`.
+# - `pre_tokenizer` cuts the text into pieces, as your `split_words` did, and `ByteLevel`
+#   turns each piece's UTF-8 bytes into characters (below). GPT-2 cuts with the regular
+#   expression `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`:
+#   English contractions, a run of letters with one optional space before it, a run of
+#   digits, a run of other symbols, whitespace. `\p{L}` is "any letter in any script", and
+#   Python's `re` cannot say that; the `regex` package can. Qwen2 and Llama 3 put their own
+#   pattern in a `Split` step (digits one at a time, or up to three), then a `ByteLevel`
+#   that only maps bytes.
+# - `post_processor` may add tokens around the text: Llama 3's puts `<|begin_of_text|>`
+#   first.
+#
+# **Why tokens are strings of odd characters.** The vocabulary is JSON, and JSON holds
+# text, not bytes; but a byte-level token may be half a UTF-8 character, or a control byte
+# like a newline. GPT-2's trick is a table that gives **each of the 256 bytes one printable
+# character**: the 188 bytes that are already printable characters of Latin-1 (`!` to `~`,
+# `¡` to `¬`, `®` to `ÿ`) stand for themselves; the other 68 (the control bytes, the
+# space, `0x7F`-`0xA0` and the soft hyphen `0xAD`) get the characters `chr(256)`,
+# `chr(257)`, ... in byte order. So byte 0 is `Ā`, the newline (10) `Ċ` and the space (32)
+# `Ġ`: `"Ġthe"` is the token " the". Write `bytes_to_unicode()`.
+
+# %% nbgrader={"grade": false, "grade_id": "bytes-to-unicode", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
+def bytes_to_unicode():
+    """{byte: character}: GPT-2's table that gives each of the 256 bytes a printable character."""
+    ### BEGIN SOLUTION
+    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+                 + list(range(ord("®"), ord("ÿ") + 1)))
+    table = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(256 + extra)  # the next unused character after the Latin-1 block
+            extra += 1
+    return dict(sorted(table.items()))
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_bytes_to_unicode", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+def test_unit_bytes_to_unicode():
+    """256 distinct printable characters; printable bytes keep theirs; space is 'Ġ'."""
+    table = bytes_to_unicode()
+    assert sorted(table) == list(range(256)), (
+        f"the table should have the 256 bytes 0..255 as keys, got {len(table)} keys"
+    )
+    assert len(set(table.values())) == 256, (
+        "two bytes share a character: the table must be one-to-one, or decoding is ambiguous"
+    )
+    assert table[ord("a")] == "a" and table[ord("~")] == "~" and table[0xE9] == "é", (
+        f"printable bytes keep their own character: got {table[ord('a')]!r} for 'a', "
+        f"{table[0xE9]!r} for 0xE9"
+    )
+    assert table[ord(" ")] == "Ġ" and table[ord("\n")] == "Ċ" and table[0] == "Ā", (
+        f"the other bytes get chr(256), chr(257), ... in byte order: 0 -> 'Ā', 10 -> 'Ċ', "
+        f"32 -> 'Ġ'; got {table[0]!r}, {table[10]!r}, {table[32]!r}"
+    )
+    assert table[0xAD] == chr(256 + 33 + 34), (
+        f"byte 0xAD (a soft hyphen, invisible) is the last byte that needs a new character, "
+        f"chr({256 + 33 + 34}); got {table[0xAD]!r}"
+    )
+
+
+test_unit_bytes_to_unicode()
+
+# %% [markdown]
+# ### Encoding and decoding as `tokenizers` does
+#
+# The pipeline of `encode(text)`, each step given below except the merge loop:
+#
+# 1. Cut the text around the added tokens, leftmost and longest match first (Part 3), with
+#    each token's `lstrip`, `rstrip` and `single_word` rules. Each added token is its id.
+# 2. Normalize the rest (Unicode `NFC` and friends, `unicodedata.normalize`).
+# 3. Pre-tokenize: run the steps in order; `Split` cuts each piece at the pattern's matches,
+#    keeping them ("Isolated"); `ByteLevel` adds a space in front if `add_prefix_space`,
+#    cuts with GPT-2's pattern if `use_regex`, and maps every byte to its character.
+# 4. BPE on each piece, with a cache: the piece's characters are the first symbols; merge
+#    the adjacent pair with the **lowest rank**, everywhere in the piece, left to right;
+#    repeat until no adjacent pair is a merge. The tokens' ids come from `vocab`. (Llama 3
+#    sets `ignore_merges`: a piece that is already a token is taken whole.)
+# 5. Add the post-processor's tokens (`add_special_tokens=True`, the default of
+#    `tokenizers`).
+#
+# This is your `_encode_word` with two changes: the symbols are strings and a pair's
+# priority is its rank in the file instead of its new id. The order of merges decides the
+# result: with merges `e l` (rank 0) and `h e` (rank 1), `"hel"` is `h el`, not `he l`.
+#
+# `decode(ids, skip_special_tokens=True)` (the defaults of `tokenizers`) looks each id up
+# (an added token's id gives its content), drops special tokens if asked, and undoes the
+# byte table: a token whose characters are all in the table becomes those bytes; a token
+# with a character outside it (an added token such as `<|思考|>`) contributes its own UTF-8
+# bytes. The bytes are decoded with `errors="replace"`, as in Part 6.
+#
+# Write the merge loop `_bpe` and the byte part of `decode`. The rest is given: it is
+# bookkeeping over the file's options, and the tests compare it with `tokenizers` itself on
+# GPT-2-, Qwen2- and Llama-3-style files.
+
+# %% nbgrader={"grade": false, "grade_id": "hf-pipeline", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#| export
+GPT2_SPLIT_PATTERN = (r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+"
+                      r"|\s+(?!\S)|\s+")  # what ByteLevel(use_regex=True) splits with
+_NORMAL_FORMS = ("NFC", "NFD", "NFKC", "NFKD")
+
+
+def _hf_error(path, problem):
+    return TokenizerFileError(f"{path}: {problem}")
+
+
+def _normalizer_steps(spec, path):
+    """The Unicode normal forms a tokenizer.json normalizer applies, in order."""
+    if spec is None:
+        return []
+    kind = spec.get("type")
+    if kind in _NORMAL_FORMS:
+        return [kind]
+    if kind == "Sequence":
+        return [form for step in spec["normalizers"] for form in _normalizer_steps(step, path)]
+    raise _hf_error(path, f"normalizer {kind!r} is not supported (only {_NORMAL_FORMS} and "
+                          "Sequence of them): this is not a byte-level BPE tokenizer")
+
+
+def _pre_tokenizer_steps(spec, path):
+    """[("split", pattern, behavior) or ("bytelevel", pattern or None, add_prefix_space)]."""
+    if spec is None:
+        raise _hf_error(path, "there is no pre_tokenizer: a byte-level BPE tokenizer has ByteLevel")
+    kind = spec.get("type")
+    if kind == "Sequence":
+        return [s for step in spec["pretokenizers"] for s in _pre_tokenizer_steps(step, path)]
+    if kind == "ByteLevel":
+        pattern = regex.compile(GPT2_SPLIT_PATTERN) if spec.get("use_regex", True) else None
+        return [("bytelevel", pattern, bool(spec.get("add_prefix_space", False)))]
+    if kind == "Split":
+        source = spec["pattern"]
+        text = source["Regex"] if "Regex" in source else regex.escape(source["String"])
+        behavior = spec.get("behavior", "Isolated")
+        if behavior not in ("Isolated", "Removed") or spec.get("invert", False):
+            raise _hf_error(path, f"Split with behavior {behavior!r}, invert "
+                                  f"{spec.get('invert')!r} is not supported (only Isolated and "
+                                  "Removed, not inverted)")
+        return [("split", regex.compile(text), behavior)]
+    raise _hf_error(path, f"pre_tokenizer {kind!r} is not supported (ByteLevel, Split and "
+                          "Sequence are): this is not a byte-level BPE tokenizer")
+
+
+def _template(spec, path):
+    """(ids before, ids after) the text that the post-processor adds, for one sequence."""
+    if spec is None or spec.get("type") == "ByteLevel":
+        return [], []
+    if spec.get("type") == "Sequence":
+        before, after = [], []
+        for step in spec["processors"]:
+            b, a = _template(step, path)
+            before, after = before + b, a + after
+        return before, after
+    if spec.get("type") == "TemplateProcessing":
+        before, after, seen = [], [], False
+        for piece in spec["single"]:
+            if "Sequence" in piece:
+                seen = True
+            else:
+                name = piece["SpecialToken"]["id"]
+                (after if seen else before).extend(spec["special_tokens"][name]["ids"])
+        return before, after
+    raise _hf_error(path, f"post_processor {spec.get('type')!r} is not supported "
+                          "(ByteLevel, TemplateProcessing and Sequence are)")
+
+
+def split_pieces(text, pattern, behavior="Isolated"):
+    """Cut text at the pattern's matches: matches and the text between them, in order
+    (with "Removed", the matches are dropped)."""
+    pieces, last = [], 0
+    for match in pattern.finditer(text):
+        start, end = match.span()
+        if start == end:
+            continue
+        if start > last:
+            pieces.append(text[last:start])
+        if behavior == "Isolated":
+            pieces.append(text[start:end])
+        last = end
+    if last < len(text):
+        pieces.append(text[last:])
+    return pieces
+
+
+def _match_added(text, tokens):
+    """[(piece, added token or None)]: leftmost-longest matches of the added tokens, with each
+    token's lstrip/rstrip (swallow the whitespace beside it) and single_word rules."""
+    if not tokens or not text:
+        return [(text, None)] if text else []
+    by_content = {t["content"]: t for t in tokens}
+    pattern = regex.compile("|".join(regex.escape(c)
+                                     for c in sorted(by_content, key=len, reverse=True)))
+    out, last, pos = [], 0, 0
+    while True:
+        match = pattern.search(text, pos)
+        if match is None:
+            break
+        token = by_content[match.group()]
+        start, end = match.span()
+        if token.get("single_word") and (
+                (start > 0 and _is_word_char(text[start - 1]))
+                or (end < len(text) and _is_word_char(text[end]))):
+            pos = start + 1
+            continue
+        if token.get("lstrip"):
+            while start > last and text[start - 1].isspace():
+                start -= 1
+        if token.get("rstrip"):
+            while end < len(text) and text[end].isspace():
+                end += 1
+        if start > last:
+            out.append((text[last:start], None))
+        out.append((text[start:end], token))
+        last = pos = end
+    if last < len(text):
+        out.append((text[last:], None))
+    return out
+
+
+def _is_word_char(ch):
+    return ch.isalnum() or ch == "_"
+
+
+# %% nbgrader={"grade": false, "grade_id": "hf-tokenizer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
+class ByteLevelBPETokenizer(Tokenizer):
+    """A Hugging Face byte-level BPE tokenizer (GPT-2, Qwen2, Llama 3) from its tokenizer.json;
+    encodes and decodes as the `tokenizers` package does."""
+
+    kind = "hf-bytelevel-bpe"
+    cache_limit = 100_000
+
+    def __init__(self, data, path="tokenizer.json"):
+        """From the parsed JSON of a tokenizer.json (`path` only names it in errors)."""
+        model = data.get("model") if isinstance(data, dict) else None
+        if not isinstance(model, dict) or model.get("type") != "BPE":
+            kind = model.get("type") if isinstance(model, dict) else model
+            raise _hf_error(path, f"the model is {kind!r}, not BPE")
+        for key in ("continuing_subword_prefix", "end_of_word_suffix"):
+            if model.get(key):
+                raise _hf_error(path, f"model.{key} is {model[key]!r}: byte-level BPE has none")
+        if model.get("byte_fallback") or model.get("dropout"):
+            raise _hf_error(path, "byte_fallback and dropout are not supported")
+        self.data = data
+        self.vocab = dict(model["vocab"])  # token string -> id
+        self.ranks = {}  # (left, right) -> rank: lower merges first
+        for rank, merge in enumerate(model["merges"]):
+            pair = tuple(merge.split(" ")) if isinstance(merge, str) else tuple(merge)
+            if len(pair) != 2:
+                raise _hf_error(path, f"merge {rank} is {merge!r}, not a pair of tokens")
+            self.ranks.setdefault(pair, rank)
+        self.ignore_merges = bool(model.get("ignore_merges", False))
+        self.added = list(data.get("added_tokens") or [])
+        self.special_tokens = {t["content"]: t["id"] for t in self.added if t.get("special")}
+        self.id_to_token = {i: token for token, i in self.vocab.items()}
+        for token in self.added:
+            self.id_to_token[token["id"]] = token["content"]
+        self.normal_forms = _normalizer_steps(data.get("normalizer"), path)
+        self.steps = _pre_tokenizer_steps(data.get("pre_tokenizer"), path)
+        self.prefix_ids, self.suffix_ids = _template(data.get("post_processor"), path)
+        decoder = data.get("decoder")
+        if decoder is not None and decoder.get("type") != "ByteLevel":
+            raise _hf_error(path, f"decoder {decoder.get('type')!r} is not supported (ByteLevel)")
+        self.byte_decoder_on = decoder is not None
+        self.byte_encoder = bytes_to_unicode()
+        self.byte_decoder = {ch: b for b, ch in self.byte_encoder.items()}
+        self._cache = {}
+
+    @classmethod
+    def from_hf_json(cls, path):
+        """Load a tokenizer.json file (or a folder that holds one)."""
+        path = Path(path)
+        if path.is_dir():
+            path = path / "tokenizer.json"
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise _hf_error(path, f"not UTF-8 JSON ({error})") from None
+        try:
+            return cls(data, path)
+        except (KeyError, TypeError, AttributeError) as error:
+            raise _hf_error(path, f"not a tokenizer.json of the expected layout "
+                                  f"({type(error).__name__}: {error})") from None
+
+    @property
+    def vocab_size(self):
+        return max(self.id_to_token) + 1 if self.id_to_token else 0
+
+    def token_to_id(self, token):
+        for added in self.added:
+            if added["content"] == token:
+                return added["id"]
+        return self.vocab.get(token)
+
+    # ---- encoding: added tokens, normalizer, pre-tokenizer, BPE, post-processor ------
+    def encode(self, text, add_special_tokens=True):
+        """text -> ids, as tokenizers' Tokenizer.encode(text).ids; `add_special_tokens` adds
+        what the post-processor adds (Llama 3's <|begin_of_text|>)."""
+        _require_text(text)
+        raw = [t for t in self.added if not t.get("normalized", True) or not self.normal_forms]
+        normalized = [t for t in self.added if t not in raw]
+        ids = []
+        for piece, token in _match_added(text, raw):
+            if token is not None:
+                ids.append(token["id"])
+                continue
+            for inner, token in _match_added(self.normalize(piece), normalized):
+                if token is not None:
+                    ids.append(token["id"])
+                else:
+                    ids.extend(self._encode_normalized(inner))
+        if add_special_tokens:
+            ids = self.prefix_ids + ids + self.suffix_ids
+        return ids
+
+    def encode_ordinary(self, text):
+        """text -> ids with added/special tokens treated as ordinary text."""
+        _require_text(text)
+        return self._encode_normalized(self.normalize(text))
+
+    def normalize(self, text):
+        for form in self.normal_forms:
+            text = unicodedata.normalize(form, text)
+        return text
+
+    def pre_tokenize(self, text):
+        """The pieces the BPE model sees, already in byte-level characters."""
+        pieces = [text] if text else []
+        for kind, pattern, option in self.steps:
+            if kind == "split":  # option: the behavior, "Isolated" or "Removed"
+                pieces = [p for piece in pieces for p in split_pieces(piece, pattern, option)]
+            else:  # ByteLevel: maybe a space in front, maybe GPT-2's split, then bytes -> chars
+                out = []
+                for piece in pieces:
+                    if option and not piece.startswith(" "):  # option: add_prefix_space
+                        piece = " " + piece
+                    out.extend(split_pieces(piece, pattern) if pattern is not None else [piece])
+                pieces = ["".join(self.byte_encoder[b] for b in p.encode("utf-8")) for p in out]
+        return pieces
+
+    def _encode_normalized(self, text):
+        ids, cache = [], self._cache
+        for piece in self.pre_tokenize(text):
+            piece_ids = cache.get(piece)
+            if piece_ids is None:
+                piece_ids = [self.vocab[t] for t in self._bpe(piece)]
+                if len(cache) < self.cache_limit:
+                    cache[piece] = piece_ids
+            ids.extend(piece_ids)
+        return ids
+
+    def _bpe(self, piece):
+        """One pre-tokenized piece -> its tokens: merge the adjacent pair of lowest rank,
+        everywhere, until no adjacent pair is a merge."""
+        if self.ignore_merges and piece in self.vocab:
+            return [piece]
+        unknown = [ch for ch in piece if ch not in self.vocab]
+        if unknown:
+            raise ValueError(f"the characters {unknown} are not in this tokenizer's vocabulary")
+        ### BEGIN SOLUTION
+        symbols = list(piece)
+        ranks, never = self.ranks, len(self.ranks)
+        while len(symbols) > 1:
+            pair = min(zip(symbols, symbols[1:]), key=lambda p: ranks.get(p, never))
+            if pair not in ranks:
+                break
+            merged, i = [], 0
+            while i < len(symbols):
+                if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == pair:
+                    merged.append(symbols[i] + symbols[i + 1])
+                    i += 2
+                else:
+                    merged.append(symbols[i])
+                    i += 1
+            symbols = merged
+        return symbols
+        ### END SOLUTION
+
+    # ---- decoding --------------------------------------------------------------------
+    def decode(self, ids, skip_special_tokens=True):
+        """ids -> text, as tokenizers' Tokenizer.decode(ids, skip_special_tokens)."""
+        ids = list(ids)
+        bad = [i for i in ids if not _is_known(i, self.id_to_token)]
+        if bad:
+            raise ValueError(f"cannot decode ids {bad[:20]}: this tokenizer has ids 0.."
+                             f"{self.vocab_size - 1}. Were they made by a different tokenizer?")
+        special = set(self.special_tokens.values()) if skip_special_tokens else set()
+        tokens = [self.id_to_token[i] for i in ids if i not in special]
+        if not self.byte_decoder_on:
+            return " ".join(tokens)
+        ### BEGIN SOLUTION
+        data = bytearray()
+        for token in tokens:
+            if all(ch in self.byte_decoder for ch in token):
+                data.extend(self.byte_decoder[ch] for ch in token)
+            else:  # a token that is not byte-level text (an added token): its own bytes
+                data.extend(token.encode("utf-8"))
+        return data.decode("utf-8", errors="replace")
+        ### END SOLUTION
+
+    def _state(self):
+        return {"tokenizer_json": self.data}
+
+    @classmethod
+    def _from_state(cls, state):
+        return cls(state["tokenizer_json"])
+
+
+def load_hf_tokenizer(path):
+    """A Hugging Face byte-level BPE tokenizer from tokenizer.json (a file, or its folder)."""
+    return ByteLevelBPETokenizer.from_hf_json(path)
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_hf_tokenizer", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
+def _tiny_tokenizer_json():
+    """A GPT-2-style tokenizer.json, small enough to encode by hand: the 256 byte characters
+    (id = byte), five merges and one special token."""
+    table = bytes_to_unicode()
+    vocab = {table[b]: b for b in range(256)}
+    merges = ["e l", "h e", "l l", "Ġ t", ["Ġt", "he"]]  # both spellings of a merge
+    for k, merge in enumerate(merges):
+        left, right = merge.split(" ") if isinstance(merge, str) else merge
+        vocab[left + right] = 256 + k  # el 256, he 257, ll 258, Ġt 259, Ġthe 260
+    eot = {"id": 261, "content": "<|endoftext|>", "single_word": False, "lstrip": False,
+           "rstrip": False, "normalized": True, "special": True}
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                  "use_regex": True}
+    return {"version": "1.0", "added_tokens": [eot], "normalizer": None,
+            "pre_tokenizer": byte_level, "post_processor": byte_level, "decoder": byte_level,
+            "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                      "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                      "fuse_unk": False, "byte_fallback": False, "vocab": vocab,
+                      "merges": merges}}
+
+
+def test_unit_hf_tokenizer():
+    """Hand-worked ids: GPT-2's split, merges by rank, special tokens; decode inverts."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "tokenizer.json"
+        path.write_text(json.dumps(_tiny_tokenizer_json()), encoding="utf-8")
+        tok = load_hf_tokenizer(folder)
+    assert tok.vocab_size == 262, f"vocab_size should be 262 (256 + 5 + 1), got {tok.vocab_size}"
+    got = tok.encode("hello the llama<|endoftext|>")
+    want = [104, 256, 108, 111, 260, 32, 258, 97, 109, 97, 261]
+    assert got[:4] == want[:4], (
+        f"'hello' should be h, el, l, o = {want[:4]}, got {got[:4]}: merge the pair of lowest "
+        "rank first ('e l' is rank 0, 'h e' rank 1), not the leftmost pair"
+    )
+    assert got == want, (
+        f"'hello the llama<|endoftext|>' should be {want}, got {got}: pieces 'hello', ' the', "
+        "' llama' (the space is 'Ġ'); ' the' merges Ġ t -> Ġt, then h e, then Ġt he -> 260"
+    )
+    text = tok.decode(got)
+    assert text == "hello the llama", (
+        f"decode should give 'hello the llama' (special tokens skipped by default), got {text!r}"
+    )
+    text = tok.decode(got, skip_special_tokens=False)
+    assert text == "hello the llama<|endoftext|>", (
+        f"with skip_special_tokens=False the special token is kept, got {text!r}"
+    )
+    ids = tok.encode("a\n😀")
+    assert ids == [97, 10, 240, 159, 152, 128], (
+        f"with no merges, 'a\\n😀' is its UTF-8 bytes (ids = bytes here), got {ids}"
+    )
+    assert tok.decode(ids) == "a\n😀", (
+        f"decode should turn the characters back into bytes and the bytes into text, got "
+        f"{tok.decode(ids)!r}: map each character with the inverse of bytes_to_unicode()"
+    )
+    half = tok.decode(ids[:4])
+    assert half == bytes([97, 10, 240, 159]).decode("utf-8", errors="replace"), (
+        f"half an emoji should decode with errors='replace' to 'a\\n\\ufffd', got {half!r}"
+    )
+
+
+test_unit_hf_tokenizer()
 
 # %% [markdown]
 # ## Systems analysis: sequence length, vocabulary and speed, measured on your machine

@@ -2,7 +2,7 @@
 # Do not edit: change the lesson and export again.
 """Module 08 (Training): Training loops, learning-rate schedules, safe checkpoints, resumable runs."""
 
-__all__ = ['CosineWarmup', 'StepDecay', 'set_lr', 'CHECKPOINT_FORMAT', 'CHECKPOINT_VERSION', 'CheckpointError', 'read_checkpoint_meta', 'save_checkpoint', 'load_checkpoint', 'accuracy', 'evaluate', 'TrainingError', 'train_step', 'batches_from', 'History', 'train']
+__all__ = ['CosineWarmup', 'StepDecay', 'set_lr', 'CHECKPOINT_FORMAT', 'CHECKPOINT_VERSION', 'CheckpointError', 'read_checkpoint_meta', 'save_checkpoint', 'load_checkpoint', 'accuracy', 'evaluate', 'TrainingError', 'train_step', 'batches_from', 'History', 'train', 'SafetensorsError', 'SAFETENSORS_DTYPES', 'SAFETENSORS_MAX_HEADER', 'save_safetensors', 'read_safetensors_header', 'read_safetensors_metadata', 'load_safetensors', 'SAFETENSORS_INDEX', 'load_safetensors_folder']
 
 import json
 import math
@@ -432,3 +432,230 @@ def train(model, loss_fn, optimizer, train_loader, *, steps=None, epochs=None, s
     if checkpoint is not None:
         save_checkpoint(checkpoint, model, optimizer, step=total)
     return history
+
+
+class SafetensorsError(ValueError):
+    """A safetensors file (or index) that breaks the format; names the file and the tensor."""
+
+
+# safetensors name -> NumPy dtype of the stored bytes (little-endian), in the order in which
+# the reference writer lays tensors out: widest first (then, within one dtype, by name).
+SAFETENSORS_DTYPES = {
+    "U64": np.dtype("<u8"), "I64": np.dtype("<i8"), "F64": np.dtype("<f8"),
+    "F32": np.dtype("<f4"), "U32": np.dtype("<u4"), "I32": np.dtype("<i4"),
+    "BF16": np.dtype("<u2"),  # bfloat16 bits; load_safetensors widens them to float32
+    "F16": np.dtype("<f2"), "U16": np.dtype("<u2"), "I16": np.dtype("<i2"),
+    "I8": np.dtype("i1"), "U8": np.dtype("u1"), "BOOL": np.dtype("?"),
+}
+SAFETENSORS_MAX_HEADER = 100 * 2**20  # bytes; the reference implementation's limit too
+
+
+def _safetensors_dtype_name(array, name, path):
+    """The safetensors dtype name of a NumPy array ("F32", ...), or SafetensorsError."""
+    for dtype_name, dtype in SAFETENSORS_DTYPES.items():
+        if dtype_name != "BF16" and array.dtype.kind == dtype.kind \
+                and array.dtype.itemsize == dtype.itemsize:
+            return dtype_name
+    raise SafetensorsError(
+        f"cannot write tensor {name!r} to {os.fspath(path)!r}: dtype {array.dtype} has no "
+        f"safetensors name (supported: float16/32/64, int8-64, uint8-64, bool); convert it "
+        "with .astype(np.float32) first"
+    )
+
+
+def _write_atomically(path, write):
+    """Call write(handle) on a temporary file beside `path`, then rename it over `path`."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)  # atomic: readers see the old file or the new, never half
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def save_safetensors(path, tensors, metadata=None):
+    """Write {name: array} (and optional {str: str} metadata) as one safetensors file."""
+    arrays, dtypes = {}, {}
+    for name, value in tensors.items():
+        if not isinstance(name, str) or name == "__metadata__":
+            raise SafetensorsError(f"tensor names must be strings other than '__metadata__', "
+                                   f"got {name!r} for {os.fspath(path)!r}")
+        array = np.asarray(value)
+        dtypes[name] = _safetensors_dtype_name(array, name, path)
+        arrays[name] = array.astype(array.dtype.newbyteorder("<"), order="C", copy=False)
+    if metadata is not None and not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in dict(metadata).items()):
+        raise TypeError(f"safetensors metadata must map strings to strings, got {metadata!r}")
+    rank = {dtype_name: i for i, dtype_name in enumerate(SAFETENSORS_DTYPES)}
+    order = sorted(arrays, key=lambda n: (rank[dtypes[n]], n))
+    header = {}
+    if metadata is not None:
+        header["__metadata__"] = dict(metadata)
+    offset = 0
+    for name in order:
+        size = arrays[name].nbytes
+        header[name] = {"dtype": dtypes[name], "shape": list(arrays[name].shape),
+                        "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    text += b" " * (-len(text) % 8)  # the data then starts at a multiple of 8
+
+    def write(handle):
+        handle.write(len(text).to_bytes(8, "little"))
+        handle.write(text)
+        for name in order:
+            handle.write(arrays[name].reshape(-1).view(np.uint8).data)
+
+    _write_atomically(path, write)
+
+
+def read_safetensors_header(path):
+    """(header, data_start): the checked entries {name: {dtype, shape, data_offsets}},
+    without "__metadata__" (see read_safetensors_metadata), and the byte offset of the data.
+    Raises SafetensorsError, naming the file and the tensor, on any breach of the format."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise SafetensorsError(f"there is no safetensors file at {path!r}")
+    size = os.path.getsize(path)
+
+    def bad(problem, tensor=None):
+        where = f"tensor {tensor!r} in {path!r}" if tensor is not None else repr(path)
+        return SafetensorsError(f"{where}: {problem}")
+
+    if size < 8:
+        raise bad(f"the file is {size} bytes, shorter than the 8-byte header length: it is "
+                  "truncated or not a safetensors file")
+    with open(path, "rb") as handle:
+        n = int.from_bytes(handle.read(8), "little")
+        if n > size - 8:
+            raise bad(f"the header length says {n} bytes, but only {size - 8} follow: the file "
+                      "is truncated or not a safetensors file")
+        if n > SAFETENSORS_MAX_HEADER:
+            raise bad(f"the header length is {n} bytes, over the {SAFETENSORS_MAX_HEADER} "
+                      "byte limit: not a safetensors file")
+        text = handle.read(n)
+    try:
+        header = json.loads(text.decode("utf-8"))
+    except ValueError as error:  # UnicodeDecodeError is a ValueError too
+        raise bad(f"the header is not UTF-8 JSON ({error}): not a safetensors file, or "
+                  "corrupted") from None
+    if not isinstance(header, dict):
+        raise bad(f"the header is JSON {type(header).__name__}, not an object")
+    metadata = header.pop("__metadata__", {})
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise bad(f"__metadata__ must map strings to strings, got {metadata!r}")
+
+    data_size = size - 8 - n
+    for name, entry in header.items():
+        if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= set(entry):
+            raise bad(f"the entry {entry!r} needs 'dtype', 'shape' and 'data_offsets'", name)
+        dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+        if dtype not in SAFETENSORS_DTYPES:
+            raise bad(f"unknown dtype {dtype!r}; this reader knows {sorted(SAFETENSORS_DTYPES)}",
+                      name)
+        if not isinstance(shape, list) or not all(
+                type(d) is int and d >= 0 for d in shape):
+            raise bad(f"the shape {shape!r} is not a list of integers >= 0", name)
+        if not isinstance(offsets, list) or len(offsets) != 2 or not all(
+                type(o) is int for o in offsets):
+            raise bad(f"data_offsets {offsets!r} is not a pair of integers [begin, end]", name)
+        begin, end = offsets
+        if not 0 <= begin <= end:
+            raise bad(f"data_offsets [{begin}, {end}] are negative or reversed: need "
+                      "0 <= begin <= end", name)
+        expected = math.prod(shape) * SAFETENSORS_DTYPES[dtype].itemsize
+        if end - begin != expected:
+            raise bad(f"data_offsets [{begin}, {end}] hold {end - begin} bytes, but shape "
+                      f"{shape} of {dtype} needs {expected}", name)
+        if end > data_size:
+            raise bad(f"data_offsets [{begin}, {end}] run past the end of the data "
+                      f"({data_size} bytes): the file is truncated", name)
+
+    covered, previous = 0, None
+    for name in sorted(header, key=lambda k: tuple(header[k]["data_offsets"])):
+        begin, end = header[name]["data_offsets"]
+        if begin < covered:
+            raise bad(f"data_offsets [{begin}, {end}] overlap tensor {previous!r}, which ends "
+                      f"at {covered}", name)
+        if begin > covered:
+            raise bad(f"the data has a hole: bytes {covered}..{begin} belong to no tensor "
+                      "(the spec forbids holes)", name)
+        covered, previous = end, name
+    if covered != data_size:
+        raise bad(f"{data_size - covered} bytes after the last tensor belong to no tensor "
+                  "(the spec forbids trailing data)")
+    return header, 8 + n
+
+
+def read_safetensors_metadata(path):
+    """The file's "__metadata__" ({str: str}; {} when it has none), after checking the file."""
+    _, data_start = read_safetensors_header(path)
+    with open(os.fspath(path), "rb") as handle:
+        handle.seek(8)
+        return json.loads(handle.read(data_start - 8).decode("utf-8")).get("__metadata__", {})
+
+
+def load_safetensors(path):
+    """{name: array}: read-only np.memmap views into the file (BF16 widened to float32)."""
+    header, data_start = read_safetensors_header(path)
+    if not header:
+        return {}
+    raw = np.memmap(os.fspath(path), dtype=np.uint8, mode="r")  # maps the file; reads nothing
+    tensors = {}
+    for name, entry in header.items():
+        begin, end = entry["data_offsets"]
+        stored = raw[data_start + begin:data_start + end].view(SAFETENSORS_DTYPES[entry["dtype"]])
+        if entry["dtype"] == "BF16":  # the top 16 bits of a float32
+            stored = (stored.astype(np.uint32) << 16).view(np.float32)
+        tensors[name] = stored.reshape(entry["shape"])
+    return tensors
+
+
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+
+
+def load_safetensors_folder(path):
+    """Every tensor of a checkpoint: a folder with model.safetensors.index.json (shards), a
+    folder with one model.safetensors (or one *.safetensors file), or a file path."""
+    path = os.fspath(path)
+    if os.path.isfile(path):
+        return load_safetensors(path)
+    if not os.path.isdir(path):
+        raise SafetensorsError(f"there is no checkpoint file or folder at {path!r}")
+    index_path = os.path.join(path, SAFETENSORS_INDEX)
+    if not os.path.isfile(index_path):
+        single = os.path.join(path, "model.safetensors")
+        found = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
+        if os.path.isfile(single) or len(found) == 1:
+            return load_safetensors(
+                single if os.path.isfile(single) else os.path.join(path, found[0]))
+        raise SafetensorsError(
+            f"{path!r} has no {SAFETENSORS_INDEX} and {len(found)} .safetensors files "
+            f"({found[:4]}): expected an index, or a single model.safetensors"
+        )
+    try:
+        with open(index_path, encoding="utf-8") as handle:
+            weight_map = json.load(handle)["weight_map"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise SafetensorsError(f"{index_path!r} is not an index with a 'weight_map' "
+                               f"({type(error).__name__}: {error})") from None
+    shards, tensors = {}, {}
+    for name, shard in weight_map.items():
+        if shard not in shards:
+            shard_path = os.path.join(path, shard)
+            if not os.path.isfile(shard_path):
+                raise SafetensorsError(f"{index_path!r} puts tensor {name!r} in {shard!r}, "
+                                       "but that file is missing")
+            shards[shard] = load_safetensors(shard_path)
+        if name not in shards[shard]:
+            raise SafetensorsError(f"{index_path!r} puts tensor {name!r} in {shard!r}, but "
+                                   f"{os.path.join(path, shard)!r} has no such tensor")
+        tensors[name] = shards[shard][name]
+    return tensors

@@ -2,13 +2,16 @@
 # Do not edit: change the lesson and export again.
 """Module 10 (Tokenization): Character and byte-level BPE tokenizers."""
 
-__all__ = ['FILE_FORMAT', 'FILE_VERSION', 'TokenizerFileError', 'Tokenizer', 'CharTokenizer', 'split_on_special', 'get_pair_counts', 'merge_pair', 'split_words', 'BPETokenizer']
+__all__ = ['FILE_FORMAT', 'FILE_VERSION', 'TokenizerFileError', 'Tokenizer', 'CharTokenizer', 'split_on_special', 'get_pair_counts', 'merge_pair', 'split_words', 'BPETokenizer', 'bytes_to_unicode', 'GPT2_SPLIT_PATTERN', 'split_pieces', 'ByteLevelBPETokenizer', 'load_hf_tokenizer']
 
 import json
 import os
 import re
+import unicodedata
 from collections import Counter
 from pathlib import Path
+
+import regex  # Part 8: `re` has no \p{L} (letter) or \p{N} (number) classes
 
 
 FILE_FORMAT = "tinytorch-tokenizer"
@@ -425,3 +428,325 @@ class BPETokenizer(Tokenizer):
     @classmethod
     def _from_state(cls, state):
         return cls([tuple(pair) for pair in state["merges"]], state["special_tokens"])
+
+
+def bytes_to_unicode():
+    """{byte: character}: GPT-2's table that gives each of the 256 bytes a printable character."""
+    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+                 + list(range(ord("®"), ord("ÿ") + 1)))
+    table = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(256 + extra)  # the next unused character after the Latin-1 block
+            extra += 1
+    return dict(sorted(table.items()))
+
+
+GPT2_SPLIT_PATTERN = (r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+"
+                      r"|\s+(?!\S)|\s+")  # what ByteLevel(use_regex=True) splits with
+_NORMAL_FORMS = ("NFC", "NFD", "NFKC", "NFKD")
+
+
+def _hf_error(path, problem):
+    return TokenizerFileError(f"{path}: {problem}")
+
+
+def _normalizer_steps(spec, path):
+    """The Unicode normal forms a tokenizer.json normalizer applies, in order."""
+    if spec is None:
+        return []
+    kind = spec.get("type")
+    if kind in _NORMAL_FORMS:
+        return [kind]
+    if kind == "Sequence":
+        return [form for step in spec["normalizers"] for form in _normalizer_steps(step, path)]
+    raise _hf_error(path, f"normalizer {kind!r} is not supported (only {_NORMAL_FORMS} and "
+                          "Sequence of them): this is not a byte-level BPE tokenizer")
+
+
+def _pre_tokenizer_steps(spec, path):
+    """[("split", pattern, behavior) or ("bytelevel", pattern or None, add_prefix_space)]."""
+    if spec is None:
+        raise _hf_error(path, "there is no pre_tokenizer: a byte-level BPE tokenizer has ByteLevel")
+    kind = spec.get("type")
+    if kind == "Sequence":
+        return [s for step in spec["pretokenizers"] for s in _pre_tokenizer_steps(step, path)]
+    if kind == "ByteLevel":
+        pattern = regex.compile(GPT2_SPLIT_PATTERN) if spec.get("use_regex", True) else None
+        return [("bytelevel", pattern, bool(spec.get("add_prefix_space", False)))]
+    if kind == "Split":
+        source = spec["pattern"]
+        text = source["Regex"] if "Regex" in source else regex.escape(source["String"])
+        behavior = spec.get("behavior", "Isolated")
+        if behavior not in ("Isolated", "Removed") or spec.get("invert", False):
+            raise _hf_error(path, f"Split with behavior {behavior!r}, invert "
+                                  f"{spec.get('invert')!r} is not supported (only Isolated and "
+                                  "Removed, not inverted)")
+        return [("split", regex.compile(text), behavior)]
+    raise _hf_error(path, f"pre_tokenizer {kind!r} is not supported (ByteLevel, Split and "
+                          "Sequence are): this is not a byte-level BPE tokenizer")
+
+
+def _template(spec, path):
+    """(ids before, ids after) the text that the post-processor adds, for one sequence."""
+    if spec is None or spec.get("type") == "ByteLevel":
+        return [], []
+    if spec.get("type") == "Sequence":
+        before, after = [], []
+        for step in spec["processors"]:
+            b, a = _template(step, path)
+            before, after = before + b, a + after
+        return before, after
+    if spec.get("type") == "TemplateProcessing":
+        before, after, seen = [], [], False
+        for piece in spec["single"]:
+            if "Sequence" in piece:
+                seen = True
+            else:
+                name = piece["SpecialToken"]["id"]
+                (after if seen else before).extend(spec["special_tokens"][name]["ids"])
+        return before, after
+    raise _hf_error(path, f"post_processor {spec.get('type')!r} is not supported "
+                          "(ByteLevel, TemplateProcessing and Sequence are)")
+
+
+def split_pieces(text, pattern, behavior="Isolated"):
+    """Cut text at the pattern's matches: matches and the text between them, in order
+    (with "Removed", the matches are dropped)."""
+    pieces, last = [], 0
+    for match in pattern.finditer(text):
+        start, end = match.span()
+        if start == end:
+            continue
+        if start > last:
+            pieces.append(text[last:start])
+        if behavior == "Isolated":
+            pieces.append(text[start:end])
+        last = end
+    if last < len(text):
+        pieces.append(text[last:])
+    return pieces
+
+
+def _match_added(text, tokens):
+    """[(piece, added token or None)]: leftmost-longest matches of the added tokens, with each
+    token's lstrip/rstrip (swallow the whitespace beside it) and single_word rules."""
+    if not tokens or not text:
+        return [(text, None)] if text else []
+    by_content = {t["content"]: t for t in tokens}
+    pattern = regex.compile("|".join(regex.escape(c)
+                                     for c in sorted(by_content, key=len, reverse=True)))
+    out, last, pos = [], 0, 0
+    while True:
+        match = pattern.search(text, pos)
+        if match is None:
+            break
+        token = by_content[match.group()]
+        start, end = match.span()
+        if token.get("single_word") and (
+                (start > 0 and _is_word_char(text[start - 1]))
+                or (end < len(text) and _is_word_char(text[end]))):
+            pos = start + 1
+            continue
+        if token.get("lstrip"):
+            while start > last and text[start - 1].isspace():
+                start -= 1
+        if token.get("rstrip"):
+            while end < len(text) and text[end].isspace():
+                end += 1
+        if start > last:
+            out.append((text[last:start], None))
+        out.append((text[start:end], token))
+        last = pos = end
+    if last < len(text):
+        out.append((text[last:], None))
+    return out
+
+
+def _is_word_char(ch):
+    return ch.isalnum() or ch == "_"
+
+
+class ByteLevelBPETokenizer(Tokenizer):
+    """A Hugging Face byte-level BPE tokenizer (GPT-2, Qwen2, Llama 3) from its tokenizer.json;
+    encodes and decodes as the `tokenizers` package does."""
+
+    kind = "hf-bytelevel-bpe"
+    cache_limit = 100_000
+
+    def __init__(self, data, path="tokenizer.json"):
+        """From the parsed JSON of a tokenizer.json (`path` only names it in errors)."""
+        model = data.get("model") if isinstance(data, dict) else None
+        if not isinstance(model, dict) or model.get("type") != "BPE":
+            kind = model.get("type") if isinstance(model, dict) else model
+            raise _hf_error(path, f"the model is {kind!r}, not BPE")
+        for key in ("continuing_subword_prefix", "end_of_word_suffix"):
+            if model.get(key):
+                raise _hf_error(path, f"model.{key} is {model[key]!r}: byte-level BPE has none")
+        if model.get("byte_fallback") or model.get("dropout"):
+            raise _hf_error(path, "byte_fallback and dropout are not supported")
+        self.data = data
+        self.vocab = dict(model["vocab"])  # token string -> id
+        self.ranks = {}  # (left, right) -> rank: lower merges first
+        for rank, merge in enumerate(model["merges"]):
+            pair = tuple(merge.split(" ")) if isinstance(merge, str) else tuple(merge)
+            if len(pair) != 2:
+                raise _hf_error(path, f"merge {rank} is {merge!r}, not a pair of tokens")
+            self.ranks.setdefault(pair, rank)
+        self.ignore_merges = bool(model.get("ignore_merges", False))
+        self.added = list(data.get("added_tokens") or [])
+        self.special_tokens = {t["content"]: t["id"] for t in self.added if t.get("special")}
+        self.id_to_token = {i: token for token, i in self.vocab.items()}
+        for token in self.added:
+            self.id_to_token[token["id"]] = token["content"]
+        self.normal_forms = _normalizer_steps(data.get("normalizer"), path)
+        self.steps = _pre_tokenizer_steps(data.get("pre_tokenizer"), path)
+        self.prefix_ids, self.suffix_ids = _template(data.get("post_processor"), path)
+        decoder = data.get("decoder")
+        if decoder is not None and decoder.get("type") != "ByteLevel":
+            raise _hf_error(path, f"decoder {decoder.get('type')!r} is not supported (ByteLevel)")
+        self.byte_decoder_on = decoder is not None
+        self.byte_encoder = bytes_to_unicode()
+        self.byte_decoder = {ch: b for b, ch in self.byte_encoder.items()}
+        self._cache = {}
+
+    @classmethod
+    def from_hf_json(cls, path):
+        """Load a tokenizer.json file (or a folder that holds one)."""
+        path = Path(path)
+        if path.is_dir():
+            path = path / "tokenizer.json"
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise _hf_error(path, f"not UTF-8 JSON ({error})") from None
+        try:
+            return cls(data, path)
+        except (KeyError, TypeError, AttributeError) as error:
+            raise _hf_error(path, f"not a tokenizer.json of the expected layout "
+                                  f"({type(error).__name__}: {error})") from None
+
+    @property
+    def vocab_size(self):
+        return max(self.id_to_token) + 1 if self.id_to_token else 0
+
+    def token_to_id(self, token):
+        for added in self.added:
+            if added["content"] == token:
+                return added["id"]
+        return self.vocab.get(token)
+
+    # ---- encoding: added tokens, normalizer, pre-tokenizer, BPE, post-processor ------
+    def encode(self, text, add_special_tokens=True):
+        """text -> ids, as tokenizers' Tokenizer.encode(text).ids; `add_special_tokens` adds
+        what the post-processor adds (Llama 3's <|begin_of_text|>)."""
+        _require_text(text)
+        raw = [t for t in self.added if not t.get("normalized", True) or not self.normal_forms]
+        normalized = [t for t in self.added if t not in raw]
+        ids = []
+        for piece, token in _match_added(text, raw):
+            if token is not None:
+                ids.append(token["id"])
+                continue
+            for inner, token in _match_added(self.normalize(piece), normalized):
+                if token is not None:
+                    ids.append(token["id"])
+                else:
+                    ids.extend(self._encode_normalized(inner))
+        if add_special_tokens:
+            ids = self.prefix_ids + ids + self.suffix_ids
+        return ids
+
+    def encode_ordinary(self, text):
+        """text -> ids with added/special tokens treated as ordinary text."""
+        _require_text(text)
+        return self._encode_normalized(self.normalize(text))
+
+    def normalize(self, text):
+        for form in self.normal_forms:
+            text = unicodedata.normalize(form, text)
+        return text
+
+    def pre_tokenize(self, text):
+        """The pieces the BPE model sees, already in byte-level characters."""
+        pieces = [text] if text else []
+        for kind, pattern, option in self.steps:
+            if kind == "split":  # option: the behavior, "Isolated" or "Removed"
+                pieces = [p for piece in pieces for p in split_pieces(piece, pattern, option)]
+            else:  # ByteLevel: maybe a space in front, maybe GPT-2's split, then bytes -> chars
+                out = []
+                for piece in pieces:
+                    if option and not piece.startswith(" "):  # option: add_prefix_space
+                        piece = " " + piece
+                    out.extend(split_pieces(piece, pattern) if pattern is not None else [piece])
+                pieces = ["".join(self.byte_encoder[b] for b in p.encode("utf-8")) for p in out]
+        return pieces
+
+    def _encode_normalized(self, text):
+        ids, cache = [], self._cache
+        for piece in self.pre_tokenize(text):
+            piece_ids = cache.get(piece)
+            if piece_ids is None:
+                piece_ids = [self.vocab[t] for t in self._bpe(piece)]
+                if len(cache) < self.cache_limit:
+                    cache[piece] = piece_ids
+            ids.extend(piece_ids)
+        return ids
+
+    def _bpe(self, piece):
+        """One pre-tokenized piece -> its tokens: merge the adjacent pair of lowest rank,
+        everywhere, until no adjacent pair is a merge."""
+        if self.ignore_merges and piece in self.vocab:
+            return [piece]
+        unknown = [ch for ch in piece if ch not in self.vocab]
+        if unknown:
+            raise ValueError(f"the characters {unknown} are not in this tokenizer's vocabulary")
+        symbols = list(piece)
+        ranks, never = self.ranks, len(self.ranks)
+        while len(symbols) > 1:
+            pair = min(zip(symbols, symbols[1:]), key=lambda p: ranks.get(p, never))
+            if pair not in ranks:
+                break
+            merged, i = [], 0
+            while i < len(symbols):
+                if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == pair:
+                    merged.append(symbols[i] + symbols[i + 1])
+                    i += 2
+                else:
+                    merged.append(symbols[i])
+                    i += 1
+            symbols = merged
+        return symbols
+
+    # ---- decoding --------------------------------------------------------------------
+    def decode(self, ids, skip_special_tokens=True):
+        """ids -> text, as tokenizers' Tokenizer.decode(ids, skip_special_tokens)."""
+        ids = list(ids)
+        bad = [i for i in ids if not _is_known(i, self.id_to_token)]
+        if bad:
+            raise ValueError(f"cannot decode ids {bad[:20]}: this tokenizer has ids 0.."
+                             f"{self.vocab_size - 1}. Were they made by a different tokenizer?")
+        special = set(self.special_tokens.values()) if skip_special_tokens else set()
+        tokens = [self.id_to_token[i] for i in ids if i not in special]
+        if not self.byte_decoder_on:
+            return " ".join(tokens)
+        data = bytearray()
+        for token in tokens:
+            if all(ch in self.byte_decoder for ch in token):
+                data.extend(self.byte_decoder[ch] for ch in token)
+            else:  # a token that is not byte-level text (an added token): its own bytes
+                data.extend(token.encode("utf-8"))
+        return data.decode("utf-8", errors="replace")
+
+    def _state(self):
+        return {"tokenizer_json": self.data}
+
+    @classmethod
+    def _from_state(cls, state):
+        return cls(state["tokenizer_json"])
+
+
+def load_hf_tokenizer(path):
+    """A Hugging Face byte-level BPE tokenizer from tokenizer.json (a file, or its folder)."""
+    return ByteLevelBPETokenizer.from_hf_json(path)

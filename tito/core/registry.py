@@ -239,9 +239,10 @@ MODULES: tuple[Module, ...] = (
     Module(17, "acceleration", "Acceleration", "optimization",
            "Vectorization, fused kernels and memory layout.",
            "perf.acceleration", (14,), ()),
-    Module(18, "kv_caching", "KV Caching", "optimization",
-           "Cache keys and values for fast autoregressive generation, measured.",
-           "perf.kv_cache", (13, 14), ()),
+    Module(18, "kv_caching", "KV Caching and Serving", "optimization",
+           "Llama, Qwen and MoE checkpoints on your own engine: the decoder block, model "
+           "assembly, dense and paged KV caches, batched generation, measured.",
+           "models.llm", (10, 13), ("models",)),
     Module(19, "benchmarking", "Benchmarking", "optimization",
            "Fair, repeatable measurements against a reference framework.",
            "perf.benchmarking", (14,), ()),
@@ -266,6 +267,10 @@ MILESTONES: tuple[Milestone, ...] = (
     Milestone("tinygpt", 2018, "TinyGPT on Tiny Shakespeare",
               "Your own framework trains a character-level GPT on a CPU.",
               (1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13), "tinygpt.py"),
+    Milestone("llm", 2023, "An open-weights LLM on your own engine",
+              "Your engine serves a Hugging Face checkpoint (Llama, Qwen, MoE, or your own "
+              "TinyGPT) with a KV cache, token for token as transformers does.",
+              (1, 2, 3, 6, 8, 10, 11, 12, 13, 18), "llm.py"),
 )
 
 TIERS = {

@@ -1,0 +1,282 @@
+"""Decoding with module 18's engine against Hugging Face transformers, on one checkpoint.
+
+    python benchmarks/decode.py            # Qwen2.5-0.5B-shaped checkpoint (~2 GB, written once)
+    python benchmarks/decode.py --quick    # a tiny checkpoint, a few tokens (tests)
+
+Four measurements, printed with their ratios (nothing here is asserted):
+
+1. decode tokens/s, TinyTorch (`tinytorch.models.load_model`, dense cache) and transformers
+   (float32, CPU, eager attention, its own DynamicCache), each in its own subprocess, the
+   two sides interleaved round by round; the best round of each side is compared;
+2. peak resident memory (ru_maxrss) of each serving process against the float32 bytes of
+   the weights;
+3. the KV cache's speed-up over recomputing the whole prefix, 256 new tokens after a
+   32-token prompt, on a smaller model (in this process);
+4. the paged cache's bytes for a batch of unequal sequences against the dense cache's.
+
+The checkpoint has random float32 weights of Qwen2.5-0.5B's shape (24 layers, hidden 896,
+14 heads, 2 KV heads, intermediate 4864, vocabulary 151,936, tied embeddings), written with
+module 08's `save_safetensors` into --folder (reused when it is already there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# BLAS threads are fixed when NumPy loads: set them (--threads, default 1) before importing it.
+_THREADS = sys.argv[sys.argv.index("--threads") + 1] if "--threads" in sys.argv else "1"
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = _THREADS
+
+import numpy as np  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+QWEN_05B = dict(model_type="qwen2", vocab_size=151936, hidden_size=896, num_hidden_layers=24,
+                num_attention_heads=14, num_key_value_heads=2, intermediate_size=4864,
+                rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True,
+                max_position_embeddings=32768, architectures=["Qwen2ForCausalLM"],
+                dtype="float32", use_sliding_window=False)
+QUICK = dict(QWEN_05B, vocab_size=1000, hidden_size=64, num_hidden_layers=2,
+             num_attention_heads=4, num_key_value_heads=2, intermediate_size=128)
+
+
+def shapes(c):
+    C, D = c["hidden_size"], c["hidden_size"] // c["num_attention_heads"]
+    kv = c["num_key_value_heads"] * D
+    out = {"model.embed_tokens.weight": (c["vocab_size"], C), "model.norm.weight": (C,)}
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        out.update({p + "input_layernorm.weight": (C,), p + "post_attention_layernorm.weight": (C,),
+                    p + "self_attn.q_proj.weight": (C, C), p + "self_attn.q_proj.bias": (C,),
+                    p + "self_attn.k_proj.weight": (kv, C), p + "self_attn.k_proj.bias": (kv,),
+                    p + "self_attn.v_proj.weight": (kv, C), p + "self_attn.v_proj.bias": (kv,),
+                    p + "self_attn.o_proj.weight": (C, C),
+                    p + "mlp.gate_proj.weight": (c["intermediate_size"], C),
+                    p + "mlp.up_proj.weight": (c["intermediate_size"], C),
+                    p + "mlp.down_proj.weight": (C, c["intermediate_size"])})
+    return out
+
+
+def random_tensors(c, seed=0):
+    rng = np.random.default_rng(seed)
+    tensors = {}
+    for name, shape in shapes(c).items():
+        if len(shape) == 1:
+            base = 1.0 if name.endswith("norm.weight") else 0.0
+            a = base + 0.1 * rng.standard_normal(shape, dtype=np.float32)
+        else:
+            a = rng.standard_normal(shape, dtype=np.float32)
+            a *= np.float32(1.0 if "embed" in name else 1.0 / np.sqrt(shape[1]))
+        tensors[name] = a.astype(np.float32, copy=False)
+    return tensors
+
+
+def write_checkpoint(folder, c):
+    from tinytorch.core.training import save_safetensors
+
+    folder = Path(folder)
+    if (folder / "config.json").is_file() and json.loads((folder / "config.json").read_text()) == c:
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    tensors = random_tensors(c)
+    save_safetensors(folder / "model.safetensors", tensors, metadata={"format": "pt"})
+    del tensors
+    (folder / "config.json").write_text(json.dumps(c))
+    size = (folder / "model.safetensors").stat().st_size
+    print(f"wrote {folder} ({size / 2**30:.2f} GiB) in {time.perf_counter() - t0:.1f} s")
+    return folder
+
+
+# ---- one side, in its own process -----------------------------------------------------------
+def worker(side, folder, prompt_len, new_tokens, threads, seed=0):
+    prompt = np.random.default_rng(seed).integers(0, 1000, size=prompt_len).tolist()
+    marks = []
+    t0 = time.perf_counter()
+    if side == "tinytorch":
+        from tinytorch.models import generate, load_model
+
+        model = load_model(folder)
+        load_s = time.perf_counter() - t0
+        weight_bytes = 4 * model.num_parameters()
+        start = time.perf_counter()
+        out = generate(model, prompt, new_tokens, temperature=0, cache="dense",
+                       on_token=lambda step, ids: marks.append(time.perf_counter()))
+        tokens = out[prompt_len:].tolist()
+    else:
+        import torch
+        import transformers
+
+        torch.set_num_threads(threads)
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            folder, dtype=torch.float32, attn_implementation="eager").eval()
+        load_s = time.perf_counter() - t0
+        weight_bytes = 4 * sum(p.numel() for p in model.parameters())
+        model.generation_config.eos_token_id = None
+        model.generation_config.pad_token_id = 0
+
+        class Clock(transformers.LogitsProcessor):
+            def __call__(self, input_ids, scores):
+                marks.append(time.perf_counter())
+                return scores
+
+        start = time.perf_counter()
+        with torch.no_grad():
+            out = model.generate(torch.tensor([prompt]), max_new_tokens=new_tokens,
+                                 do_sample=False, logits_processor=[Clock()])
+        tokens = out[0, prompt_len:].tolist()
+    # marks[i]: the logits of new token i are ready. Decode speed: tokens 1.. after the first.
+    steps = np.diff(marks)
+    return {"side": side, "load_s": load_s, "prefill_s": marks[0] - start,
+            "decode_tokens_per_s": len(steps) / float(steps.sum()),
+            "median_step_ms": float(np.median(steps)) * 1e3,
+            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "weight_bytes": weight_bytes, "tokens": tokens}
+
+
+def thread_env(threads):
+    n = str(threads)
+    return {"OPENBLAS_NUM_THREADS": n, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}
+
+
+def run_worker(side, folder, prompt_len, new_tokens, threads):
+    done = subprocess.run([sys.executable, __file__, "--worker", side, "--folder", str(folder),
+                           "--prompt-len", str(prompt_len), "--new-tokens", str(new_tokens),
+                           "--threads", str(threads)],
+                          capture_output=True, text=True, cwd=REPO,
+                          env=dict(os.environ, PYTHONPATH=str(REPO), **thread_env(threads)))
+    if done.returncode:
+        raise SystemExit(f"{side} worker failed:\n{done.stdout}\n{done.stderr}")
+    return json.loads(done.stdout.split("WORKER ", 1)[1].splitlines()[0])
+
+
+# ---- in this process: the cache's speed-up and the paged cache's memory ---------------------
+def small_model(c):
+    from tinytorch.models import Config, ModelForCausalLM, WeightStore
+
+    config = Config.from_dict(c)
+    return ModelForCausalLM(config, WeightStore(random_tensors(c, seed=1)))
+
+
+def cache_speedup(c, prompt_len, new_tokens):
+    from tinytorch.models import generate
+
+    model = small_model(c)
+    prompt = list(range(1, prompt_len + 1))
+    result, outputs = {}, {}
+    for mode in ("dense", "paged", None):
+        t0 = time.perf_counter()
+        outputs[mode] = generate(model, prompt, new_tokens, temperature=0, cache=mode,
+                                 page_size=64).tolist()
+        result[str(mode)] = new_tokens / (time.perf_counter() - t0)
+    same = outputs["dense"] == outputs["paged"] == outputs[None]
+    return result, same
+
+
+def paged_memory(c, lengths, page_size):
+    model = small_model(c)
+    ids = np.ones((len(lengths), max(lengths)), dtype=np.int64)
+    out = {}
+    for mode in ("dense", "paged"):
+        cache = model.create_kv_cache(mode, page_size=page_size)
+        model(ids, cache=cache, lengths=list(lengths), logits_to_keep=1)
+        out[mode] = cache.nbytes()
+    out["needed"] = sum(lengths) * model.config.kv_bytes_per_token()
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--folder", type=Path, default=None,
+                   help="where the checkpoint is written (default: a folder in the temp dir)")
+    p.add_argument("--rounds", type=int, default=None, help="interleaved rounds per side")
+    p.add_argument("--new-tokens", type=int, default=None)
+    p.add_argument("--prompt-len", type=int, default=32)
+    p.add_argument("--threads", type=int, default=1,
+                   help="BLAS/torch threads for both sides (default 1: on a shared, loaded "
+                        "machine a second BLAS thread waits for a time slice at every matrix "
+                        "product; pass 2 on an idle 2-core machine)")
+    p.add_argument("--worker", choices=("tinytorch", "transformers"))
+    args = p.parse_args()
+    if args.worker:
+        result = worker(args.worker, args.folder, args.prompt_len, args.new_tokens, args.threads)
+        print("WORKER " + json.dumps(result))
+        return
+
+    c = QUICK if args.quick else QWEN_05B
+    rounds = args.rounds or (1 if args.quick else 3)
+    new_tokens = args.new_tokens or (8 if args.quick else 64)
+    folder = args.folder or Path(tempfile.gettempdir()) / (
+        "tinytorch-decode-" + ("quick" if args.quick else "qwen2.5-0.5b-shape"))
+    write_checkpoint(folder, c)
+    print(f"checkpoint: {folder} ({'quick' if args.quick else 'Qwen2.5-0.5B'} shape, random "
+          f"float32); prompt {args.prompt_len} tokens, {new_tokens} new tokens, greedy; "
+          f"{args.threads} BLAS/torch thread(s) per side; {os.cpu_count()} CPUs, shared with "
+          f"other jobs (load average {os.getloadavg()[0]:.1f})")
+
+    runs = {"tinytorch": [], "transformers": []}
+    for r in range(rounds):
+        for side in ("tinytorch", "transformers"):
+            res = run_worker(side, folder, args.prompt_len, new_tokens, args.threads)
+            runs[side].append(res)
+            print(f"  round {r + 1} {side:12s}: {res['decode_tokens_per_s']:7.2f} tokens/s "
+                  f"(median step {res['median_step_ms']:.1f} ms), prefill "
+                  f"{res['prefill_s'] * 1e3:.0f} ms, load {res['load_s']:.2f} s, peak RSS "
+                  f"{res['peak_rss_bytes'] / 2**20:,.0f} MiB")
+    best = {s: max(r["decode_tokens_per_s"] for r in rs) for s, rs in runs.items()}
+    rss = {s: max(r["peak_rss_bytes"] for r in rs) for s, rs in runs.items()}
+    weights = runs["tinytorch"][0]["weight_bytes"]
+    ratio = best["tinytorch"] / best["transformers"]
+    agree = runs["tinytorch"][0]["tokens"] == runs["transformers"][0]["tokens"]
+    per_round = [t["decode_tokens_per_s"] / h["decode_tokens_per_s"]
+                 for t, h in zip(runs["tinytorch"], runs["transformers"])]
+    print(f"decode: tinytorch {best['tinytorch']:.2f} tokens/s, transformers "
+          f"{best['transformers']:.2f} tokens/s (best of {rounds}): ratio {ratio:.2f} "
+          f"(target >= 1.0; per round {', '.join(f'{r:.2f}' for r in per_round)}); greedy "
+          f"tokens {'identical' if agree else 'DIFFERENT'}")
+    print(f"memory: float32 weights {weights / 2**20:,.0f} MiB; peak RSS tinytorch "
+          f"{rss['tinytorch'] / 2**20:,.0f} MiB ({rss['tinytorch'] / weights:.2f}x the weights, "
+          f"target <= 1.3x), transformers {rss['transformers'] / 2**20:,.0f} MiB "
+          f"({rss['transformers'] / weights:.2f}x)")
+
+    small = dict(QWEN_05B, vocab_size=8192, hidden_size=256, num_hidden_layers=4,
+                 num_attention_heads=4, num_key_value_heads=2, intermediate_size=768)
+    if args.quick:
+        small, sp_prompt, sp_new = QUICK, 8, 16
+    else:
+        sp_prompt, sp_new = 32, 256
+    speed, same = cache_speedup(small, sp_prompt, sp_new)
+    print(f"KV cache, {sp_new} tokens after a {sp_prompt}-token prompt "
+          f"({small['num_hidden_layers']} layers, hidden {small['hidden_size']}): dense "
+          f"{speed['dense']:.0f} tokens/s, paged {speed['paged']:.0f}, no cache "
+          f"{speed['None']:.0f}: the cache is {speed['dense'] / speed['None']:.1f}x faster "
+          f"(tokens {'identical' if same else 'DIFFERENT'})")
+
+    lengths = (500, 30, 120, 8) if not args.quick else (40, 3, 12)
+    mem = paged_memory(small, lengths, page_size=16)
+    print(f"KV memory, batch of sequences {list(lengths)} tokens, pages of 16: dense "
+          f"{mem['dense'] / 2**10:,.0f} KiB, paged {mem['paged'] / 2**10:,.0f} KiB "
+          f"({mem['dense'] / mem['paged']:.2f}x less); the tokens need "
+          f"{mem['needed'] / 2**10:,.0f} KiB")
+    print("RESULT " + json.dumps({
+        "tinytorch_tokens_per_s": best["tinytorch"], "transformers_tokens_per_s":
+        best["transformers"], "ratio": ratio, "ratio_per_round": per_round,
+        "greedy_identical": agree,
+        "weight_bytes": weights, "peak_rss_bytes": rss,
+        "cache_tokens_per_s": speed, "cache_speedup": speed["dense"] / speed["None"],
+        "kv_bytes": mem}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,246 @@
+"""Module 18 against Hugging Face transformers, on small random checkpoints made here.
+
+Each family's checkpoint is written with ``save_pretrained`` (one sharded, one bfloat16) and
+read back by both sides from the same folder: ``transformers`` in float32 with eager
+attention, TinyTorch through ``load_model`` (module 08's safetensors reader, memory-mapped).
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from tinytorch.models import (  # noqa: E402
+    Config,
+    ConfigError,
+    TinyKvPagedCache,
+    TinyKvPagedPool,
+    WeightError,
+    WeightStore,
+    generate,
+    load_model,
+)
+
+VOCAB = 97
+COMMON = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+              rms_norm_eps=1e-5)
+MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16)
+
+
+def _configs():
+    t = transformers
+    return {
+        "llama": t.LlamaConfig(**COMMON, tie_word_embeddings=False,
+                               rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+        "llama3_tied": t.LlamaConfig(**COMMON, tie_word_embeddings=True, rope_parameters={
+            "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 16}),
+        "qwen2": t.Qwen2Config(**COMMON, tie_word_embeddings=True,
+                               rope_parameters={"rope_type": "default", "rope_theta": 1e6}),
+        "qwen3": t.Qwen3Config(**COMMON, head_dim=12, tie_word_embeddings=False),
+        "qwen2_moe": t.Qwen2MoeConfig(**COMMON, **MOE, shared_expert_intermediate_size=24,
+                                      norm_topk_prob=False, mlp_only_layers=[1]),
+        "qwen3_moe": t.Qwen3MoeConfig(**COMMON, **MOE, head_dim=8, norm_topk_prob=True,
+                                      decoder_sparse_step=2),
+        "gpt2": t.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=3, n_head=4, n_positions=128),
+    }
+
+
+def _randomize(model, seed):
+    """Every parameter random: HF's zero biases, unit norms and zero routers hide bugs."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.ndim == 1:
+                base = 1.0 if ("norm" in name or "ln_" in name) and name.endswith("weight") else 0.0
+                p.copy_(base + 0.3 * torch.randn(p.shape, generator=g))
+            elif "embed_tokens" in name or "wte" in name:
+                p.copy_(torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(0.2 * torch.randn(p.shape, generator=g))
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """family -> folder, plus a sharded and a bfloat16 variant."""
+    root = tmp_path_factory.mktemp("ckpt")
+    folders = {}
+    for i, (name, config) in enumerate(_configs().items()):
+        torch.manual_seed(i)
+        model = transformers.AutoModelForCausalLM.from_config(config)
+        _randomize(model, seed=100 + i)
+        folders[name] = root / name
+        model.save_pretrained(folders[name])
+        if name == "qwen2":
+            folders["qwen2_sharded"] = root / "qwen2_sharded"
+            model.save_pretrained(folders["qwen2_sharded"], max_shard_size="40KB")
+        if name == "llama":
+            folders["llama_bf16"] = root / "llama_bf16"
+            model.to(torch.bfloat16).save_pretrained(folders["llama_bf16"])
+    return folders
+
+
+_HF = {}
+
+
+def _hf(folder):
+    if folder not in _HF:
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            folder, dtype=torch.float32, attn_implementation="eager").eval()
+        model.generation_config.eos_token_id = None  # generate all the tokens asked for
+        model.generation_config.pad_token_id = 0
+        _HF[folder] = model
+    return _HF[folder]
+
+
+def _hf_logits(folder, ids):
+    with torch.no_grad():
+        return _hf(folder)(torch.as_tensor(ids)).logits.numpy()
+
+
+def _close(got, want, what):
+    scale = max(1.0, float(np.abs(want).max()))
+    err = float(np.abs(got - want).max())
+    assert err <= 1e-4 * scale, f"{what}: max abs diff {err:.3g} for logits of scale {scale:.3g}"
+
+
+IDS = np.random.default_rng(0).integers(0, VOCAB, size=(2, 13))
+ALL = ["llama", "llama3_tied", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "gpt2",
+       "qwen2_sharded", "llama_bf16"]
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_prefill_logits_match_transformers(checkpoints, name):
+    model = load_model(checkpoints[name])
+    got = model(IDS)
+    assert got.shape == (2, 13, VOCAB) and got.dtype == np.float32
+    _close(got, _hf_logits(checkpoints[name], IDS), f"{name} prefill")
+    last = model(IDS, logits_to_keep=1)
+    assert last.shape == (2, 1, VOCAB)
+    np.testing.assert_allclose(last[:, 0], got[:, -1], atol=1e-5)
+
+
+def test_config_reads_the_families(checkpoints):
+    c = Config.from_json_file(checkpoints["llama3_tied"])
+    assert c.rope_scaling["rope_type"] == "llama3" and c.rope_theta == 500000.0
+    assert c.tie_word_embeddings
+    q = Config.from_json_file(checkpoints["qwen2_moe"])
+    assert [q.is_moe_layer(i) for i in range(3)] == [True, False, True]
+    q3 = Config.from_json_file(checkpoints["qwen3_moe"])
+    assert [q3.is_moe_layer(i) for i in range(3)] == [False, True, False]
+    assert Config.from_json_file(checkpoints["qwen3"]).head_dim == 12
+    hub_style = {"model_type": "qwen2", "vocab_size": 10, "hidden_size": 8,
+                 "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
+                 "intermediate_size": 16, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+                 "sliding_window": 4096, "use_sliding_window": False,
+                 "torch_dtype": "bfloat16"}
+    c = Config.from_dict(hub_style)
+    assert c.rope_theta == 1e6 and c.dtype == "bfloat16" and c.qkv_bias and c.head_dim == 4
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen3", "qwen2_moe", "gpt2"])
+@pytest.mark.parametrize("mode", ["dense", "paged"])
+def test_decode_with_cache_equals_full_forward(checkpoints, name, mode):
+    model = load_model(checkpoints[name])
+    full = _hf_logits(checkpoints[name], IDS)
+    cache = model.create_kv_cache(mode, page_size=4)
+    steps = [model(IDS[:, :3], cache=cache)]
+    steps += [model(IDS[:, t:t + 1], cache=cache) for t in range(3, IDS.shape[1])]
+    _close(np.concatenate(steps, axis=1), full, f"{name}, {mode} cache, token by token")
+    if mode == "paged":
+        assert cache.pool.pages_in_use == 2 * 4  # 13 tokens in pages of 4, two sequences
+        cache.release()
+        assert cache.pool.pages_in_use == 0
+
+
+@pytest.mark.parametrize("name", ["llama3_tied", "qwen2", "qwen3_moe", "gpt2"])
+def test_greedy_32_tokens_match_transformers_generate(checkpoints, name):
+    model = load_model(checkpoints[name])
+    prompt = [3, 14, 15, 92, 65]
+    want = _hf(checkpoints[name]).generate(torch.tensor([prompt]), max_new_tokens=32,
+                                           do_sample=False)[0].tolist()
+    for mode in ("dense", "paged"):
+        got = generate(model, prompt, 32, temperature=0, cache=mode, page_size=8)
+        assert got.tolist() == want, f"{name}, cache={mode}: {got.tolist()} != {want}"
+
+
+def test_batch_of_unequal_prompts(checkpoints):
+    folder = checkpoints["qwen2"]
+    model = load_model(folder)
+    prompts = [[5, 6, 7, 8, 9, 10, 11], [42], [1, 2, 3]]
+    wants = [_hf(folder).generate(torch.tensor([p]), max_new_tokens=12,
+                                  do_sample=False)[0].tolist() for p in prompts]
+    for mode in ("dense", "paged"):
+        outs = generate(model, prompts, 12, temperature=0, cache=mode, page_size=4)
+        assert isinstance(outs, list) and len(outs) == 3
+        for p, o, want in zip(prompts, outs, wants):
+            assert o.tolist() == want, f"cache={mode}, prompt {p}: {o.tolist()} != {want}"
+
+
+def test_uncached_and_sampled_generation(checkpoints):
+    model = load_model(checkpoints["llama"])
+    prompt = np.array([4, 8, 15, 16])
+    greedy = generate(model, prompt, 6, temperature=0, cache="dense")
+    assert generate(model, prompt, 6, temperature=0, cache=None).tolist() == greedy.tolist()
+    a = generate(model, prompt, 10, temperature=0.8, top_k=10, top_p=0.9, seed=1)
+    b = generate(model, prompt, 10, temperature=0.8, top_k=10, top_p=0.9, seed=1, cache="paged")
+    assert a.tolist() == b.tolist() and a[:4].tolist() == prompt.tolist()
+
+
+def test_weights_are_memory_mapped_not_copied(checkpoints):
+    model = load_model(checkpoints["qwen2"])
+    q = model.layers[0].attn.q_proj[0]
+    assert not q.flags.owndata, "weights should be views of the memory-mapped file"
+    assert model.lm_head is model.embed_tokens  # tied: one array
+
+
+def test_paged_pool_exhaustion_is_an_error():
+    pool = TinyKvPagedPool(4, num_layers=1, num_kv_heads=1, head_dim=2, max_pages=2)
+    cache = TinyKvPagedCache(pool)
+    cache.reserve([8])
+    with pytest.raises(MemoryError, match="max_pages"):
+        TinyKvPagedCache(pool).reserve([1])
+    cache.release()
+    TinyKvPagedCache(pool).reserve([5])  # the released pages serve the next sequence
+    assert len(pool.pages) == 2
+
+
+def test_bad_configs_name_the_problem(tmp_path):
+    with pytest.raises(ConfigError, match="'mamba'"):
+        Config.from_dict({"model_type": "mamba"})
+    with pytest.raises(ConfigError, match="'intermediate_size'"):
+        Config.from_dict({"model_type": "llama", "vocab_size": 10, "hidden_size": 8,
+                          "num_hidden_layers": 1, "num_attention_heads": 2,
+                          "rms_norm_eps": 1e-6})
+    with pytest.raises(ConfigError, match="'num_experts'"):
+        Config.from_dict({"model_type": "qwen3_moe", "vocab_size": 10, "hidden_size": 8,
+                          "num_hidden_layers": 1, "num_attention_heads": 2,
+                          "intermediate_size": 8, "rms_norm_eps": 1e-6})
+    with pytest.raises(ConfigError, match="config.json"):
+        Config.from_json_file(tmp_path)
+
+
+def test_missing_and_misshapen_tensors_name_them(checkpoints, tmp_path):
+    config = Config.from_json_file(checkpoints["llama"])
+    store = WeightStore.from_path(checkpoints["llama"])
+    from tinytorch.models import ModelForCausalLM
+
+    name = "model.layers.1.self_attn.k_proj.weight"
+    tensors = dict(store.tensors)
+    del tensors[name]
+    with pytest.raises(WeightError, match=r"k_proj.weight.*missing.*\(16, 32\)"):
+        ModelForCausalLM(config, WeightStore(tensors))
+    tensors[name] = np.zeros((16, 31), np.float32)
+    with pytest.raises(WeightError, match=r"k_proj.weight.*\(16, 31\).*\(16, 32\)"):
+        ModelForCausalLM(config, WeightStore(tensors))
+    del tensors["lm_head.weight"]
+    tensors[name] = store.tensors[name]
+    with pytest.raises(WeightError, match="lm_head.weight"):
+        ModelForCausalLM(config, WeightStore(tensors))
+    with open(checkpoints["llama"] / "config.json") as f:
+        assert json.load(f)["model_type"] == "llama"
