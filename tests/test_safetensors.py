@@ -129,6 +129,15 @@ def test_header_is_padded_to_eight_and_data_start_reported(tmp_path):
     assert header == {"x": {"dtype": "U8", "shape": [3], "data_offsets": [0, 3]}}
 
 
+def test_saved_file_has_the_usual_permissions(tmp_path):
+    """Written through a temporary file, but readable as a file from open() would be."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    save_safetensors(tmp_path / "a.safetensors", {"a": np.zeros(1)})
+    assert (tmp_path / "a.safetensors").stat().st_mode & 0o777 == 0o666 & ~umask
+    assert [p.name for p in tmp_path.iterdir()] == ["a.safetensors"]
+
+
 def test_empty_checkpoint(tmp_path):
     save_safetensors(tmp_path / "e.safetensors", {})
     assert load_safetensors(tmp_path / "e.safetensors") == {}

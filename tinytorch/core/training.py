@@ -467,7 +467,10 @@ def _write_atomically(path, write):
     """Call write(handle) on a temporary file beside `path`, then rename it over `path`."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+    tmp = os.path.join(folder, f".tmp-{os.urandom(6).hex()}-{os.path.basename(path)}")
+    # O_EXCL: never reuse a file that exists; mode 0o666 minus the umask, as open() gives
+    # (mkstemp's files are private, 0o600, and would stay so after the rename).
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
         with os.fdopen(fd, "wb") as handle:
             write(handle)
