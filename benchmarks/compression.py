@@ -16,7 +16,7 @@ Loads a trained checkpoint of the `tinygpt` milestone (through `benchmarks/quant
 
 Every loss is exact: the whole validation split, with the milestone's `split_loss`.
 
-    .venv/bin/python benchmarks/compression.py --checkpoint runs/tinygpt/tinygpt.npz --threads 1
+    .venv/bin/python benchmarks/compression.py --checkpoint runs/tinygpt --threads 1
     .venv/bin/python benchmarks/compression.py --quick     # untrained model, a few steps (tests)
 """
 
@@ -114,7 +114,7 @@ def forward_times(models, x, rounds):
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--checkpoint", default=str(ROOT / "runs" / "tinygpt" / "tinygpt.npz"))
+    p.add_argument("--checkpoint", default=str(ROOT / "runs" / "tinygpt"))
     p.add_argument("--windows", type=int, default=None,
                    help="validation windows (default: the whole split, exact)")
     p.add_argument("--finetune-steps", type=int, default=200)

@@ -16,7 +16,7 @@ on the first `--act-windows` validation windows (NumPy's integer matrix product 
 so the whole split would take minutes), against float32 on the same windows. A size-vs-loss
 plot is written to `--plot`.
 
-    .venv/bin/python benchmarks/quantization.py --checkpoint runs/tinygpt/tinygpt.npz
+    .venv/bin/python benchmarks/quantization.py --checkpoint runs/tinygpt
     .venv/bin/python benchmarks/quantization.py --quick     # untrained model, 24 windows (tests)
 """
 
@@ -49,24 +49,33 @@ FORMATS = (  # label, bits, group size, (max loss increase, max share of float32
 
 
 def load_model(path):
-    """(model, tokenizer) from a tinygpt checkpoint: the one place that reads the file format."""
-    from tinytorch.models.transformer import load_gpt
+    """(model, tokenizer) from a tinygpt checkpoint: the one place that reads the file format.
+
+    The milestone writes a Hugging Face GPT-2 folder (config.json + model.safetensors); a
+    `.npz` file from an earlier version of the milestone is read too.
+    """
     from tinytorch.text.tokenization import CharTokenizer
 
-    model, _, extra = load_gpt(path)
+    path = Path(path)
+    if path.suffix == ".npz":
+        from tinytorch.models.transformer import load_gpt
+
+        model, _, extra = load_gpt(path)
+    else:
+        model, extra = milestone.load_pretrained(path.parent if path.is_file() else path)
     return model, CharTokenizer(extra["chars"])
 
 
 def quick_checkpoint(folder):
     """An untrained milestone-sized GPT saved as the milestone saves it (for --quick)."""
-    from tinytorch.models.transformer import GPT, GPTConfig, save_gpt
+    from tinytorch.models.transformer import GPT, GPTConfig
     from tinytorch.text.tokenization import CharTokenizer
 
     tokenizer = CharTokenizer.train(milestone.load_text())
     tt.manual_seed(0)
-    path = Path(folder) / "tinygpt.npz"
     model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size))
-    save_gpt(path, model, extra={"chars": tokenizer.chars})
+    path = Path(folder) / "tinygpt"
+    milestone.save_pretrained(path, model, {"chars": tokenizer.chars, "step": 0})
     return path
 
 
@@ -101,8 +110,8 @@ def plot(rows, path):
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--checkpoint", default=str(ROOT / "runs" / "tinygpt" / "tinygpt.npz"),
-                   help="a tinygpt milestone checkpoint (default runs/tinygpt/tinygpt.npz)")
+    p.add_argument("--checkpoint", default=str(ROOT / "runs" / "tinygpt"),
+                   help="a tinygpt milestone checkpoint (default runs/tinygpt)")
     p.add_argument("--windows", type=int, default=None,
                    help="validation windows (default: the whole split, exact)")
     p.add_argument("--act-windows", type=int, default=128,

@@ -789,7 +789,7 @@ bytes_report()
 # measures the exact validation loss over the whole split and the bytes held:
 #
 # ```
-# .venv/bin/python benchmarks/quantization.py --checkpoint runs/tinygpt/tinygpt.npz
+# .venv/bin/python benchmarks/quantization.py --checkpoint runs/tinygpt
 # ```
 #
 # Measured on one machine (two shared cores, loaded), on the milestone's checkpoint

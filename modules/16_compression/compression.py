@@ -798,7 +798,7 @@ distillation_report()
 # the milestone's model, for the same steps:
 #
 # ```
-# .venv/bin/python benchmarks/compression.py --checkpoint runs/tinygpt/tinygpt.npz
+# .venv/bin/python benchmarks/compression.py --checkpoint runs/tinygpt
 # ```
 #
 # Measured on one machine (two shared cores, heavily loaded; `--threads 1`), on the
