@@ -4,7 +4,8 @@ Both frameworks train the SAME model, the `cnn_digits` milestone's LeNet-style C
 by the milestone's own `lenet(nn)` from `tinytorch.nn` and from `torch.nn`), starting from
 the SAME weights (copied from TinyTorch into PyTorch), on the SAME batches of 64 8x8 digits
 from the milestone's training split, with the same step: forward, cross-entropy, backward,
-Adam (lr 2e-3).
+Adam (lr 2e-3). The milestone's dropout is set to 0 here: the two frameworks would draw
+different masks, and the losses could no longer be compared step by step.
 
 Timing: as in `gpt_step.py`, each framework trains in its own fresh process and the
 processes alternate (TinyTorch, PyTorch, PyTorch, TinyTorch, ... for --rounds rounds), so
@@ -97,7 +98,7 @@ def tinytorch_setup(seed=0):
     from tinytorch.optim import Adam
 
     manual_seed(seed)
-    model = lenet(nn)
+    model = lenet(nn, dropout=0.0)
     opt = Adam(model.parameters(), lr=2e-3)
 
     def step(x, y, times=None):
@@ -129,7 +130,7 @@ def torch_setup(weights, threads=None):
 
     if threads:
         torch.set_num_threads(threads)
-    model = lenet(torch.nn)
+    model = lenet(torch.nn, dropout=0.0)
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.copy_(torch.from_numpy(weights[name]))
