@@ -238,23 +238,26 @@ def conv2d_loop(x, weight, bias=None, stride=1, padding=0):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_conv_loop", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
-def slow_conv(x, w, b, stride, padding):
-    """Seven loops, one multiply-add at a time: the definition, word for word (float64)."""
+def slow_conv(x, w, b=None, stride=1, padding=0):
+    """Seven loops, one multiply-add at a time: the definition, word for word (float64).
+
+    The later tests check your fast versions against this, not against your conv2d_loop.
+    """
     N, C, H, W = x.shape
     O, _, kh, kw = w.shape
-    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
-    OH = (H + 2 * padding - kh) // stride + 1
-    OW = (W + 2 * padding - kw) // stride + 1
+    (sh, sw), (ph, pw) = _pair(stride, "stride"), _pair(padding, "padding", minimum=0)
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    OH, OW = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
     out = np.zeros((N, O, OH, OW))
     for n in range(N):
         for o in range(O):
             for i in range(OH):
                 for j in range(OW):
-                    total = b[o]
+                    total = 0.0 if b is None else b[o]
                     for c in range(C):
                         for u in range(kh):
                             for v in range(kw):
-                                total += w[o, c, u, v] * xp[n, c, i * stride + u, j * stride + v]
+                                total += w[o, c, u, v] * xp[n, c, i * sh + u, j * sw + v]
                     out[n, o, i, j] = total
     return out
 
@@ -400,7 +403,11 @@ def test_unit_im2col():
         "stride: xp[:, u : u + sh*OH : sh, v : v + sw*OW : sw]"
     )
     padded = im2col(x, (3, 3), padding=(1, 1))
-    assert padded.shape == (16, 9) and np.array_equal(padded[0], [0, 0, 0, 0, 0, 1, 0, 4, 5]), (
+    assert padded.shape == (16, 9), (
+        f"a 3x3 kernel with padding 1 on a 4x4 image has 4x4 = 16 windows of 9 values, got "
+        f"shape {padded.shape}: is conv_output_size(4, 3, 1, 1) equal to 4?"
+    )
+    assert np.array_equal(padded[0], [0, 0, 0, 0, 0, 1, 0, 4, 5]), (
         f"with padding 1 the top-left 3x3 window is mostly zeros, [0 0 0 0 0 1 0 4 5], got "
         f"{padded[0] if padded.ndim == 2 else padded}: slice the PADDED image xp"
     )
@@ -419,9 +426,9 @@ def test_unit_im2col():
         f"{(2 * OH * OW, 18)}, got {cols.shape}"
     )
     out = (cols @ w.transpose(0, 2, 3, 1).reshape(4, -1).T).reshape(2, OH, OW, 4)
-    want = conv2d_loop(x, w, stride=(2, 1), padding=(1, 0))
+    want = slow_conv(x, w, stride=(2, 1), padding=(1, 0))
     assert np.allclose(out.transpose(0, 3, 1, 2), want, atol=1e-5), (
-        "cols @ W_mat.T differs from conv2d_loop for x (2, 3, 6, 5), kernel (3, 2), stride "
+        "cols @ W_mat.T differs from the definition for x (2, 3, 6, 5), kernel (3, 2), stride "
         "(2, 1), padding (1, 0): fill cols[:, :, :, u, v] for EVERY offset of the (kh, kw) kernel"
     )
     assert cols.dtype == np.float32, f"im2col of float32 gave {cols.dtype}"
@@ -509,7 +516,8 @@ def test_unit_col2im():
         assert np.isclose(lhs, rhs, rtol=1e-10), (
             f"x {shape}, kernel {k}, stride {s}, padding {p}: sum(im2col(x) * c) = {lhs:.6f} "
             f"but sum(x * col2im(c)) = {rhs:.6f}; they must be equal. Use the same slices as "
-            "im2col, u : u + sh*OH : sh and v : v + sw*OW : sw, on the padded buffer"
+            "im2col, u : u + sh*OH : sh and v : v + sw*OW : sw, on the padded buffer (this "
+            "identity uses your im2col too: if test_unit_im2col fails, fix it first)"
         )
     assert col2im(c.astype(np.float32), shape, k, s, p).dtype == np.float32, (
         "col2im of float32 columns should be float32: make the zeros with dtype=cols.dtype"
@@ -662,17 +670,18 @@ def test_unit_conv2d_forward():
         f"Conv2d(3, 4, 3, padding=1) on (2, 3, 6, 5) keeps the size: expected (2, 4, 6, 5), "
         f"got {out.shape}"
     )
-    want = conv2d_loop(x, layer.weight.data, layer.bias.data, padding=1)
+    want = slow_conv(x, layer.weight.data, layer.bias.data, padding=1)
     assert np.allclose(out.data, want, atol=1e-5), (
-        "Conv2d's output differs from conv2d_loop: flatten the weight in the rows' (u, v, c) "
+        "Conv2d's output differs from the definition: flatten the weight in the rows' (u, v, c) "
         "order, weight.transpose(0, 2, 3, 1).reshape(O, -1), and bring the (N*OH*OW, O) "
         "product back with .reshape(N, OH, OW, O).transpose(0, 3, 1, 2)"
     )
     assert out.dtype == np.float32, f"Conv2d of float32 gave {out.dtype}"
     strided = Conv2d(3, 2, (3, 2), stride=(2, 1), bias=False)
     got = strided(Tensor(x))
-    assert np.allclose(got.data, conv2d_loop(x, strided.weight.data, stride=(2, 1)), atol=1e-5), (
-        "Conv2d(3, 2, (3, 2), stride=(2, 1), bias=False) differs from conv2d_loop"
+    assert np.allclose(got.data, slow_conv(x, strided.weight.data, stride=(2, 1)), atol=1e-5), (
+        "Conv2d(3, 2, (3, 2), stride=(2, 1), bias=False) differs from the definition: pass the "
+        "layer's stride and padding to Conv2dFunction, and skip the bias when it is None"
     )
 
 
@@ -682,7 +691,8 @@ test_unit_conv2d_forward()
 def test_unit_conv2d_backward():
     """Every gradient of Conv2dFunction agrees with finite differences (float64), stays float32."""
     rng = np.random.default_rng(4)
-    hint = ("G = grad.transpose(0, 2, 3, 1).reshape(-1, O); dW = G.T @ cols, reshaped to "
+    hint = ("Input 0 is x, input 1 the weight, input 2 the bias. "
+            "G = grad.transpose(0, 2, 3, 1).reshape(-1, O); dW = G.T @ cols, reshaped to "
             "(O, kh, kw, C) and transposed to (O, C, kh, kw); db = G.sum(axis=0); "
             "dx = col2im(G @ W_mat, x.shape, ...)")
     for shape, wshape, s, p in [((2, 2, 5, 4), (3, 2, 3, 3), (1, 1), (1, 1)),
@@ -695,7 +705,9 @@ def test_unit_conv2d_backward():
         except GradcheckError as error:
             raise AssertionError(
                 f"Conv2d gradients for x {shape}, weight {wshape}, stride {s}, padding {p} "
-                f"disagree with finite differences: {error}. {hint}"
+                f"disagree with finite differences: {str(error).rstrip('.')}. {hint}. (gradcheck "
+                "differentiates your forward: if test_unit_conv2d_forward, test_unit_im2col or "
+                "test_unit_col2im fails too, fix that first)"
             ) from None
     x32 = Tensor(rng.standard_normal((1, 2, 4, 4)).astype(np.float32), requires_grad=True)
     layer = Conv2d(2, 3, 3)
@@ -915,7 +927,10 @@ def test_unit_pooling():
         f"(-inf) never wins, and out starts at -inf, not 0; got {padded.data.ravel()}"
     )
     flat = Flatten()(Tensor(np.zeros((5, 3, 2, 4), dtype=np.float32)))
-    assert flat.shape == (5, 24), f"Flatten of (5, 3, 2, 4) should be (5, 24), got {flat.shape}"
+    assert flat.shape == (5, 24), (
+        f"Flatten of (5, 3, 2, 4) should be (5, 24), got {flat.shape}: keep the batch axis "
+        "first and merge the rest, x.reshape(x.shape[0], -1)"
+    )
 
 
 test_unit_pooling()
@@ -943,8 +958,8 @@ def test_unit_pooling_backward():
         except GradcheckError as error:
             raise AssertionError(
                 f"{layer!r} on (2, 2, 5, 6): gradients disagree with finite differences: "
-                f"{error}. Add each offset (u, v) into dxp[:, :, u : u + sh*OH : sh, "
-                "v : v + sw*OW : sw] (+=: windows may overlap)"
+                f"{str(error).rstrip('.')}. Add each offset (u, v) into "
+                "dxp[:, :, u : u + sh*OH : sh, v : v + sw*OW : sw] (+=: windows may overlap)"
             ) from None
 
 
@@ -977,7 +992,8 @@ def test_unit_cnn():
             p.data -= np.float32(0.1) * p.grad.data
     assert losses[-1] < 0.6 * losses[0], (
         f"30 steps of gradient descent should lower the loss by 40%, went from {losses[0]:.4f} "
-        f"to {losses[-1]:.4f}: a gradient is wrong (check the conv and pooling rules)"
+        f"to {losses[-1]:.4f}: a gradient of the stack is wrong; the conv and pooling tests "
+        "above name the part"
     )
     layer = Conv2d(3, 4, 3)
     for bad, words in [(np.zeros((3, 8, 8)), ["(3, 8, 8)", "4-D"]),
@@ -1025,7 +1041,8 @@ def loop_vs_im2col(N=16, C=16, H=16, O=32, k=3):
     b = np.zeros(O, dtype=np.float32)
     pad = (k // 2, k // 2)
     fast = Conv2dFunction.forward(x, w, b, stride=(1, 1), padding=pad)[0]
-    assert np.allclose(fast, conv2d_loop(x, w, b, padding=k // 2), atol=1e-3)
+    assert np.allclose(fast, conv2d_loop(x, w, b, padding=k // 2), atol=1e-3), (
+        "im2col + GEMM and conv2d_loop disagree: the graded tests above say which is wrong")
     loop_s = best_time(lambda: conv2d_loop(x, w, b, padding=k // 2), repeat=2)
     gemm_s = best_time(lambda: Conv2dFunction.forward(x, w, b, stride=(1, 1), padding=pad))
     flops = 2 * N * O * H * H * C * k * k
