@@ -99,3 +99,18 @@ def test_quick_decode_benchmark_prints_every_figure(repo, tmp_path):
     for line in ("decode: tinytorch", "memory: float32 weights", "KV cache, 16 tokens",
                  "KV memory, batch"):
         assert line in done.stdout
+
+
+def test_quick_conv_benchmark_trains_the_same_cnn_in_both_frameworks(repo):
+    """conv_step.py --quick: the milestone's CNN, same weights and batches: same losses."""
+    done = subprocess.run([sys.executable, str(repo / "benchmarks" / "conv_step.py"), "--quick",
+                           "--threads", "1"], cwd=repo, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "13,706 parameters" in done.stdout
+    result = json.loads(done.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    first_tt, first_pt = result["first_loss"]
+    assert 2.0 < first_tt < 2.6 and abs(first_tt - first_pt) < 1e-5  # ~log(10) at the start
+    last_tt, last_pt = result["last_loss"]
+    assert last_tt < first_tt and abs(last_tt - last_pt) < 1e-4  # 7 Adam steps, in step
+    assert result["tinytorch_ms"] > 0 and result["torch_ms"] > 0
+    assert result["ratio"] == pytest.approx(result["tinytorch_ms"] / result["torch_ms"])

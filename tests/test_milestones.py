@@ -51,6 +51,19 @@ def test_mlp_digits_reaches_95_percent_and_plots(repo, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@needs("cnn_digits")
+def test_cnn_digits_quick_run_learns_and_draws_filters_and_confusion(repo, tmp_path):
+    """--quick: 2 epochs (the 98% target is the full run's, quoted in the README)."""
+    png = tmp_path / "cnn.png"
+    done = run_tito("milestone", "run", "cnn_digits", "--quick", "--plot", str(png), cwd=repo)
+    assert done.returncode == 0, done.stdout + done.stderr
+    accuracy = float(re.search(r"test accuracy ([\d.]+)%", done.stdout).group(1))
+    assert accuracy >= 60.0  # 2 epochs: far above chance (10%), far from trained
+    assert "CNN: 13,706 parameters" in done.stdout and "17,226 parameters" in done.stdout
+    assert "confusion matrix" in done.stdout and "training curve" in done.stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_milestone_list_and_bad_names(repo):
     rows = json.loads(run_tito("milestone", "list", "--json", cwd=repo).stdout)
     assert [r["name"] for r in rows] == [m.name for m in MILESTONES]

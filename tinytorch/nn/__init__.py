@@ -2,6 +2,7 @@
 from ..core.activations import *  # module 02: Activations
 from ..core.layers import *  # module 03: Layers
 from ..core.losses import *  # module 04: Losses
+from ..core.convolutions import *  # module 09: Convolutions
 from ..core.embeddings import *  # module 11: Embeddings
 from ..core.attention import *  # module 12: Attention
 from ..models.transformer import *  # module 13: Transformers

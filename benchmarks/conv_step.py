@@ -1,0 +1,268 @@
+"""One CNN training step, TinyTorch against PyTorch CPU eager, side by side in one run.
+
+Both frameworks train the SAME model, the `cnn_digits` milestone's LeNet-style CNN (built
+by the milestone's own `lenet(nn)` from `tinytorch.nn` and from `torch.nn`), starting from
+the SAME weights (copied from TinyTorch into PyTorch), on the SAME batches of 64 8x8 digits
+from the milestone's training split, with the same step: forward, cross-entropy, backward,
+Adam (lr 2e-3). The milestone's dropout is set to 0 here: the two frameworks would draw
+different masks, and the losses could no longer be compared step by step.
+
+Timing: as in `gpt_step.py`, each framework trains in its own fresh process and the
+processes alternate (TinyTorch, PyTorch, PyTorch, TinyTorch, ... for --rounds rounds), so
+a noisy neighbour slows both alike and neither framework's spinning thread pool steals the
+cores from the other. The script prints the median time per step of each framework over
+all its rounds, split into forward, backward and optimizer, and the ratio, overall and per
+round.
+
+    .venv/bin/python benchmarks/conv_step.py            # 4 rounds x 200 steps each
+    .venv/bin/python benchmarks/conv_step.py --quick    # 1 round of 5 steps, smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+MILESTONES = ROOT / "milestones"
+BATCH = 64
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=200, help="timed steps per process")
+    p.add_argument("--rounds", type=int, default=4,
+                   help="processes per framework, alternating (default 4)")
+    p.add_argument("--warmup", type=int, default=20, help="untimed steps first")
+    p.add_argument("--quick", action="store_true", help="1 round of 5 timed steps, 2 warm-up")
+    p.add_argument("--threads", type=int, default=None,
+                   help="BLAS / intra-op threads for both frameworks (default: the library "
+                        "defaults, all cores)")
+    p.add_argument("--malloc", choices=("keep", "default"), default="keep",
+                   help="keep: glibc keeps freed memory for reuse, for both frameworks (see "
+                        "gpt_step.py); default: glibc's own settings")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="wall: elapsed time; cpu: this process's CPU time, steadier on a busy "
+                        "machine, meaningful with --threads 1 only")
+    p.add_argument("--child", choices=("tinytorch", "torch"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.steps, args.warmup, args.rounds = 5, 2, 1
+    return args
+
+
+clock = time.perf_counter
+
+
+def setup_process(args):
+    """Threads, malloc behaviour and clock, the same for both frameworks. Call before numpy."""
+    global clock
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    if args.threads:
+        for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[name] = str(args.threads)
+    sys.path.insert(0, str(MILESTONES))
+    if args.malloc == "keep":
+        from _common import keep_freed_memory  # imported after the thread settings above
+
+        keep_freed_memory()
+
+
+def batches(n, seed=0):
+    """n (x, y) batches of 64 training digits, (64, 1, 8, 8) float32 and (64,) int64."""
+    import numpy as np
+    from _common import load_digits
+
+    x_train, y_train, _, _ = load_digits(seed)
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        ix = rng.integers(0, len(x_train), size=BATCH)
+        out.append((x_train[ix].reshape(BATCH, 1, 8, 8), y_train[ix]))
+    return out
+
+
+# ---- TinyTorch -------------------------------------------------------------------------
+def tinytorch_setup(seed=0):
+    import numpy as np
+    from cnn_digits import lenet
+
+    from tinytorch import nn
+    from tinytorch.core.tensor import Tensor, manual_seed
+    from tinytorch.optim import Adam
+
+    manual_seed(seed)
+    model = lenet(nn, dropout=0.0)
+    opt = Adam(model.parameters(), lr=2e-3)
+
+    def step(x, y, times=None):
+        t0 = clock()
+        loss = nn.cross_entropy(model(Tensor(x)), Tensor(y, dtype=np.int64))
+        t1 = clock()
+        opt.zero_grad()
+        loss.backward()
+        t2 = clock()
+        opt.step()
+        t3 = clock()
+        if times is not None:
+            times.append((t1 - t0, t2 - t1, t3 - t2))
+        else:  # untimed steps: check that nothing drifted to float64
+            assert loss.dtype == np.float32, f"TinyTorch's loss is {loss.dtype}"
+            for name, p in model.named_parameters():
+                assert p.dtype == np.float32 and p.grad.dtype == np.float32, (
+                    f"{name}: parameter {p.dtype}, gradient {p.grad.dtype}")
+        return loss.item()
+
+    return model, step
+
+
+# ---- PyTorch ---------------------------------------------------------------------------
+def torch_setup(weights, threads=None):
+    """The same CNN in PyTorch (the milestone's lenet(torch.nn)) from TinyTorch's weights."""
+    import torch
+    from cnn_digits import lenet
+
+    if threads:
+        torch.set_num_threads(threads)
+    model = lenet(torch.nn, dropout=0.0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.from_numpy(weights[name]))
+    opt = torch.optim.Adam(model.parameters(), lr=2e-3)
+    loss_fn = torch.nn.functional.cross_entropy
+
+    def step(x, y, times=None):
+        xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+        t0 = clock()
+        loss = loss_fn(model(xt), yt)
+        t1 = clock()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        t2 = clock()
+        opt.step()
+        t3 = clock()
+        if times is not None:
+            times.append((t1 - t0, t2 - t1, t3 - t2))
+        return loss.item()
+
+    return model, step
+
+
+def tinytorch_weights():
+    model, _ = tinytorch_setup()
+    return model, {name: p.data.copy() for name, p in model.named_parameters()}
+
+
+# ---- one framework per subprocess ----------------------------------------------------------
+def child(args):
+    data = batches(args.warmup + args.steps)
+    if args.child == "tinytorch":
+        _, step = tinytorch_setup()
+    else:
+        _, weights = tinytorch_weights()
+        _, step = torch_setup(weights, args.threads)
+    times = []
+    for i, (x, y) in enumerate(data):
+        loss = step(x, y, times if i >= args.warmup else None)
+    print("CHILD " + json.dumps({"times": times, "loss": loss}))
+
+
+def run_child(args, framework):
+    cmd = [sys.executable, __file__, "--child", framework, "--steps", str(args.steps),
+           "--warmup", str(args.warmup), "--malloc", args.malloc, "--clock", args.clock]
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("CHILD ")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"the {framework} subprocess failed:\n{done.stdout}\n{done.stderr}")
+    return json.loads(lines[-1][len("CHILD "):])
+
+
+# ---- the comparison --------------------------------------------------------------------
+def median(values):
+    values = sorted(values)
+    n = len(values)
+    return values[n // 2] if n % 2 else 0.5 * (values[n // 2 - 1] + values[n // 2])
+
+
+def summary(times):
+    """Median step time and median forward / backward / optimizer times, in ms."""
+    return (median([sum(t) for t in times]) * 1e3,
+            [median([t[i] for t in times]) * 1e3 for i in range(3)])
+
+
+def agreement_check(args):
+    """One step of each framework from the same weights on the same batch: equal losses."""
+    import numpy as np
+
+    data = batches(1)
+    tt_model, tt_step = tinytorch_setup()
+    weights = {name: p.data.copy() for name, p in tt_model.named_parameters()}
+    _, pt_step = torch_setup(weights, args.threads)
+    return tt_model.num_parameters(), tt_step(*data[0]), pt_step(*data[0]), np.__version__
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    setup_process(args)
+    if args.child:
+        child(args)
+        return 0
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    n_params, first_tt, first_pt, np_version = agreement_check(args)
+    print(f"CNN of cnn_digits (conv 3x3 16, pool, conv 3x3 32, pool, 128-64-10), batch {BATCH} "
+          f"of 1x8x8 digits: {n_params:,} parameters")
+    print(f"threads: {args.threads or 'library default (all cores)'}; malloc: {args.malloc}; "
+          f"clock: {args.clock}; numpy {np_version}, torch {torch.__version__}")
+    print(f"first-step loss: tinytorch {first_tt:.6f}, torch {first_pt:.6f} "
+          f"(same weights, same batch: must agree)")
+    if abs(first_tt - first_pt) > 1e-4:
+        print("[error] the two models disagree: the comparison is not like for like")
+        return 1
+
+    runs = {"tinytorch": [], "torch": []}
+    order = ("tinytorch", "torch")
+    for r in range(args.rounds):
+        for framework in (order if r % 2 == 0 else order[::-1]):
+            runs[framework].append(run_child(args, framework))
+    print(f"\n{args.rounds} round(s) x {args.steps} timed steps per framework, after "
+          f"{args.warmup} warm-up steps, each framework in its own process (medians, ms):")
+    print(f"{'':12s}{'step':>9s}{'forward':>10s}{'backward':>10s}{'optimizer':>11s}"
+          f"{'images/s':>10s}")
+    results = {}
+    for name, label in (("tinytorch", "tinytorch"), ("torch", "pytorch")):
+        times = [t for run in runs[name] for t in run["times"]]
+        ms, parts = summary(times)
+        results[name] = ms
+        print(f"{label:12s}{ms:9.2f}{parts[0]:10.2f}{parts[1]:10.2f}{parts[2]:11.2f}"
+              f"{BATCH / ms * 1e3:10,.0f}")
+    ratio = results["tinytorch"] / results["torch"]
+    per_round = [summary(a["times"])[0] / summary(b["times"])[0]
+                 for a, b in zip(runs["tinytorch"], runs["torch"])]
+    print(f"ratio tinytorch / pytorch: {ratio:.2f}x per step (target <= 2x); per round: "
+          + ", ".join(f"{r:.2f}x" for r in per_round))
+    print(f"loss after the last step: tinytorch {runs['tinytorch'][0]['loss']:.6f}, "
+          f"pytorch {runs['torch'][0]['loss']:.6f}")
+    print("RESULT " + json.dumps({"tinytorch_ms": results["tinytorch"],
+                                  "torch_ms": results["torch"], "ratio": ratio,
+                                  "per_round": per_round,
+                                  "first_loss": [first_tt, first_pt],
+                                  "last_loss": [runs["tinytorch"][0]["loss"],
+                                                runs["torch"][0]["loss"]]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
