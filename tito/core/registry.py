@@ -180,7 +180,15 @@ MODULES: tuple[Module, ...] = (
                  "https://mlsysbook.ai/vol1/training/training.html")),
     Module(9, "convolutions", "Convolutions", "architecture",
            "Conv2d with im2col, pooling, a CNN on digits.",
-           "core.convolutions", (8,), ("nn",)),
+           "core.convolutions", (8,), ("nn",),
+           hours="5-6", difficulty=3,
+           needs_to_know="Module 06's derivative rules and module 03's Linear; array strides help.",
+           question=(
+               "Why is a convolution written as one big matrix product, and what does copying "
+               "every $k \\times k$ window into a column cost in memory?"
+           ),
+           book=("Architectures",
+                 "https://mlsysbook.ai/vol1/nn_architectures/nn_architectures.html")),
     Module(10, "tokenization", "Tokenization", "architecture",
            "Character and byte-level BPE tokenizers.",
            "text.tokenization", (1,), ("text",),
@@ -229,20 +237,47 @@ MODULES: tuple[Module, ...] = (
                  "https://mlsysbook.ai/vol1/nn_architectures/nn_architectures.html")),
     Module(14, "profiling", "Profiling", "optimization",
            "Measure time, memory and FLOPs of your own models.",
-           "perf.profiling", (13,), ()),
+           "perf.profiling", (13,), (),
+           hours="4-5", difficulty=3,
+           needs_to_know="Your GPT from module 13, and what a FLOP and a byte of memory are.",
+           question=(
+               "Where does the time of a training step go, how many FLOPs did the ops that ran "
+               "really cost, and what memory does backward keep alive?"
+           )),
     Module(15, "quantization", "Quantization", "optimization",
            "Real int8 weights and activations, calibration, accuracy against size.",
-           "perf.quantization", (13,), ()),
+           "perf.quantization", (13,), (),
+           hours="4-6", difficulty=3,
+           needs_to_know="Your GPT from module 13; integers, rounding and NumPy dtypes.",
+           question=(
+               "How few bits can a weight keep before the model notices, and how many bytes "
+               "does that really save once the scales are counted?"
+           )),
     Module(16, "compression", "Compression", "optimization",
            "Pruning and distillation.",
-           "perf.compression", (13,), ()),
+           "perf.compression", (13,), (),
+           hours="5-6", difficulty=3,
+           needs_to_know="Your GPT from module 13 and an optimizer step from module 07.",
+           question=(
+               "Which weights can a model lose, when does removing them make it faster rather "
+               "than only sparser, and what can a small model learn from a big one?"
+           )),
     Module(17, "acceleration", "Acceleration", "optimization",
            "Vectorization, fused kernels and memory layout.",
            "perf.acceleration", (14,), ()),
     Module(18, "kv_caching", "KV Caching and Serving", "optimization",
            "Llama, Qwen and MoE checkpoints on your own engine: the decoder block, model "
            "assembly, dense and paged KV caches, batched generation, measured.",
-           "models.llm", (10, 13), ("models",)),
+           "models.llm", (10, 13), ("models",),
+           hours="8-10", difficulty=4,
+           needs_to_know=(
+               "Modules 11-13 (RoPE, grouped-query attention, RMSNorm and SwiGLU) and module "
+               "08's safetensors reader."
+           ),
+           question=(
+               "Why does generating token $N$ without a cache cost $O(N^2)$, and how much memory "
+               "does the cache take per token when a server holds many sequences at once?"
+           )),
     Module(19, "benchmarking", "Benchmarking", "optimization",
            "Fair, repeatable measurements against a reference framework.",
            "perf.benchmarking", (14,), ()),
