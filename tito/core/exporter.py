@@ -75,8 +75,10 @@ def render_module(module: Module, cells: list[Cell], label: str, how: str) -> Mo
     body = "\n\n\n".join(c.code() for c in export_cells)
     text = (
         f"{HEADER} from {label}{how}.\n"
-        f"# Do not edit: change the lesson and export again.\n"
-        f'"""Module {module.key} ({module.title}): {module.summary}"""\n\n'
+        + (f"# Do not edit: change your notebook ({label}) and run "
+           f"`tito module complete {module.key}` again.\n" if "your notebook" in how else
+           "# Do not edit: change the lesson and export again.\n")
+        + f'"""Module {module.key} ({module.title}): {module.summary}"""\n\n'
         f"__all__ = {names!r}\n\n{body}\n"
     )
     return ModuleExport(module, text, names)

@@ -31,6 +31,7 @@ class Cell:
     kind: str  # "code" or "markdown"
     source: str
     nbgrader: dict
+    origin: str = ""  # when run: "release" (a locked cell from the release) or "yours"
 
     @property
     def directives(self) -> dict[str, str]:

@@ -20,6 +20,12 @@ from .registry import Module
 ASSIGNMENT = "tinytorch"
 
 
+def packaged_release(module: Module) -> Path | None:
+    """The released notebook shipped inside a student build of the course, if there is one."""
+    path = module.packaged_release
+    return path if path.is_file() else None
+
+
 class ReleaseError(Exception):
     """nbgrader refused a lesson; the message carries nbgrader's own explanation."""
 
