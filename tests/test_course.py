@@ -84,3 +84,23 @@ def test_every_graded_test_fails_on_the_release(module, released):
     assert len(report.tests) == sum(c.is_graded for c in read_cells(module.source))
     passing = [r.cell.grade_id for r in report.passed]
     assert not passing, f"these graded tests pass on the empty stub, so they test nothing: {passing}"
+
+
+def test_release_checksums_are_nbgraders(released):
+    """tito verifies releases with its own copy of nbgrader's checksum (nbgrader takes seconds
+    to import); both must agree on every cell of every release, and an edit must change it."""
+    from nbgrader.utils import compute_checksum
+
+    from tito.core.runner import cell_checksum, verify_release
+
+    for number, path in released.items():
+        notebook = nbformat.read(path, as_version=4)
+        checked = [c for c in notebook.cells if "checksum" in c.metadata.get("nbgrader", {})]
+        assert checked
+        for cell in checked:
+            assert cell_checksum(cell) == compute_checksum(cell) == cell.metadata.nbgrader["checksum"]
+        verify_release(notebook, str(path))
+        test = next(c for c in checked if c.metadata.nbgrader.get("grade"))
+        test.source += "\npass"
+        with pytest.raises(Exception, match="does not match the checksum"):
+            verify_release(notebook, str(path))

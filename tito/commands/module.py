@@ -8,6 +8,7 @@ import shutil
 import click
 
 from ..core.exporter import ExportError, render_module
+from ..core.kernel import set_kernel
 from ..core.notebook import NotebookError, cells_of, load_notebook, read_cells
 from ..core.registry import (
     COURSE_ROOT, MILESTONES, MODULES, Module, UnknownModule, get_module, prerequisites,
@@ -15,7 +16,8 @@ from ..core.registry import (
 )
 from ..core.release import ReleaseError, packaged_release, release_notebooks
 from ..core.runner import (
-    DEFAULT_TIMEOUT, CellResult, ReleaseIntegrityError, RunReport, run_notebook, run_student,
+    DEFAULT_TIMEOUT, CellResult, ReleaseIntegrityError, RunReport, lesson_authority,
+    release_authority, run_notebook, run_student,
 )
 from ..core.ui import Failure, console, interactive, table
 from ..core.workspace import Workspace, WorkspaceError, backup_path
@@ -134,15 +136,20 @@ def status(as_json):
     done = sum(r["state"] == "completed" for r in rows)
     written = sum(r["state"] != "not written" for r in rows)
     console.print(f"{done} of {written} written modules completed.")
-    nxt = _next_module(rows)
+    nxt = _next_step(ws, rows)
     if nxt:
-        console.print(f"Next: `tito module start {nxt}`")
+        console.print(nxt)
 
 
-def _next_module(rows) -> str | None:
+def _next_step(ws: Workspace, rows) -> str | None:
+    """What to do next: start the next open module, or finish the one already started."""
     for r in rows:
-        if r["state"] in ("started", "available"):
-            return r["key"]
+        if r["state"] == "started":
+            m = get_module(r["key"])
+            return (f"Next: write your code in {m.notebook_relpath} (`jupyter lab "
+                    f"{m.notebook_relpath}`), then `tito module complete {m.key}`")
+        if r["state"] == "available":
+            return f"Next: `tito module start {r['key']}`"
     return None
 
 
@@ -177,6 +184,7 @@ def _hand_out(ws: Workspace, m: Module, force: bool, verb: str) -> None:
         console.print(f"  kept your previous notebook as {backup.relative_to(ws.root)}")
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(source, target)
+    set_kernel(target, ws.root)  # Jupyter then imports this workspace's tinytorch
     console.print(f"[green]✓[/] {target.relative_to(ws.root)} is ready: open it with "
                   f"`jupyter lab {target.relative_to(ws.root)}`")
 
@@ -258,9 +266,9 @@ def _print_report(report: RunReport, label: str) -> None:
 def _authority(m: Module):
     """The course's own cells for ``m`` to check a workspace's release against, if at hand."""
     if m.source.is_file():
-        return read_cells(m.source)
+        return lesson_authority(m.source)
     packaged = packaged_release(m)
-    return read_cells(packaged) if packaged else None
+    return release_authority(read_cells(packaged)) if packaged else None
 
 
 def _run(m: Module, ws: Workspace | None, timeout: float) -> tuple[RunReport, object, str]:
@@ -372,8 +380,8 @@ def _announce_unlocks(ws: Workspace, m: Module) -> None:
     for x in opened:
         if x.written:
             console.print(f"  [cyan]unlocked module[/] {x.key} ({x.title})")
-    nxt = _next_module(_states(ws))
+    nxt = _next_step(ws, _states(ws))
     if nxt:
-        console.print(f"Next: `tito module start {nxt}`")
+        console.print(nxt)
     else:
         console.print("No other module is open to you yet: `tito module status` shows what each needs.")

@@ -42,6 +42,22 @@ def kernel_check() -> tuple[bool, str]:
     )
 
 
+def workspace_kernel_check(ws: Workspace) -> tuple[bool, str]:
+    """The workspace's Jupyter kernel exists and imports the workspace's own tinytorch."""
+    from ..core.kernel import find_kernel, kernel_imports, kernel_name
+
+    fix = "Fix: `tito init . --force` registers it again (your work is kept)"
+    try:
+        spec = find_kernel(ws.root)
+    except Exception as error:  # broken Jupyter install
+        return False, f"cannot look up Jupyter kernels: {error}. {fix}"
+    if spec is None:
+        return False, f"no Jupyter kernel {kernel_name(ws.root)} for this workspace: notebooks " \
+                      f"would import another tinytorch. {fix}"
+    good, detail = kernel_imports(spec, ws.root)
+    return good, (f"{kernel_name(ws.root)} imports {detail}" if good else f"{detail}. {fix}")
+
+
 @system.command()
 def doctor():
     """Check Python, packages, the Jupyter kernel and (inside one) the workspace."""
@@ -65,6 +81,8 @@ def doctor():
                      "all present" if not missing else f"missing for {', '.join(missing)}: run `tito init . --force`"))
         good, detail = _package_check(ws)
         rows.append(("your tinytorch", good, detail))
+        good, detail = workspace_kernel_check(ws)
+        rows.append(("workspace kernel", good, detail))
     else:
         rows.append(("workspace", True, "not inside one (fine in the course repository)"))
     t = table("check", "", "detail", title="tito system doctor")

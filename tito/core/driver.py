@@ -156,6 +156,8 @@ def main():
             record["status"] = "failed"
             record["error_type"] = type(error).__name__
             record["message"] = str(error)
+            if isinstance(error, SyntaxError):
+                record["message"] = error.msg
             if isinstance(error, SystemExit):
                 record["message"] = f"the cell called sys.exit({error.code!r}); remove that call"
             record["where"] = _where(error)

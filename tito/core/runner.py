@@ -14,6 +14,7 @@ loop is stopped at ``timeout`` and reported with the function and line that was 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -68,8 +69,9 @@ class CellResult:
             text = (self.message or "an assertion failed without a message") + where
         elif self.error_type == "IntegrityError":
             text = f"not allowed: {self.message}. The tests cannot be trusted after that."
-        elif self.error_type == "SyntaxError":
-            text = f"SyntaxError: {self.message}{where}: this cell did not run at all"
+        elif self.error_type in ("SyntaxError", "IndentationError", "TabError"):
+            text = (f"{self.error_type}: {self.message}{where}. Nothing in this cell ran, so "
+                    "nothing it defines exists: fix this first")
         else:
             text = f"{self.error_type}: {self.message}{where}"
         if self.depends_on:
@@ -125,10 +127,22 @@ def is_locked(cell: Cell) -> bool:
     return bool(meta.get("grade") or meta.get("locked"))
 
 
+def cell_checksum(cell) -> str:
+    """nbgrader's checksum of a cell (``nbgrader.utils.compute_checksum``), without importing
+    nbgrader (seconds): MD5 of source, type, the grade/solution/locked flags, id and points."""
+    meta = cell.metadata["nbgrader"]
+    grade, solution = meta.get("grade", False), meta.get("solution", False)
+    locked = False if solution else True if grade else meta.get("locked", False)
+    digest = hashlib.md5()
+    for part in (cell.source, cell.cell_type, str(grade), str(solution), str(locked), meta["grade_id"]):
+        digest.update(part.encode("utf-8"))
+    if grade:
+        digest.update(str(float(meta["points"])).encode("utf-8"))
+    return digest.hexdigest()
+
+
 def verify_release(notebook, label: str) -> None:
     """Refuse a release whose locked cells do not match the checksums nbgrader recorded."""
-    from nbgrader.utils import compute_checksum
-
     graded = 0
     for i, cell in enumerate(notebook.cells):
         meta = cell.get("metadata", {}).get("nbgrader")
@@ -137,7 +151,7 @@ def verify_release(notebook, label: str) -> None:
         graded += bool(meta.get("grade"))
         if not is_locked(Cell(i, cell.cell_type, cell.source, dict(meta))):
             continue
-        if "checksum" not in meta or compute_checksum(cell) != meta["checksum"]:
+        if "checksum" not in meta or cell_checksum(cell) != meta["checksum"]:
             raise ReleaseIntegrityError(
                 f"{label} was changed: its locked cell '{meta.get('grade_id', i)}' does not match "
                 "the checksum nbgrader recorded. Restore it with `tito init . --force` (your "
@@ -147,14 +161,42 @@ def verify_release(notebook, label: str) -> None:
         raise ReleaseIntegrityError(f"{label} has no graded test cells. Restore it with `tito init . --force`.")
 
 
-def compare_with_authority(release_cells: list[Cell], authority_cells: list[Cell], label: str) -> None:
-    """Locked cells of the workspace's release must be the course's own, one for one."""
-    def locked(cells):
-        return {c.grade_id: c.source for c in cells if c.kind == "code" and is_locked(c)}
+_HEADER = re.compile(r"^# %%.*?nbgrader=(\{.*\})[ \t]*$", re.MULTILINE)
+_NEXT_CELL = re.compile(r"^# %%", re.MULTILINE)
 
-    mine, theirs = locked(release_cells), locked(authority_cells)
-    if mine != theirs:
-        differ = sorted(set(mine) ^ set(theirs)) or sorted(k for k in mine if mine[k] != theirs[k])
+
+def lesson_authority(path: Path) -> dict:
+    """The locked cells of a lesson as ``{grade_id: (points, source)}``, read without jupytext
+    (seconds to import): each cell's header and the lines up to the next cell header."""
+    text = Path(path).read_text(encoding="utf-8")
+    found = {}
+    for match in _HEADER.finditer(text):
+        meta = json.loads(match[1])
+        if is_locked(Cell(0, "code", "", meta)):
+            following = _NEXT_CELL.search(text, match.end())
+            body = text[match.end():following.start() if following else len(text)]
+            found[meta["grade_id"]] = (float(meta.get("points", 0)), body.strip())
+    return {"cells": found}
+
+
+def release_authority(cells: list[Cell]) -> dict:
+    """The locked cells of a course release (a student build's packaged copy)."""
+    return {"cells": {c.grade_id: (c.points, c.source.strip()) for c in cells
+                      if c.kind == "code" and is_locked(c)}}
+
+
+def compare_with_authority(release_cells: list[Cell], authority: dict, label: str) -> None:
+    """Locked cells of the workspace's release must be the course's own, one for one."""
+    mine = {c.grade_id: c for c in release_cells if c.kind == "code" and is_locked(c)}
+    theirs = authority["cells"]
+    differ = sorted(set(mine) ^ set(theirs))
+    for gid, cell in mine.items():
+        if gid not in theirs:
+            continue
+        points, source = theirs[gid]
+        if cell.source.strip() != source or cell.points != points:
+            differ.append(gid)
+    if differ:
         raise ReleaseIntegrityError(
             f"{label} does not match the course's release (cells {', '.join(differ[:5])}). "
             "Restore it with `tito init . --force` (your notebooks, package and progress are kept)."
@@ -200,12 +242,13 @@ def plan_cells(student: list[Cell], release: list[Cell]) -> tuple[list[Cell], li
         if gid is None:
             continue  # an ungraded, unlocked release cell: the student's copy (if kept) runs
         mine = by_id.get(gid)
-        kind = "test" if rc.is_graded else "given cell"
+        kind = "test" if rc.is_graded else "given code"
         if is_locked(rc):
             if mine is None:
-                notes.append(f"{gid} ({kind}) was missing from your notebook; the original was restored and run")
+                notes.append(f"{gid} was missing from your notebook; the original {kind} was put "
+                             "back in its place and run")
             elif mine.source != rc.source or not is_locked(mine):
-                notes.append(f"{gid} ({kind}) was edited in your notebook; the original was run")
+                notes.append(f"{gid} was edited in your notebook; the original {kind} was run")
             add(rc, "release")
         elif rc.nbgrader.get("solution"):
             if mine is None:
@@ -263,6 +306,7 @@ def run_cells(plan: list[Cell], package_root: Path, cwd: Path, timeout: float = 
     read_fd, write_fd = os.pipe()
     start = time.perf_counter()
     results: dict[int, CellResult] = {}
+    cause: CellResult | None = None
     running: int | None = None
     timed_out = False
     stack = ""
@@ -321,6 +365,7 @@ def run_cells(plan: list[Cell], package_root: Path, cwd: Path, timeout: float = 
                         results[index] = result
                         running = None
                         expected_index = index + 1
+                        cause = _root_cause(result, cause)
                         if on_result:
                             on_result(result)
             if timed_out and proc.poll() is None:
@@ -355,21 +400,19 @@ def run_cells(plan: list[Cell], package_root: Path, cwd: Path, timeout: float = 
             if on_result:
                 on_result(r)
         report.cells.append(r)
-    _link_root_causes(report)
     return report
 
 
-def _link_root_causes(report: RunReport) -> None:
-    """Mark failures that follow from an earlier failing cell of the student's (root cause first)."""
-    cause = None
-    for r in report.cells:
-        if r.passed:
-            continue
-        if not r.cell.is_graded and r.status == "failed" and cause is None:
-            cause = r
-            continue
-        if cause is not None and r.error_type in ("NameError", "ImportError", "AttributeError", "TypeError"):
-            r.depends_on = f"cell '{cause.cell.grade_id}'"
+def _root_cause(result: CellResult, cause: CellResult | None) -> CellResult | None:
+    """Mark a failure that follows from an earlier failing ungraded cell (root cause first);
+    return the cause to remember for the cells after this one."""
+    if result.passed:
+        return cause
+    if not result.cell.is_graded and result.status == "failed" and cause is None:
+        return result
+    if cause is not None and result.error_type in ("NameError", "ImportError", "AttributeError"):
+        result.depends_on = f"cell '{cause.cell.grade_id}'"
+    return cause
 
 
 def _lesson_cells(path: Path) -> list[Cell]:
@@ -385,7 +428,7 @@ def run_notebook(path: Path, package_root: Path, timeout: float = DEFAULT_TIMEOU
 
 
 def run_student(path: Path, release_path: Path, package_root: Path, timeout: float = DEFAULT_TIMEOUT,
-                on_result=None, authority: list[Cell] | None = None) -> RunReport:
+                on_result=None, authority: dict | None = None) -> RunReport:
     """Grade a student's notebook with the locked cells of its verified release."""
     release_nb = load_notebook(release_path)
     label = str(release_path)
