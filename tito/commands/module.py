@@ -323,6 +323,9 @@ def test(number, timeout):
     ws = Workspace.find()
     if ws is not None and ws.root == COURSE_ROOT:
         ws = None
+    if ws is None and not m.source.is_file():
+        raise Failure("This is not a TinyTorch workspace (no .tito folder here or above): run "
+                      "`tito module test` inside the folder made by `tito init DIR`.")
     report, _, label = _run(m, ws, timeout)
     _print_summary(report, label)
     raise SystemExit(0 if report.ok else 1)

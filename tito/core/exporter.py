@@ -93,6 +93,19 @@ def reference_export(module: Module) -> ModuleExport:
     return render_module(module, cells, label, " (reference solution)")
 
 
+def export_names(module: Module) -> list[str]:
+    """The public names module ``module`` exports: from its lesson, or (in a student build,
+    which has no lessons) from its packaged released notebook, whose stubs define them too."""
+    if module.source.is_file():
+        return reference_export(module).names
+    label = f"released notebook {module.dirname}.ipynb"
+    try:
+        cells = read_cells(module.packaged_release)
+    except NotebookError as error:
+        raise ExportError(str(error)) from None
+    return render_module(module, cells, label, "").names
+
+
 def placeholder(module: Module) -> str:
     return (
         f"{PLACEHOLDER}: module {module.key} ({module.title}) is not completed in this "

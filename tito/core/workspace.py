@@ -19,7 +19,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .exporter import PLACEHOLDER, init_files, placeholder, reference_export
+from .exporter import PLACEHOLDER, export_names, init_files, placeholder
 from .registry import MODULES, Module, get_module
 
 MARKER = ".tito"
@@ -172,7 +172,7 @@ class Workspace:
                 f"({m.title}), which is not written yet: coming soon.\")\n"
             )
             if m.written:
-                for name in reference_export(m).names:
+                for name in export_names(m):
                     missing.setdefault(name, m)
         files.update(init_files(present, missing, "your workspace"))
         return files
