@@ -323,3 +323,18 @@ def test_doctor_names_the_fix_for_a_missing_workspace_kernel(ws):
     assert "tito init . --force" in done.stdout
     assert run_tito("init", ".", "--force", cwd=ws).returncode == 0
     assert run_tito("system", "doctor", cwd=ws).returncode == 0
+
+
+def test_readme_student_path_works_on_a_fresh_machine(repo):
+    """The student path installs, activates (so `tito` is on PATH) before the first tito
+    command, and does not hard-code how many modules are ready."""
+    text = (repo / "README.md").read_text()
+    path = text[text.index("## The student's path"):text.index("## The instructor's")]
+    blocks = path.split("```")[1::2]
+    student = next(b for b in blocks if "tito init" in b)
+    lines = [line.strip() for line in student.splitlines() if line.strip() and not line.startswith("#")]
+    first_tito = next(i for i, line in enumerate(lines) if line.startswith("tito "))
+    assert any("pip install" in line for line in lines[:first_tito])
+    assert any(line.startswith("source .venv/bin/activate") for line in lines[:first_tito])
+    assert "tito dist student" in path
+    assert "Twenty modules" not in text and "the 20 modules" not in text

@@ -9,7 +9,8 @@ import sys
 import click
 
 from ..core.registry import written_modules
-from ..core.runner import run_notebook
+from ..core.notebook import NotebookError
+from ..core.runner import ReleaseIntegrityError, run_student
 from ..core.ui import Failure, console, table
 from ..core.workspace import PROGRESS_FORMAT, Workspace, WorkspaceError, backup_path, now_iso
 
@@ -123,7 +124,15 @@ def repair_progress():
         path = ws.notebook_path(m)
         if not path.is_file() or ws.exported_names(m) is None:
             continue
-        report = run_notebook(path, ws.root)
+        release = ws.release_path(m)
+        if not release.is_file():
+            console.print(f"  [red]✗[/] module {m.key}: no released notebook; run `tito init . --force`")
+            continue
+        try:
+            report = run_student(path, release, ws.root)
+        except (ReleaseIntegrityError, NotebookError) as error:
+            console.print(f"  [red]✗[/] module {m.key}: {error}", markup=False)
+            continue
         mark = "[green]✓[/]" if report.ok else "[red]✗[/]"
         console.print(f"  {mark} module {m.key}: {len(report.passed)}/{len(report.tests)} tests pass")
         if report.ok:

@@ -217,5 +217,7 @@ WORKSPACE_README = """\
     tito module complete 01   test YOUR code; on success it goes into ./tinytorch
     tito milestone list       historical runs your package can do
 
-Inside this folder, `import tinytorch` is your own package.
+Inside this folder, `import tinytorch` is your own package: in `python` run here, and in
+Jupyter through the kernel `tito init` registered for this folder ("TinyTorch (<folder>)"),
+which every notebook `tito module start` hands out selects. `tito system doctor` checks it.
 """
