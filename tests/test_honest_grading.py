@@ -184,6 +184,25 @@ def test_solution_cell_redefines_the_test_and_the_test_cell_only_calls_it(ws):
     assert "✗ test_unit_arithmetic" in done.stdout and "a + b gave" in done.stdout
 
 
+def test_a_graded_cell_of_the_students_own(ws):
+    # The student adds a cell with nbgrader metadata of a test (grade: true, 100 points) that
+    # passes. Before: counted as an 8th test, 133 points. Now the student's own cells are never
+    # tests: the module has the release's tests and points.
+    write_like_a_student(ws, 1)
+
+    def change(cells):
+        fake = nbformat.v4.new_code_cell("pass")
+        fake.metadata["nbgrader"] = {"grade": True, "grade_id": "test_unit_bonus", "locked": True,
+                                     "points": 100, "schema_version": 3, "solution": False,
+                                     "task": False}
+        return cells + [fake]
+    edit(ws, change)
+    done = run(ws)
+    assert done.returncode == 0, done.stdout
+    assert f"{N_TESTS} tests: {N_TESTS} passed" in done.stdout and "/33 points" in done.stdout
+    assert "test_unit_bonus" not in done.stdout
+
+
 def test_solution_cell_rebinds_given_code(ws):
     # A solution cell replaces `Function`, the given (locked) base class every op uses.
     write_like_a_student(ws, 1)

@@ -235,8 +235,12 @@ def plan_cells(student: list[Cell], release: list[Cell]) -> tuple[list[Cell], li
     def add(cell: Cell, origin: str) -> None:
         plan.append(Cell(len(plan), "code", cell.source, dict(cell.nbgrader), origin=origin))
 
+    def add_free(cell: Cell) -> None:
+        # the student's own cell: whatever nbgrader metadata it claims, it is not a test
+        plan.append(Cell(len(plan), "code", cell.source, {}, origin="yours"))
+
     for c in after.get(None, []):
-        add(c, "yours")
+        add_free(c)
     for rc in release_code:
         gid = rc.nbgrader.get("grade_id") if rc.nbgrader else None
         if gid is None:
@@ -262,7 +266,7 @@ def plan_cells(student: list[Cell], release: list[Cell]) -> tuple[list[Cell], li
         if gid not in seen_anchor:
             seen_anchor.add(gid)
             for c in after.get(gid, []):
-                add(c, "yours")
+                add_free(c)
     expected = sum(c.is_graded for c in release_code)
     found = sum(1 for c in release_code if c.is_graded and c.grade_id in by_id)
     return plan, notes, expected, found
