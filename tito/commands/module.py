@@ -9,7 +9,7 @@ import click
 
 from ..core.exporter import ExportError, render_module
 from ..core.kernel import set_kernel
-from ..core.notebook import NotebookError, cells_of, load_notebook, read_cells
+from ..core.notebook import NotebookError, load_notebook, read_cells
 from ..core.registry import (
     COURSE_ROOT, MILESTONES, MODULES, Module, UnknownModule, get_module, prerequisites,
     unlocked_by,
