@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -16,12 +20,19 @@ from tito.core.registry import written_modules  # noqa: E402
 from tito.core.release import release_notebooks  # noqa: E402
 
 
+# Workspace kernels that `tito init` registers during the tests go to a folder of their own,
+# not the user's Jupyter folder.
+JUPYTER_DATA = Path(tempfile.mkdtemp(prefix="tito-tests-jupyter-"))
+atexit.register(shutil.rmtree, JUPYTER_DATA, True)
+os.environ["JUPYTER_DATA_DIR"] = str(JUPYTER_DATA)
+
+
 def run_tito(*args: str, cwd: Path, stdin=subprocess.DEVNULL, timeout: float = 600):
     """Run the real `tito` CLI in a subprocess, as a user would (no terminal attached)."""
     return subprocess.run(
         [sys.executable, "-m", "tito", *args], cwd=cwd, stdin=stdin,
         capture_output=True, text=True, timeout=timeout,
-        env={**__import__("os").environ, "COLUMNS": "200"},
+        env={**os.environ, "COLUMNS": "200"},
     )
 
 

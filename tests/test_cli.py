@@ -12,6 +12,7 @@ import nbformat
 import pytest
 
 from conftest import run_tito
+from tito.core.kernel import install_kernel, kernel_name
 from tito.core.notebook import read_cells
 from tito.core.registry import MODULES, get_module, prerequisites, written_modules
 
@@ -31,6 +32,7 @@ def fresh_workspace(tmp_path_factory):
 def ws(fresh_workspace, tmp_path):
     root = tmp_path / "ws"
     shutil.copytree(fresh_workspace, root)
+    install_kernel(root)  # a copied workspace is a new folder: it gets its own kernel
     return root
 
 
@@ -81,6 +83,8 @@ def test_student_journey_module_01(ws):
     done = run_tito("module", "start", "01", cwd=ws)
     assert done.returncode == 0, done.stderr
     assert notebook.is_file() and "raise NotImplementedError()" in notebook.read_text()
+    status = run_tito("module", "status", cwd=ws)
+    assert "tito module complete 01" in status.stdout and "module start 01" not in status.stdout
 
     # The untouched notebook: every test fails, with a message, and nothing is exported.
     done = run_tito("module", "complete", "01", cwd=ws)
@@ -107,6 +111,7 @@ def test_student_journey_module_01(ws):
     assert "Next: `tito module start" in done.stdout or "No other module is open" in done.stdout
     exported = (ws / "tinytorch/core/tensor.py").read_text()
     assert "written by the student" in exported and "your notebook" in exported.splitlines()[0]
+    assert "change your notebook" in exported.splitlines()[1] and "lesson" not in exported.splitlines()[1]
     progress = json.loads((ws / ".tito/progress.json").read_text())
     assert progress["completed"]["01"]["tests_passed"] == n_tests
     done = python_in(ws, "import tinytorch; print(tinytorch.Tensor([1,2]) + 1); print(tinytorch.__file__)")
@@ -162,6 +167,7 @@ def test_corrupt_notebook_is_reported_and_left_untouched(ws):
     before = digest(notebook)
     done = run_tito("module", "complete", "01", cwd=ws)
     assert done.returncode == 2 and "not a valid notebook" in done.stderr
+    assert "tito module reset 01 --yes" in done.stderr and ".bak" in done.stderr
     assert digest(notebook) == before
 
 
@@ -235,3 +241,100 @@ def test_doctor_explains_a_missing_kernel(monkeypatch):
     monkeypatch.setattr(KernelSpecManager, "find_kernel_specs", lambda self: {})
     ok, detail = kernel_check()
     assert not ok and "ipykernel install" in detail and "--name python3" in detail
+
+
+def test_endless_loop_streams_results_and_names_the_line(ws):
+    """Results arrive test by test while the run goes on; a loop is stopped at --timeout with
+    the function and line that was running."""
+    run_tito("module", "start", "01", cwd=ws)
+    write_like_a_student(ws, 1, bug=("return a + b", "while True:\n            a = a + 0\n        return a + b"))
+    proc = subprocess.Popen([sys.executable, "-m", "tito", "module", "complete", "01", "--timeout", "8"],
+                            cwd=ws, stdout=subprocess.PIPE, text=True,
+                            env={**__import__("os").environ, "COLUMNS": "300"})
+    first = ""
+    while "test_unit_tensor_creation" not in first:
+        first = proc.stdout.readline()
+        assert first, "the run ended before printing the first test"
+    assert proc.poll() is None, "the first result must be printed while the loop still runs"
+    rest = proc.stdout.read()
+    assert proc.wait() == 1
+    assert "✓ test_unit_tensor_creation" in first
+    assert "stopped after the time limit of 8 s, in forward" in rest
+    assert "`a = a + 0`" in rest and "--timeout 16" in rest
+    assert "not run: an earlier cell ran out of time" in rest
+
+
+def test_syntax_error_is_reported_first_and_named_as_the_cause(ws):
+    run_tito("module", "start", "01", cwd=ws)
+    write_like_a_student(ws, 1, bug=("self.data = array", "self.data = array +"))
+    done = run_tito("module", "complete", "01", cwd=ws)
+    assert done.returncode == 1
+    out = done.stdout
+    syntax = out.index("SyntaxError")
+    assert syntax < out.index("NameError"), "the root cause must come before what it caused"
+    assert "Nothing in this cell ran" in out and "`self.data = array +`" in out
+    assert "probably caused by the error in cell 'tensor-class' above" in out
+
+
+def test_default_time_limit_is_short():
+    from tito.core.runner import DEFAULT_TIMEOUT
+
+    assert 60 <= DEFAULT_TIMEOUT <= 120
+
+
+def test_milestone_needing_an_unwritten_module_is_coming_soon(ws):
+    from tito.core.registry import MILESTONES
+
+    waiting = [ms for ms in MILESTONES if any(not get_module(n).written for n in ms.requires)]
+    if not waiting:
+        pytest.skip("every milestone's modules are written")
+    ms = waiting[0]
+    done = run_tito("milestone", "run", ms.name, cwd=ws)
+    assert done.returncode == 2 and "coming soon" in done.stderr
+    assert "tito module complete" not in done.stderr
+
+
+def test_jupyter_kernel_of_the_workspace_imports_the_students_package(ws):
+    """The notebook `start` hands out names the workspace's kernel; a kernel started from that
+    spec (as jupyter lab would) imports the workspace's tinytorch, not the reference."""
+    from jupyter_client.manager import start_new_kernel
+
+    run_tito("module", "start", "01", cwd=ws)
+    nb = json.loads((ws / "modules/01_tensor/tensor.ipynb").read_text())
+    assert nb["metadata"]["kernelspec"]["name"] == kernel_name(ws)
+    km, kc = start_new_kernel(kernel_name=kernel_name(ws), cwd=str(ws / "modules/01_tensor"))
+    try:
+        printed = []
+        kc.execute_interactive("import tinytorch; print(tinytorch.__file__)", timeout=120,
+                               output_hook=lambda msg: printed.append(msg["content"].get("text", "")))
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    assert "".join(printed).strip() == str(ws / "tinytorch" / "__init__.py")
+
+
+def test_doctor_names_the_fix_for_a_missing_workspace_kernel(ws):
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    assert "workspace kernel" in run_tito("system", "doctor", cwd=ws).stdout
+    KernelSpecManager().remove_kernel_spec(kernel_name(ws))
+    done = run_tito("system", "doctor", cwd=ws)
+    assert done.returncode == 1 and "no Jupyter kernel" in done.stdout
+    assert "tito init . --force" in done.stdout
+    assert run_tito("init", ".", "--force", cwd=ws).returncode == 0
+    assert run_tito("system", "doctor", cwd=ws).returncode == 0
+
+
+def test_readme_student_path_works_on_a_fresh_machine(repo):
+    """The student path installs, activates (so `tito` is on PATH) before the first tito
+    command, and does not hard-code how many modules are ready."""
+    text = (repo / "README.md").read_text()
+    path = text[text.index("## The student's path"):text.index("## The instructor's")]
+    blocks = path.split("```")[1::2]
+    student = next(b for b in blocks if "tito init" in b)
+    lines = [line.strip() for line in student.splitlines() if line.strip() and not line.startswith("#")]
+    first_tito = next(i for i, line in enumerate(lines) if line.startswith("tito "))
+    assert any("pip install" in line for line in lines[:first_tito])
+    assert any(line.startswith("source .venv/bin/activate") for line in lines[:first_tito])
+    assert "tito dist student" in path
+    assert "Twenty modules" not in text and "the 20 modules" not in text

@@ -84,3 +84,78 @@ def test_every_graded_test_fails_on_the_release(module, released):
     assert len(report.tests) == sum(c.is_graded for c in read_cells(module.source))
     passing = [r.cell.grade_id for r in report.passed]
     assert not passing, f"these graded tests pass on the empty stub, so they test nothing: {passing}"
+
+
+def test_release_checksums_are_nbgraders(released):
+    """tito verifies releases with its own copy of nbgrader's checksum (nbgrader takes seconds
+    to import); both must agree on every cell of every release, and an edit must change it."""
+    from nbgrader.utils import compute_checksum
+
+    from tito.core.runner import cell_checksum, verify_release
+
+    for number, path in released.items():
+        notebook = nbformat.read(path, as_version=4)
+        checked = [c for c in notebook.cells if "checksum" in c.metadata.get("nbgrader", {})]
+        assert checked
+        for cell in checked:
+            assert cell_checksum(cell) == compute_checksum(cell) == cell.metadata.nbgrader["checksum"]
+        verify_release(notebook, str(path))
+        test = next(c for c in checked if c.metadata.nbgrader.get("grade"))
+        test.source += "\npass"
+        with pytest.raises(Exception, match="does not match the checksum"):
+            verify_release(notebook, str(path))
+
+
+# Typical bugs planted in module 01's reference, and what the failing test must say: the
+# expected and actual values, and the student's line (root cause first).
+PLANTED_01 = [
+    ("mean over the wrong axis",
+     "return np.mean(a, axis=axis, keepdims=keepdims)",
+     "return np.mean(a, axis=0 if axis is not None else None, keepdims=keepdims)",
+     "test_unit_reductions", ["has shape (3, 4), expected (2, 3)", "not reduced over axis=-1"]),
+    ("mean divides by the wrong count",
+     "return np.mean(a, axis=axis, keepdims=keepdims)",
+     "return np.sum(a, axis=axis, keepdims=keepdims) / a.size",
+     "test_unit_reductions", ["expected [-1.5", "divides by 24 instead of 2"]),
+    ("keepdims dropped",
+     "return np.sum(a, axis=axis, keepdims=keepdims)", "return np.sum(a, axis=axis)",
+     "test_unit_reductions", ["keepdims was not passed through"]),
+    ("broadcast bug in Add.forward",
+     "return a + b\n", "return a + b[..., None]\n",
+     "test_unit_arithmetic", ["a + b with a of shape (2, 3) and b of shape (3,)",
+                              "'elementwise'", "return a + b[..., None]"]),
+    ("item() through float()",
+     "return self.data.item()", "return float(self.data)",
+     "test_unit_tensor_creation", ["Tensor([7.0]).item() raised TypeError", "return float(self.data)"]),
+    ("matmul with the wrong operand",
+     "        return np.matmul(a, b)\n", "        return np.matmul(a, np.ones_like(b))\n",
+     "test_unit_matmul", ["(4, 3) @ (3, 5): first row", "expected"]),
+]
+
+
+@pytest.mark.parametrize("what, old, new, test, says", PLANTED_01, ids=[p[0] for p in PLANTED_01])
+def test_module_01_messages_for_planted_bugs(what, old, new, test, says, tmp_path):
+    lesson = MODULES[0].source.read_text()
+    assert lesson.count(old) >= 1, f"the planted bug '{what}' no longer applies to the lesson"
+    path = tmp_path / "tensor.py"
+    path.write_text(lesson.replace(old, new, 1))
+    report = run_notebook(path, COURSE_ROOT)
+    failed = {r.cell.grade_id: r.explain() for r in report.failed}
+    assert test in failed, f"{what}: expected {test} to fail, failures: {failed}"
+    for text in says:
+        assert text in failed[test], f"{what}: {text!r} not in {failed[test]!r}"
+
+
+def test_float64_constructor_is_blamed_on_the_constructor_not_the_ops(tmp_path):
+    lesson = MODULES[0].source.read_text()
+    old = ("            array = np.asarray(data)\n            if array.dtype != np.float32:\n"
+           "                array = array.astype(np.float32)\n")
+    assert old in lesson
+    path = tmp_path / "tensor.py"
+    path.write_text(lesson.replace(old, "            array = np.asarray(data, dtype=np.float64)\n"))
+    report = run_notebook(path, COURSE_ROOT)
+    messages = {r.cell.grade_id: r.explain() for r in report.failed}
+    assert "store float32 by default" in messages.pop("test_unit_tensor_creation")
+    assert messages, "the ops' tests should fail too"
+    for name, text in messages.items():
+        assert "your Tensor constructor changes the dtype" in text, (name, text)

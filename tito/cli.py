@@ -7,7 +7,7 @@ in ``tito/core``. Run ``tito --help`` for the map.
 import click
 
 from . import __version__
-from .commands import export, init, milestone, module, system
+from .commands import dist, export, init, milestone, module, system
 from .commands import nbgrader
 from .commands import site
 
@@ -25,6 +25,7 @@ cli.add_command(milestone.milestone)
 cli.add_command(system.system)
 cli.add_command(nbgrader.nbgrader)
 cli.add_command(site.site)
+cli.add_command(dist.dist)
 
 
 def main():

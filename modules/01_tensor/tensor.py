@@ -318,11 +318,24 @@ def test_unit_tensor_creation():
         "when the dtype already matches"
     )
     assert Tensor(Tensor([1.0, 2.0])).shape == (2,), "Tensor(another_tensor) should reuse its data"
-    assert Tensor([7.0]).item() == 7.0, "item() of a one-element tensor returns its value"
+    try:
+        one = Tensor([7.0]).item()
+    except Exception as error:
+        raise AssertionError(
+            f"Tensor([7.0]).item() raised {type(error).__name__} ({error}): a one-element tensor "
+            "of any shape has an item; return self.data.item() (float() converts only 0-d arrays)"
+        ) from error
+    assert one == 7.0, f"Tensor([7.0]).item() gave {one!r}, expected 7.0"
     try:
         Tensor([1.0, 2.0]).item()
     except ValueError as error:
         assert "(2,)" in str(error), f"item()'s error should name the shape (2,): {error}"
+    except Exception as error:  # e.g. float(self.data): NumPy's TypeError does not teach
+        raise AssertionError(
+            f"Tensor([1.0, 2.0]).item() raised {type(error).__name__} ({error}), expected a "
+            "ValueError naming the shape (2,): check self.data.size in item() and raise "
+            "ValueError yourself before converting, then return self.data.item()"
+        ) from None
     else:
         raise AssertionError("item() on a 2-element tensor must raise ValueError naming its shape")
     text = repr(Tensor([1.0, 2.5]))
@@ -609,17 +622,33 @@ class Log(Function):
 # %% nbgrader={"grade": true, "grade_id": "test_unit_arithmetic", "locked": true, "points": 6, "schema_version": 3, "solution": false, "task": false}
 def test_unit_arithmetic():
     """Element-wise ops match NumPy, broadcast, accept numbers, and stay float32."""
+    made = Tensor(np.ones(2, dtype=np.float32)).dtype
+    assert made == np.float32, (
+        f"Tensor(a float32 array) has dtype {made}: your Tensor constructor changes the dtype "
+        "(see test_unit_tensor_creation). Fix the constructor first; this test's ops are not at fault"
+    )
     x = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype=np.float32)
     y = np.array([0.5, -1.0, 2.0], dtype=np.float32)
     a, b = Tensor(x), Tensor(y)
     cases = {
-        "a + b": (a + b, x + y), "a - b": (a - b, x - y), "a * b": (a * b, x * y),
-        "a / b": (a / b, x / y), "-a": (-a, -x), "a ** 2": (a ** 2, x ** 2),
-        "a ** 0.5": (a ** 0.5, x ** 0.5), "a.exp()": (a.exp(), np.exp(x)),
-        "a.log()": (a.log(), np.log(x)), "1 + a": (1 + a, 1 + x), "2 - a": (2 - a, 2 - x),
-        "a * 3": (a * 3, x * 3), "1 / a": (1 / a, 1 / x), "a / 4": (a / 4, x / 4),
+        "a + b": (lambda: a + b, x + y), "a - b": (lambda: a - b, x - y),
+        "a * b": (lambda: a * b, x * y), "a / b": (lambda: a / b, x / y), "-a": (lambda: -a, -x),
+        "a ** 2": (lambda: a ** 2, x ** 2), "a ** 0.5": (lambda: a ** 0.5, x ** 0.5),
+        "a.exp()": (lambda: a.exp(), np.exp(x)), "a.log()": (lambda: a.log(), np.log(x)),
+        "1 + a": (lambda: 1 + a, 1 + x), "2 - a": (lambda: 2 - a, 2 - x),
+        "a * 3": (lambda: a * 3, x * 3), "1 / a": (lambda: 1 / a, 1 / x),
+        "a / 4": (lambda: a / 4, x / 4),
     }
-    for name, (got, want) in cases.items():
+    for name, (op, want) in cases.items():
+        try:
+            got = op()
+        except Exception as error:
+            raise AssertionError(
+                f"{name} with a of shape {x.shape} and b of shape {y.shape} raised "
+                f"{type(error).__name__}: {error} -- expected NumPy's {name}, shape {want.shape}. "
+                "Apply the NumPy operation to the arrays exactly as forward receives them: "
+                "NumPy broadcasts them, no reshaping is needed"
+            ) from error
         assert isinstance(got, Tensor), f"{name} should return a Tensor, got {type(got).__name__}"
         assert got.shape == want.shape, f"{name} has shape {got.shape}, expected {want.shape}"
         assert np.allclose(got.data, want, rtol=1e-6), f"{name} gave {got.data}, expected {want}"
@@ -698,19 +727,30 @@ class MatMul(Function):
 # %% nbgrader={"grade": true, "grade_id": "test_unit_matmul", "locked": true, "points": 6, "schema_version": 3, "solution": false, "task": false}
 def test_unit_matmul():
     """Matmul matches NumPy for 2-D, batched and vector cases, and explains bad shapes."""
+    made = Tensor(np.ones(2, dtype=np.float32)).dtype
+    assert made == np.float32, (
+        f"Tensor(a float32 array) has dtype {made}: your Tensor constructor changes the dtype "
+        "(see test_unit_tensor_creation). Fix the constructor first; this test's ops are not at fault"
+    )
     rng = np.random.default_rng(0)
     a = rng.standard_normal((4, 3)).astype(np.float32)
     b = rng.standard_normal((3, 5)).astype(np.float32)
     got = Tensor(a) @ Tensor(b)
     assert got.shape == (4, 5), f"(4, 3) @ (3, 5) should be (4, 5), got {got.shape}"
-    assert np.allclose(got.data, a @ b, atol=1e-5), "2-D matmul values differ from NumPy's a @ b"
+    assert np.allclose(got.data, a @ b, atol=1e-5), (
+        f"(4, 3) @ (3, 5): first row {np.round(got.data[0], 4)}, expected {np.round((a @ b)[0], 4)} "
+        "(NumPy's a @ b): use np.matmul(a, b), not the element-wise a * b"
+    )
     assert got.dtype == np.float32, f"matmul of float32 tensors gave {got.dtype}"
     batch = rng.standard_normal((2, 4, 3)).astype(np.float32)
     got = Tensor(batch) @ Tensor(b)
     assert got.shape == (2, 4, 5), (
         f"(2, 4, 3) @ (3, 5) should broadcast the batch axis to (2, 4, 5), got {got.shape}"
     )
-    assert np.allclose(got.data, batch @ b, atol=1e-5), "batched matmul values differ from NumPy"
+    assert np.allclose(got.data, batch @ b, atol=1e-5), (
+        f"(2, 4, 3) @ (3, 5): batch 1, row 0 is {np.round(got.data[1, 0], 4)}, expected "
+        f"{np.round((batch @ b)[1, 0], 4)}: np.matmul multiplies every matrix of the batch"
+    )
     v = rng.standard_normal(3).astype(np.float32)
     assert (Tensor(a) @ Tensor(v)).shape == (4,), "(4, 3) @ (3,) is a vector of shape (4,)"
     assert Tensor(a).matmul(Tensor(b)).shape == (4, 5), "matmul() is the same as @"
@@ -856,6 +896,11 @@ class Max(Function):
 # %% nbgrader={"grade": true, "grade_id": "test_unit_reductions", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_reductions():
     """sum/mean/max over axes, with keepdims, match NumPy and keep float32."""
+    made = Tensor(np.ones(2, dtype=np.float32)).dtype
+    assert made == np.float32, (
+        f"Tensor(a float32 array) has dtype {made}: your Tensor constructor changes the dtype "
+        "(see test_unit_tensor_creation). Fix the constructor first; this test's ops are not at fault"
+    )
     x = np.arange(24, dtype=np.float32).reshape(2, 3, 4) - 7.5
     t = Tensor(x)
     for name in ("sum", "mean", "max"):
@@ -863,13 +908,24 @@ def test_unit_reductions():
             for keepdims in (False, True):
                 got = getattr(t, name)(axis=axis, keepdims=keepdims)
                 want = getattr(np, name)(x, axis=axis, keepdims=keepdims)
-                assert got.shape == np.shape(want), (
-                    f"{name}(axis={axis}, keepdims={keepdims}) has shape {got.shape}, "
-                    f"expected {np.shape(want)}: pass keepdims through to NumPy"
-                )
-                assert np.allclose(got.data, want), (
-                    f"{name}(axis={axis}, keepdims={keepdims}) values differ from NumPy"
-                )
+                call = f"{name}(axis={axis}, keepdims={keepdims}) of shape {x.shape}"
+                if got.shape != np.shape(want):
+                    flipped = np.shape(getattr(np, name)(x, axis=axis, keepdims=not keepdims))
+                    hint = ("keepdims was not passed through to NumPy" if got.shape == flipped else
+                            f"the result is not reduced over axis={axis}: pass axis through to NumPy")
+                    raise AssertionError(
+                        f"{call} has shape {got.shape}, expected {np.shape(want)}: {hint}")
+                if not np.allclose(got.data, want):
+                    shown = np.round(np.ravel(got.data)[:4], 3), np.round(np.ravel(want)[:4], 3)
+                    hint = ""
+                    ratio = np.ravel(want) / np.where(np.ravel(got.data) == 0, np.nan, np.ravel(got.data))
+                    ratio = ratio[np.isfinite(ratio) & (np.ravel(want) != 0)]
+                    if name == "mean" and ratio.size and np.allclose(ratio, ratio[0]):
+                        count = x.size // np.size(want)
+                        hint = (f": your mean divides by {count * ratio[0]:g} instead of {count}, the "
+                                f"number of elements along axis={axis}")
+                    raise AssertionError(
+                        f"{call} starts {shown[0]}, expected {shown[1]} (NumPy){hint}")
                 assert got.dtype == np.float32, f"{name} of float32 data gave {got.dtype}"
     assert t.sum().shape == (), "sum() with no axis reduces to a 0-d tensor"
     assert abs(t.mean().item() - float(x.mean())) < 1e-5, "mean() of everything is wrong"

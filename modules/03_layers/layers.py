@@ -920,10 +920,14 @@ def test_unit_linear():
     y = layer(Tensor(x))
     want = x @ layer.weight.data.T + layer.bias.data
     assert y.shape == (4, 3), f"Linear(5, 3) on (4, 5) gave {y.shape}, expected (4, 3)"
-    assert np.allclose(y.data, want, atol=1e-5), (
-        "Linear's output differs from x @ W.T + b: did you use W instead of W.T, or forget "
-        "the bias?"
-    )
+    if not np.allclose(y.data, want, atol=1e-5):
+        no_bias = np.allclose(y.data, x @ layer.weight.data.T, atol=1e-5)
+        hint = ("it equals x @ W.T without the bias: add self.bias" if no_bias else
+                "did you use W instead of W.T, or add the bias to the wrong axis?")
+        raise AssertionError(
+            f"Linear(5, 3): row 0 of the output is {np.round(y.data[0], 4)}, expected "
+            f"{np.round(want[0], 4)} (x @ W.T + b): {hint}"
+        )
     assert y.dtype == np.float32, f"Linear on float32 input gave {y.dtype}"
     assert y.requires_grad and y._ctx is not None, (
         "Linear's output does not record a graph: build forward from Tensor operations "

@@ -353,9 +353,11 @@ def test_unit_cross_entropy():
         f"cross_entropy should return a 0-d Tensor, got {type(loss).__name__} of shape "
         f"{getattr(loss, 'shape', None)}"
     )
+    sign = (" The sign is flipped: the loss is logsumexp - x[target], which is never negative."
+            if abs(loss.item() + 0.4170300) < 1e-5 else "")
     assert abs(loss.item() - 0.4170300) < 1e-6, (
         f"cross_entropy([[2, 1, 0.1]], [0]) gave {loss.item()}, expected logsumexp - x[0] = "
-        "2.4170 - 2.0 = 0.4170: pick the correct class's logit, not the largest"
+        f"2.4170 - 2.0 = 0.4170: pick the correct class's logit, not the largest.{sign}"
     )
     rng = np.random.default_rng(0)
     logits = (rng.standard_normal((6, 5)) * 3).astype(np.float32)
@@ -418,6 +420,10 @@ def test_unit_cross_entropy_ignore_index():
     twin = -log_softmax(Tensor(logits)).data[np.arange(5), np.where(target < 0, 0, target)]
     kept = target != -100
     each = cross_entropy(Tensor(logits), target, reduction="none").data
+    assert not np.any(each < 0), (
+        f"reduction='none' gave {each}: a cross-entropy is never negative (logsumexp - "
+        "x[target] >= 0); fix the loss itself first (see test_unit_cross_entropy)"
+    )
     assert np.allclose(each[kept], twin[kept], atol=1e-5) and np.all(each[~kept] == 0), (
         f"reduction='none' gave {each}: ignored rows (target -100) must be exactly 0, the "
         "others their usual loss"
@@ -490,9 +496,11 @@ def test_unit_cross_entropy_errors():
                 "would wrap -1 around to the last class silently"
             )
     ok = cross_entropy(logits, np.array([0, -100, 2, 1])).item()
+    hint = ("a cross-entropy is never negative: fix the loss itself first (see "
+            "test_unit_cross_entropy)" if ok < 0 else
+            "ignore_index rows must be skipped before the range check")
     assert abs(ok - math.log(3)) < 1e-6, (
-        f"uniform logits over 3 classes cost log(3) = 1.0986 per row, got {ok}: ignore_index "
-        "rows must be skipped before the range check"
+        f"uniform logits over 3 classes cost log(3) = 1.0986 per row, got {ok}: {hint}"
     )
 
 

@@ -875,6 +875,11 @@ def backward(tensor, grad=None, retain_graph=False):
 # %% nbgrader={"grade": true, "grade_id": "test_unit_chain_rule", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_chain_rule():
     """L = (a*b + b)**2 at a=2, b=-3 gives dL/da = 54 and dL/db = -54."""
+    mul = DERIVATIVES.get(Mul)
+    assert mul is None or np.allclose(mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0), (
+        "this test builds on Mul's derivative rule, which is wrong (see "
+        "test_unit_elementwise_rules): fix that rule first"
+    )
     a = Tensor(2.0, requires_grad=True)
     b = Tensor(-3.0, requires_grad=True)
     c = a * b
@@ -908,6 +913,11 @@ test_unit_chain_rule()
 # %% nbgrader={"grade": true, "grade_id": "test_unit_accumulation", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_accumulation():
     """Reused nodes sum their gradients; leaf .grad accumulates across backward calls."""
+    mul = DERIVATIVES.get(Mul)
+    assert mul is None or np.allclose(mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0), (
+        "this test builds on Mul's derivative rule, which is wrong (see "
+        "test_unit_elementwise_rules): fix that rule first"
+    )
     x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
     backward((x * x).sum())
     assert np.allclose(x.grad.data, [2, 4, 6]), (
@@ -940,6 +950,11 @@ test_unit_accumulation()
 # %% nbgrader={"grade": true, "grade_id": "test_unit_broadcast_backward", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 def test_unit_broadcast_backward():
     """A broadcast input's gradient is summed back to the input's own shape."""
+    mul = DERIVATIVES.get(Mul)
+    assert mul is None or np.allclose(mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0), (
+        "this test builds on Mul's derivative rule, which is wrong (see "
+        "test_unit_elementwise_rules): fix that rule first"
+    )
     rng = np.random.default_rng(0)
     x = Tensor(rng.standard_normal((4, 3)), requires_grad=True)
     bias = Tensor(rng.standard_normal(3), requires_grad=True)
@@ -966,6 +981,11 @@ test_unit_broadcast_backward()
 # %% nbgrader={"grade": true, "grade_id": "test_unit_deep_chain", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 def test_unit_deep_chain():
     """A chain of 10,000 operations differentiates without RecursionError."""
+    mul = DERIVATIVES.get(Mul)
+    assert mul is None or np.allclose(mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0), (
+        "this test builds on Mul's derivative rule, which is wrong (see "
+        "test_unit_elementwise_rules): fix that rule first"
+    )
     x = Tensor([0.5, 2.0], requires_grad=True)
     y = x
     for _ in range(5_000):
@@ -990,6 +1010,11 @@ test_unit_deep_chain()
 # %% nbgrader={"grade": true, "grade_id": "test_unit_graph_freed", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 def test_unit_graph_freed():
     """After backward the records are emptied, unless retain_graph=True."""
+    mul = DERIVATIVES.get(Mul)
+    assert mul is None or np.allclose(mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0), (
+        "this test builds on Mul's derivative rule, which is wrong (see "
+        "test_unit_elementwise_rules): fix that rule first"
+    )
     import gc
     import weakref
 
@@ -1031,6 +1056,11 @@ test_unit_graph_freed()
 # %% nbgrader={"grade": true, "grade_id": "test_unit_backward_errors", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_backward_errors():
     """Every misuse gets an error that says what to do."""
+    mul = DERIVATIVES.get(Mul)
+    assert mul is None or np.allclose(mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0), (
+        "this test builds on Mul's derivative rule, which is wrong (see "
+        "test_unit_elementwise_rules): fix that rule first"
+    )
 
     def error_of(call):
         try:

@@ -402,10 +402,15 @@ def test_unit_attention_composed():
         f"q, k, v of (2, 3, 5, 4) should give (2, 3, 5, 4), got {out.shape}"
     )
     want = reference_attention(q.data, k.data, v.data)
-    assert np.allclose(out.data, want, atol=1e-5), (
-        "attention differs from the loop reference: scores = q @ k^T * (1/sqrt(D)), softmax "
-        "over the LAST axis (the keys), then @ v"
-    )
+    if not np.allclose(out.data, want, atol=1e-5):
+        unscaled = reference_attention(q.data * np.float32(2.0), k.data, v.data)  # D = 4
+        hint = ("it matches attention WITHOUT the 1/sqrt(D) scale: multiply the scores by "
+                "1/sqrt(D)" if np.allclose(out.data, unscaled, atol=1e-5) else
+                "scores = q @ k^T * (1/sqrt(D)), softmax over the LAST axis (the keys), then @ v")
+        raise AssertionError(
+            f"attention of q, k, v (2, 3, 5, 4): out[0, 0, 0] is {np.round(out.data[0, 0, 0], 4)}, "
+            f"expected {np.round(want[0, 0, 0], 4)} (the loop reference): {hint}"
+        )
     assert out.dtype == np.float32, (
         f"float32 inputs gave {out.dtype}: build the scale as q.dtype.type(1 / math.sqrt(D))"
     )
@@ -627,9 +632,19 @@ def test_unit_attention_function():
         twin = random_qkv(H=2, T=3, S=4, seed=3, requires_grad=True)
         out = scaled_dot_product_attention(*fused, **kwargs)
         want = attention_composed(*twin, **kwargs)
-        assert np.allclose(out.data, want.data, atol=1e-5), (
-            f"fused attention ({kwargs or 'no mask'}) differs from the composed twin in forward"
-        )
+        if not np.allclose(out.data, want.data, atol=1e-5):
+            mask = causal_mask(3, 4) if kwargs.get("is_causal") else kwargs.get("mask")
+            culprit = "fix the fused forward (or attention_composed, its twin)"
+            if mask is None or np.ndim(mask) == 2:
+                ref = reference_attention(*(t.data for t in random_qkv(H=2, T=3, S=4, seed=3)), mask)
+                if np.allclose(out.data, ref, atol=1e-5):
+                    culprit = ("the fused op matches the loop reference, so your attention_composed "
+                               "is wrong: see test_unit_attention_composed")
+            raise AssertionError(
+                f"fused attention ({kwargs or 'no mask'}) differs from the composed twin in "
+                f"forward: out[0, 0, 0] is {np.round(out.data[0, 0, 0], 4)}, the twin gives "
+                f"{np.round(want.data[0, 0, 0], 4)}: {culprit}"
+            )
         assert out.dtype == np.float32, f"fused attention of float32 inputs gave {out.dtype}"
         g = np.random.default_rng(4).standard_normal(out.shape).astype(np.float32)
         out.backward(g)

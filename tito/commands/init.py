@@ -6,6 +6,7 @@ import click
 
 from ..core.registry import written_modules
 from ..core.release import ReleaseError, release_notebooks
+from ..core.kernel import install_kernel, kernel_name
 from ..core.ui import Failure, console
 from ..core.workspace import MARKER, Workspace
 
@@ -29,7 +30,14 @@ def init(directory, force):
     except ReleaseError as error:
         raise Failure(str(error)) from None
     Workspace.create(root, releases)
+    try:
+        where = install_kernel(root)
+        kernel_note = f"Jupyter kernel {kernel_name(root)} ({where}) imports this workspace's tinytorch"
+    except Exception as error:  # Jupyter missing or its data folder not writable: say so, go on
+        kernel_note = (f"[yellow]could not register the Jupyter kernel ({error})[/]: "
+                       "`tito system doctor` explains the fix")
     console.print(f"[green]✓[/] workspace ready in {root}")
+    console.print(f"  {kernel_note}")
     console.print(f"  {len(releases)} notebooks released (solutions removed by nbgrader), "
                   "tinytorch/ waiting for your code, progress in .tito/progress.json")
     console.print(f"Next: `cd {directory}` then `tito module start 01`")

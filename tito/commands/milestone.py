@@ -63,6 +63,12 @@ def run(name, args):
         raise Failure(str(error)) from None
     root, have, who = _context()
     missing = [n for n in ms.requires if n not in have]
+    unwritten = [n for n in missing if not get_module(n).written]
+    if unwritten:
+        names = ", ".join(f"{get_module(n).key} ({get_module(n).title})" for n in unwritten)
+        raise Failure(f"Milestone {ms.name} needs module{'s' if len(unwritten) > 1 else ''} "
+                      f"{names}, not written yet: this milestone is coming soon. "
+                      "`tito milestone list` shows the ones you can run.")
     if missing:
         names = ", ".join(f"{get_module(n).key} ({get_module(n).title})" for n in missing)
         raise Failure(f"Milestone {ms.name} needs modules {names}. "

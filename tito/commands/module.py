@@ -8,13 +8,17 @@ import shutil
 import click
 
 from ..core.exporter import ExportError, render_module
-from ..core.notebook import NotebookError, cells_of, load_notebook
+from ..core.kernel import set_kernel
+from ..core.notebook import NotebookError, load_notebook, read_cells
 from ..core.registry import (
     COURSE_ROOT, MILESTONES, MODULES, Module, UnknownModule, get_module, prerequisites,
     unlocked_by,
 )
-from ..core.release import ReleaseError, release_notebooks
-from ..core.runner import DEFAULT_TIMEOUT, RunReport, run_notebook
+from ..core.release import ReleaseError, packaged_release, release_notebooks
+from ..core.runner import (
+    DEFAULT_TIMEOUT, CellResult, ReleaseIntegrityError, RunReport, lesson_authority,
+    release_authority, run_notebook, run_student,
+)
 from ..core.ui import Failure, console, interactive, table
 from ..core.workspace import Workspace, WorkspaceError, backup_path
 
@@ -132,15 +136,20 @@ def status(as_json):
     done = sum(r["state"] == "completed" for r in rows)
     written = sum(r["state"] != "not written" for r in rows)
     console.print(f"{done} of {written} written modules completed.")
-    nxt = _next_module(rows)
+    nxt = _next_step(ws, rows)
     if nxt:
-        console.print(f"Next: `tito module start {nxt}`")
+        console.print(nxt)
 
 
-def _next_module(rows) -> str | None:
+def _next_step(ws: Workspace, rows) -> str | None:
+    """What to do next: start the next open module, or finish the one already started."""
     for r in rows:
-        if r["state"] in ("started", "available"):
-            return r["key"]
+        if r["state"] == "started":
+            m = get_module(r["key"])
+            return (f"Next: write your code in {m.notebook_relpath} (`jupyter lab "
+                    f"{m.notebook_relpath}`), then `tito module complete {m.key}`")
+        if r["state"] == "available":
+            return f"Next: `tito module start {r['key']}`"
     return None
 
 
@@ -175,6 +184,7 @@ def _hand_out(ws: Workspace, m: Module, force: bool, verb: str) -> None:
         console.print(f"  kept your previous notebook as {backup.relative_to(ws.root)}")
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(source, target)
+    set_kernel(target, ws.root)  # Jupyter then imports this workspace's tinytorch
     console.print(f"[green]✓[/] {target.relative_to(ws.root)} is ready: open it with "
                   f"`jupyter lab {target.relative_to(ws.root)}`")
 
@@ -214,43 +224,94 @@ def reset(number, yes):
 
 
 # ---- test / complete ---------------------------------------------------------------------
-def _print_report(report: RunReport, label: str) -> None:
-    for r in report.tests:
+def _print_result(r: CellResult) -> None:
+    """One line per test as it finishes; a failing cell of the student's is shown first."""
+    if r.cell.is_graded:
         if r.passed:
             console.print(f"  [green]✓[/] {r.cell.grade_id} [dim]({r.cell.points:g} pts, "
                           f"{r.seconds:.2f} s)[/]")
         else:
             console.print(f"  [red]✗[/] {r.cell.grade_id} [dim]({r.cell.points:g} pts)[/]")
             console.print(f"      {r.explain()}", markup=False)
-    if report.other_errors:
-        console.print("  [yellow]other cells that raised[/] (not graded, but tests may depend on them):")
-        for r in report.other_errors:
-            console.print(f"    cell {r.cell.index} ({r.cell.grade_id}): {r.explain()}", markup=False)
+    elif not r.passed and r.status != "not run":
+        who = "your cell" if r.cell.origin == "yours" else "cell"
+        console.print(f"  [yellow]![/] {who} {r.cell.grade_id} raised (not graded, but the tests "
+                      "after it use it):")
+        console.print(f"      {r.explain()}", markup=False)
+
+
+def _print_summary(report: RunReport, label: str) -> None:
+    for note in report.notes:
+        console.print(f"  [yellow]note:[/] {note}", markup=False)
     got, total = report.points()
     n_pass, n = len(report.passed), len(report.tests)
     colour = "green" if report.ok else "red"
-    console.print(f"[{colour}]{n} tests: {n_pass} passed, {n - n_pass} failed[/] · "
+    counted = f"{n} tests:"
+    if report.expected_tests is not None and report.found_tests is not None \
+            and report.found_tests != report.expected_tests:
+        missing = report.expected_tests - report.found_tests
+        counted = (f"{report.expected_tests} tests expected, {report.found_tests} found in your "
+                   f"notebook: the {missing} missing were restored and run:")
+    console.print(f"[{colour}]{counted} {n_pass} passed, {n - n_pass} failed[/] · "
                   f"{got:g}/{total:g} points · {report.seconds:.1f} s · {label}")
+
+
+def _print_report(report: RunReport, label: str) -> None:
+    """The whole report at once (for callers that did not stream)."""
+    for r in report.cells:
+        _print_result(r)
+    _print_summary(report, label)
+
+
+def _authority(m: Module):
+    """The course's own cells for ``m`` to check a workspace's release against, if at hand."""
+    if m.source.is_file():
+        return lesson_authority(m.source)
+    packaged = packaged_release(m)
+    return release_authority(read_cells(packaged)) if packaged else None
 
 
 def _run(m: Module, ws: Workspace | None, timeout: float) -> tuple[RunReport, object, str]:
     if ws is None:
-        path, root, label = m.source, COURSE_ROOT, f"reference solution {m.source.relative_to(COURSE_ROOT)}"
+        path = m.source
+        label = f"reference solution {m.source.relative_to(COURSE_ROOT)}"
     else:
-        path, root = ws.notebook_path(m), ws.root
+        path = ws.notebook_path(m)
         label = f"your notebook {path.relative_to(ws.root)}"
         if not path.is_file():
             raise Failure(f"{path.relative_to(ws.root)} does not exist: run `tito module start {m.key}` first.")
     try:
         notebook = load_notebook(path)
     except NotebookError as error:
-        raise Failure(str(error)) from None
-    console.print(f"[bold]Module {m.key}: {m.title}[/] · testing {label}")
-    report = run_notebook(path, root, timeout=timeout)
+        raise Failure(str(error) + _recovery(m, ws)) from None
+    console.print(f"[bold]Module {m.key}: {m.title}[/] · testing {label} "
+                  f"[dim](time limit {timeout:g} s, `--timeout` to change)[/]")
+    if ws is None:
+        report = run_notebook(path, COURSE_ROOT, timeout=timeout, on_result=_print_result)
+    else:
+        release = _release_for(ws, m)
+        try:
+            report = run_student(path, release, ws.root, timeout=timeout, on_result=_print_result,
+                                 authority=_authority(m))
+        except ReleaseIntegrityError as error:
+            raise Failure(str(error)) from None
+        except NotebookError as error:
+            raise Failure(str(error)) from None
     if not report.tests:
         raise Failure(f"{label} has no graded test cells (nbgrader metadata grade: true). "
                       f"Was it replaced? `tito module reset {m.key}` gives a fresh copy.")
     return report, notebook, label
+
+
+def _recovery(m: Module, ws: Workspace | None) -> str:
+    if ws is None:
+        return ""
+    backups = sorted(ws.notebook_path(m).parent.glob(ws.notebook_path(m).name + ".bak-*"))
+    text = (f" To start over, `tito module reset {m.key} --yes` gives a fresh notebook (the "
+            "damaged one is kept as a .bak copy)")
+    if backups:
+        text += f"; your last backup is {backups[-1].relative_to(ws.root)}"
+    return text + "."
 
 
 @module.command()
@@ -262,8 +323,11 @@ def test(number, timeout):
     ws = Workspace.find()
     if ws is not None and ws.root == COURSE_ROOT:
         ws = None
+    if ws is None and not m.source.is_file():
+        raise Failure("This is not a TinyTorch workspace (no .tito folder here or above): run "
+                      "`tito module test` inside the folder made by `tito init DIR`.")
     report, _, label = _run(m, ws, timeout)
-    _print_report(report, label)
+    _print_summary(report, label)
     raise SystemExit(0 if report.ok else 1)
 
 
@@ -283,14 +347,15 @@ def complete(number, timeout):
             f"{_names(missing)}. Complete them first, starting with `tito module complete {first}`."
         )
     report, notebook, label = _run(m, ws, timeout)
-    _print_report(report, label)
+    _print_summary(report, label)
     if not report.ok:
         console.print("[red]Not completed.[/] Nothing was exported; your package is unchanged. "
                       "Fix the failures above and run this command again.")
         raise SystemExit(1)
     rel = m.notebook_relpath
     try:
-        export = render_module(m, cells_of(notebook), str(rel), " (your notebook)")
+        # the cells that were tested: yours where you write, the release's where it is locked
+        export = render_module(m, [r.cell for r in report.cells], str(rel), " (your notebook)")
     except ExportError as error:
         raise Failure(str(error)) from None
     path = ws.export_student(m, export.text)
@@ -318,8 +383,8 @@ def _announce_unlocks(ws: Workspace, m: Module) -> None:
     for x in opened:
         if x.written:
             console.print(f"  [cyan]unlocked module[/] {x.key} ({x.title})")
-    nxt = _next_module(_states(ws))
+    nxt = _next_step(ws, _states(ws))
     if nxt:
-        console.print(f"Next: `tito module start {nxt}`")
+        console.print(nxt)
     else:
         console.print("No other module is open to you yet: `tito module status` shows what each needs.")

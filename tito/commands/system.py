@@ -9,7 +9,8 @@ import sys
 import click
 
 from ..core.registry import written_modules
-from ..core.runner import run_notebook
+from ..core.notebook import NotebookError
+from ..core.runner import ReleaseIntegrityError, run_student
 from ..core.ui import Failure, console, table
 from ..core.workspace import PROGRESS_FORMAT, Workspace, WorkspaceError, backup_path, now_iso
 
@@ -42,6 +43,22 @@ def kernel_check() -> tuple[bool, str]:
     )
 
 
+def workspace_kernel_check(ws: Workspace) -> tuple[bool, str]:
+    """The workspace's Jupyter kernel exists and imports the workspace's own tinytorch."""
+    from ..core.kernel import find_kernel, kernel_imports, kernel_name
+
+    fix = "Fix: `tito init . --force` registers it again (your work is kept)"
+    try:
+        spec = find_kernel(ws.root)
+    except Exception as error:  # broken Jupyter install
+        return False, f"cannot look up Jupyter kernels: {error}. {fix}"
+    if spec is None:
+        return False, f"no Jupyter kernel {kernel_name(ws.root)} for this workspace: notebooks " \
+                      f"would import another tinytorch. {fix}"
+    good, detail = kernel_imports(spec, ws.root)
+    return good, (f"{kernel_name(ws.root)} imports {detail}" if good else f"{detail}. {fix}")
+
+
 @system.command()
 def doctor():
     """Check Python, packages, the Jupyter kernel and (inside one) the workspace."""
@@ -65,6 +82,8 @@ def doctor():
                      "all present" if not missing else f"missing for {', '.join(missing)}: run `tito init . --force`"))
         good, detail = _package_check(ws)
         rows.append(("your tinytorch", good, detail))
+        good, detail = workspace_kernel_check(ws)
+        rows.append(("workspace kernel", good, detail))
     else:
         rows.append(("workspace", True, "not inside one (fine in the course repository)"))
     t = table("check", "", "detail", title="tito system doctor")
@@ -105,7 +124,15 @@ def repair_progress():
         path = ws.notebook_path(m)
         if not path.is_file() or ws.exported_names(m) is None:
             continue
-        report = run_notebook(path, ws.root)
+        release = ws.release_path(m)
+        if not release.is_file():
+            console.print(f"  [red]✗[/] module {m.key}: no released notebook; run `tito init . --force`")
+            continue
+        try:
+            report = run_student(path, release, ws.root)
+        except (ReleaseIntegrityError, NotebookError) as error:
+            console.print(f"  [red]✗[/] module {m.key}: {error}", markup=False)
+            continue
         mark = "[green]✓[/]" if report.ok else "[red]✗[/]"
         console.print(f"  {mark} module {m.key}: {len(report.passed)}/{len(report.tests)} tests pass")
         if report.ok:

@@ -75,8 +75,10 @@ def render_module(module: Module, cells: list[Cell], label: str, how: str) -> Mo
     body = "\n\n\n".join(c.code() for c in export_cells)
     text = (
         f"{HEADER} from {label}{how}.\n"
-        f"# Do not edit: change the lesson and export again.\n"
-        f'"""Module {module.key} ({module.title}): {module.summary}"""\n\n'
+        + (f"# Do not edit: change your notebook ({label}) and run "
+           f"`tito module complete {module.key}` again.\n" if "your notebook" in how else
+           "# Do not edit: change the lesson and export again.\n")
+        + f'"""Module {module.key} ({module.title}): {module.summary}"""\n\n'
         f"__all__ = {names!r}\n\n{body}\n"
     )
     return ModuleExport(module, text, names)
@@ -89,6 +91,19 @@ def reference_export(module: Module) -> ModuleExport:
     except NotebookError as error:
         raise ExportError(str(error)) from None
     return render_module(module, cells, label, " (reference solution)")
+
+
+def export_names(module: Module) -> list[str]:
+    """The public names module ``module`` exports: from its lesson, or (in a student build,
+    which has no lessons) from its packaged released notebook, whose stubs define them too."""
+    if module.source.is_file():
+        return reference_export(module).names
+    label = f"released notebook {module.dirname}.ipynb"
+    try:
+        cells = read_cells(module.packaged_release)
+    except NotebookError as error:
+        raise ExportError(str(error)) from None
+    return render_module(module, cells, label, "").names
 
 
 def placeholder(module: Module) -> str:

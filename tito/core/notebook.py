@@ -31,6 +31,7 @@ class Cell:
     kind: str  # "code" or "markdown"
     source: str
     nbgrader: dict
+    origin: str = ""  # when run: "release" (a locked cell from the release) or "yours"
 
     @property
     def directives(self) -> dict[str, str]:
@@ -76,20 +77,70 @@ class Cell:
         return "\n".join(lines).strip("\n")
 
 
+class _Node(dict):
+    """A notebook, cell or metadata dict read as attributes, like nbformat's NotebookNode."""
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def _node(value):
+    if isinstance(value, dict):
+        return _Node({k: _node(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return [_node(v) for v in value]
+    return value
+
+
+def read_ipynb(path: Path):
+    """An ``.ipynb`` (format 4) read with the json module: nbformat takes seconds to import
+    (its schema validator), and grading needs only the cells, their sources and metadata."""
+    text = Path(path).read_text(encoding="utf-8")
+    data = json.loads(text)
+    if not isinstance(data, dict) or data.get("nbformat") != 4 or not isinstance(data.get("cells"), list):
+        raise ValueError("not a version-4 Jupyter notebook (no 'nbformat': 4 and 'cells' list)")
+    for cell in data["cells"]:
+        if not isinstance(cell, dict) or cell.get("cell_type") not in ("code", "markdown", "raw"):
+            raise ValueError("a cell without a valid cell_type")
+        source = cell.get("source", "")
+        if isinstance(source, list):
+            source = "".join(source)
+        if not isinstance(source, str):
+            raise ValueError("a cell whose source is not text")
+        cell["source"] = source
+        if not isinstance(cell.get("metadata", {}), dict) or not isinstance(
+                cell.get("metadata", {}).get("nbgrader", {}) or {}, dict):
+            raise ValueError("a cell whose metadata is not a JSON object")
+        cell.setdefault("metadata", {})
+    return _node(data)
+
+
 def load_notebook(path: Path):
     """Read a ``.py`` lesson (jupytext) or an ``.ipynb`` notebook; never writes."""
-    import nbformat  # imported here: it takes a second or more, and many commands never need it
-
     path = Path(path)
     if not path.is_file():
         raise NotebookError(f"{path} does not exist.")
-    try:
-        if path.suffix == ".py":
-            import jupytext
+    if path.suffix != ".py":
+        try:
+            return read_ipynb(path)
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise NotebookError(
+                f"{path} is not a valid notebook (it is not readable JSON: {error}). "
+                "The file was left as it is."
+            ) from None
+        except ValueError as error:
+            raise NotebookError(
+                f"{path} is not a valid notebook ({error}). The file was left as it is."
+            ) from None
+    import nbformat  # imported here: it takes a second or more, and many commands never need it
 
-            return jupytext.read(path)
-        with open(path, encoding="utf-8") as handle:
-            return nbformat.read(handle, as_version=4)
+    try:
+        import jupytext
+
+        return jupytext.read(path)
     except (json.JSONDecodeError, nbformat.reader.NotJSONError) as error:
         raise NotebookError(
             f"{path} is not a valid notebook (it is not readable JSON: {error}). "

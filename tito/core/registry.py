@@ -4,7 +4,9 @@ Everything that needs to know which modules exist reads this file: the CLI, the 
 the student workspace, the milestones, the tests and the website. Do not keep a second
 list anywhere else; add a field here instead.
 
-A module is *written* when its lesson file ``modules/NN_slug/slug.py`` exists. Modules
+A module is *written* when its lesson file ``modules/NN_slug/slug.py`` exists (the course
+repository) or its released notebook is packaged with tito (a student build, made by
+``tito dist student``, which holds no lessons and so no reference solutions). Modules
 that are planned but not written are listed all the same, so that ``tito module list``
 shows the whole course and ``tito`` can say plainly that a module is not written yet.
 """
@@ -17,7 +19,14 @@ from pathlib import Path
 # The course repository: modules/ sits beside tito/ (editable install, or a source tree).
 COURSE_ROOT = Path(__file__).resolve().parents[2]
 MODULES_DIR = COURSE_ROOT / "modules"
-MILESTONES_DIR = COURSE_ROOT / "milestones"
+# A student build (`tito dist student`) installs no repository: the released notebooks and
+# the milestones travel inside the tito package as data.
+PACKAGED_DIR = Path(__file__).resolve().parents[1] / "_course"
+PACKAGED_RELEASE_DIR = PACKAGED_DIR / "release"
+MILESTONES_DIR = (
+    COURSE_ROOT / "milestones" if (COURSE_ROOT / "milestones").is_dir()
+    else PACKAGED_DIR / "milestones"
+)
 
 
 @dataclass(frozen=True)
@@ -59,8 +68,13 @@ class Module:
         return MODULES_DIR / self.dirname / f"{self.slug}.py"
 
     @property
+    def packaged_release(self) -> Path:
+        """The released notebook inside a student build (exists only there)."""
+        return PACKAGED_RELEASE_DIR / f"{self.dirname}.ipynb"
+
+    @property
     def written(self) -> bool:
-        return self.source.is_file()
+        return self.source.is_file() or self.packaged_release.is_file()
 
     @property
     def target_path(self) -> Path:

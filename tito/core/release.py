@@ -20,6 +20,12 @@ from .registry import Module
 ASSIGNMENT = "tinytorch"
 
 
+def packaged_release(module: Module) -> Path | None:
+    """The released notebook shipped inside a student build of the course, if there is one."""
+    path = module.packaged_release
+    return path if path.is_file() else None
+
+
 class ReleaseError(Exception):
     """nbgrader refused a lesson; the message carries nbgrader's own explanation."""
 
@@ -42,11 +48,18 @@ def run_nbgrader(args: list[str], course_root: Path, timeout: float = 600) -> su
 
 
 def release_notebooks(modules: list[Module]) -> dict:
-    """Generate the student version of each lesson with one nbgrader run (module -> notebook)."""
+    """Generate the student version of each lesson with one nbgrader run (module -> notebook).
+
+    In a student build there are no lessons: the notebooks nbgrader released when the build
+    was made are packaged with tito, and are used as they are.
+    """
     import nbformat
 
+    packaged = {m.number: nbformat.read(m.packaged_release, as_version=4)
+                for m in modules if not m.source.is_file() and m.packaged_release.is_file()}
+    modules = [m for m in modules if m.number not in packaged]
     if not modules:
-        return {}
+        return packaged
     with tempfile.TemporaryDirectory(prefix="tito-release-") as tmp:
         root = Path(tmp)
         source = root / "source" / ASSIGNMENT
@@ -63,4 +76,4 @@ def release_notebooks(modules: list[Module]) -> dict:
                     + (done.stderr or done.stdout)[-3000:]
                 )
             released[m.number] = nbformat.read(path, as_version=4)
-        return released
+        return {**released, **packaged}

@@ -19,7 +19,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .exporter import PLACEHOLDER, init_files, placeholder, reference_export
+from .exporter import PLACEHOLDER, export_names, init_files, placeholder
 from .registry import MODULES, Module, get_module
 
 MARKER = ".tito"
@@ -172,7 +172,7 @@ class Workspace:
                 f"({m.title}), which is not written yet: coming soon.\")\n"
             )
             if m.written:
-                for name in reference_export(m).names:
+                for name in export_names(m):
                     missing.setdefault(name, m)
         files.update(init_files(present, missing, "your workspace"))
         return files
@@ -217,5 +217,7 @@ WORKSPACE_README = """\
     tito module complete 01   test YOUR code; on success it goes into ./tinytorch
     tito milestone list       historical runs your package can do
 
-Inside this folder, `import tinytorch` is your own package.
+Inside this folder, `import tinytorch` is your own package: in `python` run here, and in
+Jupyter through the kernel `tito init` registered for this folder ("TinyTorch (<folder>)"),
+which every notebook `tito module start` hands out selects. `tito system doctor` checks it.
 """
