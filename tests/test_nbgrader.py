@@ -13,13 +13,17 @@ One course folder is graded once (module-scoped fixture) with these submissions 
 from __future__ import annotations
 
 import csv
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
 from conftest import run_tito
+from tito.core import sandbox
 from tito.core.grading import Course, metadata_problems
 from tito.core.notebook import read_cells, to_ipynb
 from tito.core.registry import get_module
@@ -187,10 +191,17 @@ def graded(tmp_path_factory):
     target.parent.mkdir(parents=True)
     shutil.copy(subs / "abe.ipynb", target)
 
+    # In the sandbox where there is one (tests/test_autograde_sandbox.py tests it), else
+    # --unsafe: this file tests the grading, not the sandbox.
+    unsafe = [] if sandbox.unavailable() is None else ["--unsafe"]
     out["autograde"] = run_tito("nbgrader", "autograde", "01", "--timeout", str(TIME_LIMIT),
-                                cwd=course)
+                                *unsafe, cwd=course)
     out["feedback"] = run_tito("nbgrader", "feedback", "01", cwd=course)
     out["report"] = run_tito("nbgrader", "report", cwd=course)
+    for width in (80, 200):
+        out[f"report{width}"] = subprocess.run(
+            [sys.executable, "-m", "tito", "nbgrader", "report"], cwd=course,
+            capture_output=True, text=True, env={**os.environ, "COLUMNS": str(width)})
     with Course(course).gradebook() as gb:
         out["scores"] = {
             s: {g.name: (g.score, g.max_score, g.needs_manual_grade)
@@ -321,6 +332,10 @@ def test_report_csv_and_table(graded):
     for student, score in expected.items():
         assert float(rows[student]["score"]) == score, rows[student]
         assert float(rows[student]["max_score"]) == TOTAL
+        assert rows[student]["status"] == "graded"
+    # abe's notebook could not be graded: that is not a zero (bob's 0 is).
+    assert rows["abe"]["score"] == "not graded" and rows["abe"]["raw_score"] == "not graded"
+    assert rows["abe"]["status"].startswith("not graded: autograde failed")
     table = {line.split("│")[0].strip(): [cell.strip() for cell in line.split("│")[1:]]
              for line in done.stdout.splitlines() if "│" in line}
     assert table["alice"] == [f"{POINTS[k]:g}" for k in POINTS] + [f"{TOTAL:g}"]
@@ -328,10 +343,30 @@ def test_report_csv_and_table(graded):
     assert table["carol"][list(POINTS).index("test_unit_arithmetic")] == "0"
     assert table["erin !"][list(POINTS).index("test_unit_shapes")] == "0*"
     assert table["dave !"][list(POINTS).index("test_unit_reductions")] == "0"
-    assert table["abe !"] == ["-"] * 8
+    assert table["abe !"] == ["-"] * 7 + ["not graded"]
     out = _out(done)
     assert "! dave: stopped at the time limit: test_unit_reductions" in out
     assert "! erin: graded test test_unit_arithmetic was edited" in out
     assert "! erin: graded test test_unit_shapes was deleted" in out
     assert "! abe: not graded: run `tito nbgrader autograde 01 --student abe`" in out
     assert "grades.csv" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [80, 200])
+def test_report_is_readable_at_any_width(graded, width):
+    done = graded[f"report{width}"]
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert max(len(line) for line in lines) <= width
+    header = next(i for i, line in enumerate(lines) if "┃" in line)
+    heads = " ".join(line for line in lines[header:header + 4] if "┃" in line)
+    if width == 200:  # every test's name whole in the header
+        for name in POINTS:
+            assert name.removeprefix("test_unit_") in heads
+    else:  # numbered columns, and a legend that names each test with its points
+        for i, (name, points) in enumerate(POINTS.items(), 1):
+            assert f"#{i}" in heads
+            assert f"#{i} {name} ({points:g} points)" in done.stdout
+    rows = {line.split("│")[0].strip(): line for line in lines if "│" in line}
+    assert f"{TOTAL:g}" in rows["alice"] and "not graded" in rows["abe !"]
