@@ -870,8 +870,8 @@ def _scan(course: Course, m: Module, cells: list[tuple[str, str]]) -> list[str]:
                 if owner is not None:
                     what = "its own module" if owner.number == m.number else (
                         f"module {owner.key}, not a prerequisite")
-                    said.append(f"imports {('tinytorch.' + full) if full else module} "
-                                f"({what})")
+                    shown = module + (f".{item}" if item and item != "*" else "")
+                    said.append(f"imports {shown} ({what})")
         for match in re.finditer(r"tinytorch[./\\]([A-Za-z_][\w./\\]*)", source):
             dotted = re.sub(r"[/\\]", ".", match.group(1)).removesuffix(".py")
             owner = next((o for t, o in targets.items()
