@@ -13,14 +13,19 @@ One course folder is graded once (module-scoped fixture) with these submissions 
 from __future__ import annotations
 
 import csv
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
 from conftest import run_tito
-from tito.core.grading import Course, metadata_problems
+from tito.core import sandbox
+from tito.core.grading import (Course, GradingError, metadata_problems, prepare_run,
+                               prerequisite_package, static_flags)
 from tito.core.notebook import read_cells, to_ipynb
 from tito.core.registry import get_module
 from tito.core.runner import run_notebook
@@ -99,6 +104,68 @@ def test_metadata_problems_without_a_grade_id_give_the_cell_index():
     twice = _break(to_ipynb(M.source), "test_unit_shapes",
                    lambda m: m.update(grade_id="test_unit_matmul"))
     assert any("grade_id 'test_unit_matmul' is used twice" in p for p in metadata_problems(twice))
+
+
+def test_the_grading_package_holds_only_the_prerequisites(tmp_path):
+    m6 = get_module(6)
+    prerequisite_package(m6, tmp_path)
+    probe = """
+import importlib
+for name in ("core.tensor", "core.layers", "core.losses", "core.autograd", "data.loader"):
+    try:
+        module = importlib.import_module("tinytorch." + name)
+        print(name, "ok", module.__file__)
+    except ImportError as error:
+        print(name, "refused", error)
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)}, cwd=tmp_path)
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    for name in ("core.tensor", "core.layers", "core.losses"):
+        assert lines[name].startswith(f"ok {tmp_path}"), lines
+    assert lines["core.autograd"] == (
+        "refused tinytorch.core.autograd is module 06 (Autograd), the module being graded: "
+        "its code must be written in this notebook, not imported.")
+    assert lines["data.loader"].startswith(
+        "refused tinytorch.data.loader is module 05 (DataLoader), which module 06 (Autograd) "
+        "does not build on: grading 06 provides only its prerequisites (modules: 01, 02, 03, "
+        "04).")
+
+
+def test_the_scan_flags_imports_of_the_graded_module_and_paths_into_the_course(tmp_path):
+    course = Course(tmp_path)
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("from tinytorch.core.tensor import Tensor as _T"),
+        nbformat.v4.new_code_cell("import importlib\nimportlib.import_module('tinytorch.core.tensor')"),
+        nbformat.v4.new_code_cell("import tito.core.registry"),
+        nbformat.v4.new_code_cell("open('../../../gradebook.db', 'rb').read()"),
+        nbformat.v4.new_code_cell(f"print(open({str(tmp_path / 'source')!r}).read())"),
+        nbformat.v4.new_code_cell("import numpy as np\nx = np.ones(3)"),
+    ])
+    flags = static_flags(course, M, notebook)
+    assert "cell 0: imports tinytorch.core.tensor.Tensor (its own module)" in flags
+    assert "cell 1: names tinytorch.core.tensor (its own module)" in flags
+    assert "cell 2: imports tito.core.registry" in flags
+    assert "cell 3: mentions 'gradebook' (a path into the course?)" in flags
+    assert "cell 3: mentions '../' (a path into the course?)" in flags
+    assert f"cell 4: names the course folder {tmp_path}" in flags
+    assert not any(f.startswith("cell 5") for f in flags)
+    # Module 02 builds on 01: importing the Tensor is what its lesson does.
+    assert static_flags(course, get_module(2), nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("from tinytorch.core.tensor import Tensor")])) == []
+
+
+def test_autograde_refuses_without_a_sandbox_unless_unsafe(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on it
+    monkeypatch.setattr(sandbox, "_checked", {})
+    with pytest.raises(GradingError) as error:
+        prepare_run(Course(tmp_path), M)
+    assert "bubblewrap (`bwrap`) is not installed" in str(error.value)
+    assert "`--unsafe` grades without one" in str(error.value)
+    with prepare_run(Course(tmp_path), M, unsafe=True) as run:
+        assert not run.sandboxed
+        assert (run.package / "tinytorch" / "core" / "tensor.py").read_text().startswith(
+            "# PLACEHOLDER written by `tito nbgrader autograde`")
 
 
 @pytest.mark.slow
@@ -187,10 +254,17 @@ def graded(tmp_path_factory):
     target.parent.mkdir(parents=True)
     shutil.copy(subs / "abe.ipynb", target)
 
+    # In the sandbox where there is one (tests/test_autograde_sandbox.py tests it), else
+    # --unsafe: this file tests the grading, not the sandbox.
+    unsafe = [] if sandbox.unavailable() is None else ["--unsafe"]
     out["autograde"] = run_tito("nbgrader", "autograde", "01", "--timeout", str(TIME_LIMIT),
-                                cwd=course)
+                                *unsafe, cwd=course)
     out["feedback"] = run_tito("nbgrader", "feedback", "01", cwd=course)
     out["report"] = run_tito("nbgrader", "report", cwd=course)
+    for width in (80, 200):
+        out[f"report{width}"] = subprocess.run(
+            [sys.executable, "-m", "tito", "nbgrader", "report"], cwd=course,
+            capture_output=True, text=True, env={**os.environ, "COLUMNS": str(width)})
     with Course(course).gradebook() as gb:
         out["scores"] = {
             s: {g.name: (g.score, g.max_score, g.needs_manual_grade)
@@ -321,6 +395,10 @@ def test_report_csv_and_table(graded):
     for student, score in expected.items():
         assert float(rows[student]["score"]) == score, rows[student]
         assert float(rows[student]["max_score"]) == TOTAL
+        assert rows[student]["status"] == "graded"
+    # abe's notebook could not be graded: that is not a zero (bob's 0 is).
+    assert rows["abe"]["score"] == "not graded" and rows["abe"]["raw_score"] == "not graded"
+    assert rows["abe"]["status"].startswith("not graded: autograde failed")
     table = {line.split("│")[0].strip(): [cell.strip() for cell in line.split("│")[1:]]
              for line in done.stdout.splitlines() if "│" in line}
     assert table["alice"] == [f"{POINTS[k]:g}" for k in POINTS] + [f"{TOTAL:g}"]
@@ -328,10 +406,30 @@ def test_report_csv_and_table(graded):
     assert table["carol"][list(POINTS).index("test_unit_arithmetic")] == "0"
     assert table["erin !"][list(POINTS).index("test_unit_shapes")] == "0*"
     assert table["dave !"][list(POINTS).index("test_unit_reductions")] == "0"
-    assert table["abe !"] == ["-"] * 8
+    assert table["abe !"] == ["-"] * 7 + ["not graded"]
     out = _out(done)
     assert "! dave: stopped at the time limit: test_unit_reductions" in out
     assert "! erin: graded test test_unit_arithmetic was edited" in out
     assert "! erin: graded test test_unit_shapes was deleted" in out
     assert "! abe: not graded: run `tito nbgrader autograde 01 --student abe`" in out
     assert "grades.csv" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [80, 200])
+def test_report_is_readable_at_any_width(graded, width):
+    done = graded[f"report{width}"]
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert max(len(line) for line in lines) <= width
+    header = next(i for i, line in enumerate(lines) if "┃" in line)
+    heads = " ".join(line for line in lines[header:header + 4] if "┃" in line)
+    if width == 200:  # every test's name whole in the header
+        for name in POINTS:
+            assert name.removeprefix("test_unit_") in heads
+    else:  # numbered columns, and a legend that names each test with its points
+        for i, (name, points) in enumerate(POINTS.items(), 1):
+            assert f"#{i}" in heads
+            assert f"#{i} {name} ({points:g} points)" in done.stdout
+    rows = {line.split("│")[0].strip(): line for line in lines if "│" in line}
+    assert f"{TOTAL:g}" in rows["alice"] and "not graded" in rows["abe !"]

@@ -5,10 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from rich.markup import escape
+from rich.measure import Measurement
 
-from ..core import grading
+from ..core import grading, sandbox
 from ..core.grading import Course, GradingError
-from ..core.registry import COURSE_ROOT, Module, UnknownModule, get_module, written_modules
+from ..core.registry import (COURSE_ROOT, Module, UnknownModule, get_module, prerequisites,
+                             written_modules)
 from ..core.ui import Failure, console, table
 
 
@@ -166,6 +169,8 @@ def _details(r: grading.StudentResult, timeout: int | None = None) -> None:
         console.print(f"      [magenta]⏱ {name}[/] stopped at the time limit{limit}: {effect}")
     for change in r.locked_changes:
         console.print(f"      [bold red]⚠ {change.explain()}[/]")
+    for flag in r.flags:
+        console.print(f"      [bold red]⚑ flagged: {escape(flag)}[/]")
     failed = [t.name for t in r.tests if t.score < t.max_score and t.name not in r.timed_out]
     if failed and r.status == "graded":
         lost = "every test" if len(failed) == len(r.tests) else ", ".join(failed)
@@ -180,12 +185,24 @@ def _details(r: grading.StudentResult, timeout: int | None = None) -> None:
 @click.option("--timeout", type=click.IntRange(min=1),
               help="Per-cell time limit for this run, in seconds (default: nbgrader_config.py).")
 @click.option("--student", "students", multiple=True, help="Grade only this student (repeatable).")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Students graded at once, each in its own sandbox.")
+@click.option("--memory", type=click.IntRange(min=256), default=sandbox.Limits.memory_mb,
+              show_default=True, help="Memory (address space) limit of a student's kernel, MiB.")
+@click.option("--processes", type=click.IntRange(min=16), default=sandbox.Limits.processes,
+              show_default=True, help="Processes and threads a student's kernel may run.")
+@click.option("--unsafe", is_flag=True,
+              help="Grade without the sandbox (where bubblewrap is missing, e.g. macOS): "
+                   "students' code then runs with your rights.")
 @click.pass_context
-def autograde(ctx, number, timeout, students):
-    """Run `nbgrader autograde` on every submission of module NUMBER, one student at a time.
+def autograde(ctx, number, timeout, students, jobs, memory, processes, unsafe):
+    """Run `nbgrader autograde` on every submission of module NUMBER.
 
-    A student whose notebook crashes nbgrader or hangs is reported and the others are
-    still graded; a cell that runs past the time limit is interrupted and scores zero.
+    Each student's notebook runs in a sandbox (bubblewrap: no network, nothing of the course
+    visible, memory and process limits) whose `tinytorch` holds only the module's
+    prerequisites. A student whose notebook crashes nbgrader or hangs is reported and the
+    others are still graded; a cell that runs past the time limit is interrupted and scores
+    zero; code that imports what it should write, or reaches for the course, is flagged.
     """
     m = _module(number)
     course = _course(ctx)
@@ -207,19 +224,34 @@ def autograde(ctx, number, timeout, students):
                       f"collect {m.key} PATH...` first.")
     limit = timeout or settings["timeout"] or grading.DEFAULT_TIMEOUT
     source = "this run's --timeout" if timeout else grading.CONFIG_NAME
+    limits = sandbox.Limits(memory_mb=memory, processes=processes)
+    try:
+        run = grading.prepare_run(course, m, unsafe, limits)
+    except GradingError as error:
+        raise Failure(str(error)) from None
+    provided = ", ".join(f"{n:02d}" for n in prerequisites(m.number)) or "none"
+    jobs = min(jobs, len(chosen))
     console.print(f"Autograding {m.dirname} for {len(chosen)} student(s) with nbgrader, "
-                  f"time limit {limit} s per cell ({source}) ...")
-    results = []
-    for student in chosen:
-        r = grading.autograde_student(course, m, student, limit)
-        results.append(r)
-        console.print(_summary_line(r))
-        _details(r, limit)
+                  f"time limit {limit} s per cell ({source}), {jobs} at a time ...")
+    console.print(f"  tinytorch in the grading kernel: prerequisites of {m.key} only "
+                  f"(modules: {provided})")
+    if run.sandboxed:
+        console.print(f"  sandbox: bubblewrap, no network, course folder invisible, "
+                      f"{memory} MiB memory, {processes} processes per student")
+    else:
+        console.print("  [bold red]--unsafe: no sandbox[/]: students' code runs with your "
+                      "rights and can read and change the course folder")
+    with run:
+        results = grading.autograde_all(
+            course, m, chosen, limit, run, jobs,
+            done=lambda r: (console.print(_summary_line(r)), _details(r, limit)))
     bad = [r for r in results if r.status != "graded"]
     flagged = [r for r in results if r.locked_changes]
+    reaching = [r for r in results if r.flags]
     graded = len(results) - len(bad)
     console.print(f"{graded} graded, {len(bad)} not graded"
                   + (f", {len(flagged)} with changed locked cells" if flagged else "")
+                  + (f", {len(reaching)} flagged for review" if reaching else "")
                   + f". Next: `tito nbgrader feedback {m.key}`, `tito nbgrader report`")
     if bad:
         raise SystemExit(1)
@@ -251,6 +283,16 @@ def feedback(ctx, number):
 
 
 # ---- report ---------------------------------------------------------------------------------
+def _report_table(title: str, headers: list[str], total: float, rows: list[list[str]]):
+    t = table("student", *headers, f"total\n/{_points(total)}", title=title)
+    for column in t.columns:
+        column.overflow = "fold"
+    t.columns[0].no_wrap = True
+    for row in rows:
+        t.add_row(*row)
+    return t
+
+
 def _cell(score: grading.CellScore | None) -> str:
     if score is None:
         return "[dim]-[/]"
@@ -281,11 +323,9 @@ def report(ctx, numbers, csv_path):
         names = [name for name, _ in rep.tests]
         short = [n.removeprefix("test_unit_") for n in names]
         total = sum(p for _, p in rep.tests)
-        t = table("student", *[f"{s}\n/{_points(p)}" for s, (_, p) in zip(short, rep.tests)],
-                  f"total\n/{_points(total)}",
-                  title=f"{rep.module.dirname}: {len(rep.students)} student(s), "
-                        f"{len(names)} graded tests")
-        notes = []
+        title = (f"{rep.module.dirname}: {len(rep.students)} student(s), "
+                 f"{len(names)} graded tests")
+        rows, notes = [], []
         for r in rep.students:
             by_name = {s.name: s for s in r.tests}
             said = []
@@ -297,15 +337,29 @@ def report(ctx, numbers, csv_path):
             if r.timed_out:
                 said.append("stopped at the time limit: " + ", ".join(r.timed_out))
             said += [c.explain() for c in r.locked_changes]
+            said += [f"flagged: {flag}" for flag in r.flags]
             notes += [(r.student, text) for text in said]
             graded = r.status == "graded"
-            t.add_row(r.student + (" [yellow]![/]" if said else ""),
-                      *[_cell(by_name.get(n)) if graded else "[dim]-[/]" for n in names],
-                      _points(r.score) if graded else "[dim]-[/]")
+            rows.append([r.student + (" [yellow]![/]" if said else ""),
+                         *[_cell(by_name.get(n)) if graded else "[dim]-[/]" for n in names],
+                         _points(r.score) if graded else "[dim]not graded[/]"])
+        # Test names as headers when they fit the terminal, else numbers and a legend: the
+        # table stays readable at any width (COLUMNS), nothing is cut off.
+        headers = [f"{s}\n/{_points(p)}" for s, (_, p) in zip(short, rep.tests)]
+        t = _report_table(title, headers, total, rows)
+        legend = False
+        wide = console.options.update(max_width=10**5)
+        if Measurement.get(console, wide, t).maximum > console.width:
+            t = _report_table(title, [f"#{i}\n/{_points(p)}" for i, (_, p)
+                                      in enumerate(rep.tests, 1)], total, rows)
+            legend = True
         console.print(t)
+        if legend:
+            for i, (name, points) in enumerate(rep.tests, 1):
+                console.print(f"  #{i} {name} ({_points(points)} points)")
         if any(s.needs_manual for r in rep.students for s in r.tests):
             console.print("  [dim]* zero until graded by hand in nbgrader (formgrader)[/]")
         for student, text in notes:
-            console.print(f"  [yellow]![/] {student}: {text}")
+            console.print(f"  [yellow]![/] {escape(student)}: {escape(text)}")
     console.print(f"CSV (nbgrader export): {csv_path}; one row per student and assignment, "
-                  "0 where a student has no submission")
+                  "`not graded` (not 0) where no notebook was graded, and a status column")

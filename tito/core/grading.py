@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import functools
 import os
 import re
 import shutil
@@ -32,10 +33,12 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from dataclasses import replace as dataclass_replace
 from pathlib import Path
 
+from . import sandbox
 from .notebook import SOLUTION_BEGIN, SOLUTION_END, NotebookError, to_ipynb
-from .registry import Module
+from .registry import COURSE_ROOT, MODULES, Module, get_module, prerequisites
 from .release import nbgrader_env
 
 CONFIG_NAME = "nbgrader_config.py"
@@ -399,7 +402,7 @@ _EXCEPTION = re.compile(r"^\s*[A-Za-z_][\w.]*(Error|Exception|Exit)\b(:|$)")
 
 
 def run_nbgrader(course: Course, args: list[str], wall_timeout: float | None = None,
-                 log: str | None = None) -> NbgraderRun:
+                 log: str | None = None, env: dict[str, str] | None = None) -> NbgraderRun:
     """``python -m nbgrader ARGS`` in the course folder; killed whole after ``wall_timeout``.
 
     nbgrader runs in a process group of its own, killed whole when it overruns (or when tito
@@ -408,9 +411,17 @@ def run_nbgrader(course: Course, args: list[str], wall_timeout: float | None = N
     also kept in ``logs/<log>.log`` of the course.
     """
     command = [sys.executable, "-m", "nbgrader", *args, f"--CourseDirectory.root={course.root}"]
+    full_env = {**nbgrader_env(), **(env or {})}
+    # In a virtual environment made with --system-site-packages, nbconvert's templates (used
+    # by generate_feedback) live in the base Python's share/jupyter, which Jupyter does not
+    # search by itself.
+    base_share = Path(sys.base_prefix) / "share" / "jupyter"
+    if sys.base_prefix != sys.prefix and base_share.is_dir():
+        full_env["JUPYTER_PATH"] = os.pathsep.join(
+            p for p in (full_env.get("JUPYTER_PATH", ""), str(base_share)) if p)
     start = time.perf_counter()
     process = subprocess.Popen(
-        command, cwd=course.root, env=nbgrader_env(), stdout=subprocess.PIPE,
+        command, cwd=course.root, env=full_env, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )
     try:
@@ -577,6 +588,7 @@ class StudentResult:
     error: str = ""
     seconds: float = 0.0
     stale: bool = False  # submitted again after it was autograded
+    flags: list[str] = field(default_factory=list)  # what the code reached for (see *_flags)
 
     @property
     def score(self) -> float:
@@ -663,16 +675,20 @@ def student_result(course: Course, m: Module, student: str, gb=None) -> StudentR
     def fill(book):
         if submitted.is_file():
             try:
-                result.locked_changes = locked_cell_changes(
-                    book, m, _nbformat().read(submitted, as_version=4))
+                notebook = _nbformat().read(submitted, as_version=4)
             except Exception:
-                pass
+                notebook = None
+            if notebook is not None:
+                result.locked_changes = locked_cell_changes(book, m, notebook)
+                result.flags = static_flags(course, m, notebook, book)
         if graded_nb.is_file():
             result.status = "graded"
             result.stale = submitted.is_file() and (
                 submitted.stat().st_mtime > graded_nb.stat().st_mtime)
             result.tests = scores_per_test(book, m, student)
-            result.timed_out = timed_out_cells(_nbformat().read(graded_nb, as_version=4))
+            graded_notebook = _nbformat().read(graded_nb, as_version=4)
+            result.timed_out = timed_out_cells(graded_notebook)
+            result.flags += runtime_flags(graded_notebook)
 
     if gb is not None:
         fill(gb)
@@ -682,32 +698,373 @@ def student_result(course: Course, m: Module, student: str, gb=None) -> StudentR
     return result
 
 
+# ---- grading module N against N's prerequisites only ------------------------------------------
+GRADING_PLACEHOLDER = "# PLACEHOLDER written by `tito nbgrader autograde`"
+# What a kernel says when a notebook imports what grading does not provide (see below).
+_NOT_PROVIDED = ("does not build on", "the module being graded", "comes from module")
+
+
+def _placeholder(target: Module, graded: Module, provided: list[Module]) -> str:
+    if target.number == graded.number:
+        why = (f"tinytorch.{target.target} is module {target.key} ({target.title}), the module "
+               "being graded: its code must be written in this notebook, not imported.")
+    else:
+        have = ", ".join(p.key for p in provided) or "none"
+        why = (f"tinytorch.{target.target} is module {target.key} ({target.title}), which "
+               f"module {graded.key} ({graded.title}) does not build on: grading {graded.key} "
+               f"provides only its prerequisites (modules: {have}).")
+    return f"{GRADING_PLACEHOLDER}\nraise ImportError({why!r})\n"
+
+
+def prerequisite_package(m: Module, dest: Path) -> Path:
+    """``dest/tinytorch``: the reference exports of ``prerequisites(m)`` only.
+
+    Every other module's file (``m``'s own included) is a placeholder whose ImportError names
+    the module; the package's ``__init__`` files say which module a missing name comes from.
+    """
+    from .exporter import init_files, reference_export, reference_plan, write_plan
+
+    provided = [get_module(n) for n in prerequisites(m.number)]
+    dest.mkdir(parents=True, exist_ok=True)
+    plan = reference_plan(only=provided, root=dest)
+    present = {p.number: reference_export(p).names for p in provided}
+    missing: dict[str, Module] = {}
+    for other in MODULES:
+        if other.number in present:
+            continue
+        plan[other.target_path] = _placeholder(other, m, provided)
+        if other.written:
+            for name in reference_export(other).names:
+                if not any(name in names for names in present.values()):
+                    missing.setdefault(name, other)
+    plan.update(init_files(present, missing, f"grading module {m.key}: prerequisites only"))
+    write_plan(dest, plan)
+    return dest
+
+
+def forbidden_imports(m: Module) -> tuple[dict[str, Module], dict[str, Module]]:
+    """(export target -> module, public name -> module) a solution of ``m`` must not import."""
+    return _forbidden(m.number)
+
+
+@functools.lru_cache(maxsize=None)
+def _forbidden(number: int) -> tuple[dict[str, Module], dict[str, Module]]:
+    from .exporter import reference_export
+
+    m = get_module(number)
+    allowed = set(prerequisites(m.number))
+    targets = {o.target: o for o in MODULES if o.number not in allowed}
+    allowed_names = {n for o in MODULES if o.number in allowed and o.written
+                     for n in reference_export(o).names}
+    names: dict[str, Module] = {}
+    for o in MODULES:
+        if o.number not in allowed and o.written:
+            for n in reference_export(o).names:
+                if n not in allowed_names:
+                    names.setdefault(n, o)
+    return targets, names
+
+
+# Reaching for the course from a notebook: the repository, nbgrader's folders, tito itself.
+_COURSE_WORDS = re.compile(
+    r"gradebook|nbgrader_config|\bsubmitted\b|\bautograded\b|\bsource/|COURSE_ROOT|"
+    r"\.tito\b|\.\./|getcwd|Path\.cwd|Path\.home|expanduser|/root\b|/home/"
+)
+
+
+def _editable_cells(gb, m: Module, notebook) -> list[tuple[str, str]]:
+    """(name, source) of every code cell nbgrader runs as the student wrote it.
+
+    Locked cells of the release are replaced by their originals before grading, so only the
+    other cells (solution cells and any cell the student added) are the student's code.
+    """
+    from nbgrader.api import MissingEntry
+
+    locked: set[str] = set()
+    if gb is not None:
+        try:
+            locked = {c.name for c in gb.find_notebook(m.slug, m.dirname).source_cells
+                      if c.locked}
+        except MissingEntry:
+            pass
+    cells = []
+    for index, cell in enumerate(notebook.cells):
+        if cell.cell_type != "code":
+            continue
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if gid in locked:
+            continue
+        cells.append((gid or f"cell {index}", cell.source))
+    return cells
+
+
+def _imported(tree) -> list[tuple[str, list[str]]]:
+    """(module, names) of every import statement in an AST."""
+    import ast
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(a.name, []) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.append((node.module, [a.name for a in node.names]))
+    return found
+
+
+def static_flags(course: Course, m: Module, notebook, gb=None) -> list[str]:
+    """What the student's own cells reach for that grading does not allow, one line each.
+
+    A static scan (grading goes on; these are for the instructor to review): imports of the
+    graded module's own export or of a module it does not build on, imports of ``tito`` or
+    ``nbgrader``, and paths into the course (the repository, the gradebook, ``source/``,
+    other submissions, the instructor's home).
+    """
+    flags = _scan(course, m, _editable_cells(gb, m, notebook))
+    reference = course.source_notebook(m)
+    if flags and reference.is_file():  # what the reference solution itself does is fine
+        known = _reference_flags(course.root, m.number, reference.stat().st_mtime)
+        flags = [f for f in flags if f not in known]
+    return flags
+
+
+@functools.lru_cache(maxsize=32)
+def _reference_flags(root: Path, number: int, mtime: float) -> frozenset[str]:
+    m = get_module(number)
+    try:
+        notebook = _nbformat().read(Course(root).source_notebook(m), as_version=4)
+    except Exception:
+        return frozenset()
+    return frozenset(_scan(Course(root), m, _editable_cells(None, m, notebook)))
+
+
+def _scan(course: Course, m: Module, cells: list[tuple[str, str]]) -> list[str]:
+    import ast
+
+    targets, names = forbidden_imports(m)
+    flags: list[str] = []
+    paths = {str(course.root), str(COURSE_ROOT)}
+    for name, source in cells:
+        said: list[str] = []
+        code = "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln
+                         for ln in source.splitlines())
+        try:
+            tree = ast.parse(code)
+        except SyntaxError:
+            tree = None
+        for module, imported in _imported(tree) if tree is not None else []:
+            top = module.split(".")[0]
+            if top in ("tito", "nbgrader"):
+                said.append(f"imports {module}")
+                continue
+            if top != "tinytorch":
+                continue
+            dotted = module.removeprefix("tinytorch").lstrip(".")
+            for item in imported or [""]:
+                full = ".".join(p for p in (dotted, item) if p)
+                owner = next((o for t, o in targets.items()
+                              if full == t or full.startswith(t + ".")
+                              or (dotted and (dotted == t or dotted.startswith(t + ".")))),
+                             None)
+                if owner is None and item in names:
+                    owner = names[item]
+                if owner is not None:
+                    what = "its own module" if owner.number == m.number else (
+                        f"module {owner.key}, not a prerequisite")
+                    shown = module + (f".{item}" if item and item != "*" else "")
+                    said.append(f"imports {shown} ({what})")
+        for match in re.finditer(r"tinytorch[./\\]([A-Za-z_][\w./\\]*)", source):
+            dotted = re.sub(r"[/\\]", ".", match.group(1)).removesuffix(".py")
+            owner = next((o for t, o in targets.items()
+                          if dotted == t or dotted.startswith(t + ".")), None)
+            text = f"names tinytorch.{dotted}"
+            if owner is not None and not any(f"tinytorch.{dotted}" in s for s in said):
+                said.append(text + (" (its own module)" if owner.number == m.number
+                                    else f" (module {owner.key}, not a prerequisite)"))
+        for path in paths:
+            if path in source:
+                said.append(f"names the course folder {path}")
+        for word in sorted({w.group(0) for w in _COURSE_WORDS.finditer(source)}):
+            said.append(f"mentions {word!r} (a path into the course?)")
+        flags += [f"{name}: {text}" for text in dict.fromkeys(said)]
+    return flags
+
+
+_SANDBOX_ERRORS = (
+    ("PermissionError", "", "denied by the sandbox"),
+    ("OSError", "Read-only file system", "denied by the sandbox (read-only)"),
+    ("ConnectionRefusedError", "", "tried the network (there is none in the sandbox)"),
+    ("OSError", "Network is unreachable", "tried the network (there is none in the sandbox)"),
+    ("MemoryError", "", "ran past the memory limit"),
+    ("BlockingIOError", "Resource temporarily unavailable", "ran past the process limit"),
+    ("ModuleNotFoundError", "tito", "imported tito (not in the sandbox)"),
+    ("ModuleNotFoundError", "nbgrader", "imported nbgrader (not in the sandbox)"),
+)
+
+
+def runtime_flags(notebook) -> list[str]:
+    """Errors in the graded notebook that the sandbox or the prerequisite package caused."""
+    flags = []
+    for index, cell in enumerate(notebook.cells):
+        name = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or f"cell {index}"
+        for output in cell.get("outputs", []):
+            if output.get("output_type") != "error":
+                continue
+            ename, evalue = output.get("ename", ""), str(output.get("evalue", ""))
+            said = None
+            if ename in ("ImportError", "AttributeError") and (
+                    GRADING_PLACEHOLDER in evalue or any(w in evalue for w in _NOT_PROVIDED)):
+                said = "imported what grading does not provide"
+            for kind, part, text in _SANDBOX_ERRORS:
+                if said is None and ename == kind and part in evalue:
+                    said = text
+            if said:
+                flags.append(f"{name}: {said}: {ename}: {evalue[:200]}")
+    return flags
+
+
+@dataclass
+class GradingRun:
+    """What one `autograde` of a module shares between its students: the prerequisite
+    package, the kernelspec, the sandbox (or ``unsafe``: none) and its limits."""
+
+    module: Module
+    folder: Path
+    package: Path
+    jupyter: Path
+    sandboxed: bool
+    limits: sandbox.Limits
+    read_only: list[str] = field(default_factory=list)
+    hidden: list[str] = field(default_factory=list)
+
+    def close(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def __enter__(self) -> "GradingRun":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def prepare_run(course: Course, m: Module, unsafe: bool = False,
+                limits: sandbox.Limits | None = None) -> GradingRun:
+    """The prerequisite package and the kernel of one autograde run of module ``m``.
+
+    Refuses (GradingError) when there is no sandbox here and ``unsafe`` was not asked for.
+    """
+    import tempfile
+
+    reason = None if unsafe else sandbox.unavailable()
+    if reason:
+        raise GradingError(
+            f"autograde runs every student's code in a sandbox, and there is none here: "
+            f"{reason}. `--unsafe` grades without one (each student's code then runs with "
+            "your rights and can read the gradebook, source/ and other submissions); use it "
+            "only for submissions you trust.")
+    folder = Path(tempfile.mkdtemp(prefix="tito-grade-"))  # 0700: the instructor's only
+    try:
+        package = prerequisite_package(m, folder / "package")
+        jupyter = sandbox.write_kernelspec(folder / "jupyter", not unsafe, package)
+        run = GradingRun(m, folder, package, jupyter, not unsafe, limits or sandbox.Limits())
+        if run.sandboxed:
+            run.read_only, run.hidden = sandbox.python_folders([course.root, COURSE_ROOT])
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return run
+
+
 # ---- autograde, feedback, report ---------------------------------------------------------------
-def autograde_student(course: Course, m: Module, student: str, timeout: int | None = None
-                      ) -> StudentResult:
-    """``nbgrader autograde`` for one student, in its own process, with a wall-clock stop."""
+def autograde_student(course: Course, m: Module, student: str, timeout: int | None = None,
+                      run: GradingRun | None = None, slot: int = 0) -> StudentResult:
+    """``nbgrader autograde`` for one student, in its own process, with a wall-clock stop.
+
+    The notebook runs in ``run``'s kernel (sandboxed unless the run is unsafe) against the
+    prerequisite package; ``slot`` tells parallel jobs apart (each has its own sandbox user).
+    """
+    if run is None:
+        with prepare_run(course, m) as own:
+            return autograde_student(course, m, student, timeout, own, slot)
     if timeout is None:
         timeout = course.settings()["timeout"] or DEFAULT_TIMEOUT
     n_code = DEFAULT_CELLS
     source = course.source_notebook(m)
     if source.is_file():
         n_code = sum(c.cell_type == "code" for c in _nbformat().read(source, as_version=4).cells)
+    wall = (n_code + 1) * timeout + RUN_OVERHEAD
     args = ["autograde", m.dirname, f"--student={student}", "--force",
-            f"--ExecutePreprocessor.timeout={int(timeout)}"]
+            f"--ExecutePreprocessor.timeout={int(timeout)}",
+            f"--ExecutePreprocessor.kernel_name={sandbox.KERNEL_NAME}"]
+    runtime = run.folder / f"k{slot}"  # short: ipc socket paths must fit in 107 bytes
+    shutil.rmtree(runtime, ignore_errors=True)
+    runtime.mkdir(mode=0o700)
+    env = {"JUPYTER_PATH": os.pathsep.join(
+               p for p in (str(run.jupyter), os.environ.get("JUPYTER_PATH", "")) if p),
+           "JUPYTER_RUNTIME_DIR": str(runtime)}
+    if run.sandboxed:
+        # No network in the sandbox: ZMQ over unix sockets in this kernel's own folder (the
+        # connection file goes there too: jupyter_client makes it with mkstemp in TMPDIR).
+        args += ["--KernelManager.transport=ipc", f"--KernelManager.ip={runtime}/ipc"]
+        env["TMPDIR"] = str(runtime)
+        config = sandbox.KernelConfig(
+            output=str(course.autograded_notebook(m, student).parent),
+            runtime=str(runtime), package=str(run.package), python=sys.executable,
+            uid=sandbox.UID_BASE + slot,
+            limits=dataclass_replace(run.limits, cpu_seconds=min(run.limits.cpu_seconds,
+                                                                  int(wall))),
+            read_only=run.read_only, hidden=run.hidden)
+        env[sandbox.CONFIG_ENV] = str(config.write(run.folder / f"k{slot}.json"))
     # Stale results must not pass for new ones when this run fails.
     course.autograded_notebook(m, student).unlink(missing_ok=True)
-    wall = (n_code + 1) * timeout + RUN_OVERHEAD
-    run = run_nbgrader(course, args, wall_timeout=wall, log=f"{m.dirname}/autograde-{student}")
+    try:
+        done = run_nbgrader(course, args, wall_timeout=wall,
+                            log=f"{m.dirname}/autograde-{student}", env=env)
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
     result = student_result(course, m, student)
-    result.seconds = run.seconds
-    if run.returncode is None:
+    result.seconds = done.seconds
+    if done.returncode is None:
         result.status = "stopped"
         result.error = (f"nbgrader did not finish within {wall:.0f} s "
-                        f"and was stopped (with its kernel); its output: {run.log}")
-    elif not run.ok or result.status != "graded":
+                        f"and was stopped (with its kernel); its output: {done.log}")
+    elif not done.ok or result.status != "graded":
         result.status = "failed"
-        result.error = run.errors() or f"nbgrader exited with code {run.returncode}"
+        result.error = done.errors() or f"nbgrader exited with code {done.returncode}"
     return result
+
+
+def autograde_all(course: Course, m: Module, students: list[str], timeout: int,
+                  run: GradingRun, jobs: int = 1, done=None) -> list[StudentResult]:
+    """Every student of ``students`` graded, ``jobs`` at a time (results in that order).
+
+    Each job has a slot of its own (its sandbox user, its kernel folder). ``done(result)``
+    is called as each student finishes. nbgrader writes gradebook.db from every job; sqlite
+    serializes the writes itself (each autograde holds the lock for a few milliseconds).
+    """
+    import queue
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    slots: queue.Queue[int] = queue.Queue()
+    for k in range(max(1, jobs)):
+        slots.put(k)
+    lock = threading.Lock()
+
+    def one(student: str) -> StudentResult:
+        slot = slots.get()
+        try:
+            result = autograde_student(course, m, student, timeout, run, slot)
+        finally:
+            slots.put(slot)
+        if done is not None:
+            with lock:
+                done(result)
+        return result
+
+    if jobs <= 1:
+        return [one(s) for s in students]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(one, students))
 
 
 def feedback(course: Course, m: Module) -> tuple[NbgraderRun, dict[str, Path | None], list[str]]:
@@ -728,8 +1085,8 @@ def feedback(course: Course, m: Module) -> tuple[NbgraderRun, dict[str, Path | N
 def export_csv(course: Course, target: Path, modules: list[Module] | None = None) -> NbgraderRun:
     """``nbgrader export`` to CSV: one row per student and assignment (all, or ``modules``).
 
-    nbgrader lists every student of the gradebook under every assignment; a student with no
-    submission of an assignment scores 0 there.
+    nbgrader lists every student of the gradebook under every assignment and scores 0 where
+    it graded nothing; those rows are then marked ``not graded`` (see ``mark_not_graded``).
     """
     target = Path(target).resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -739,7 +1096,49 @@ def export_csv(course: Course, target: Path, modules: list[Module] | None = None
                        log="export")
     if not run.ok or not target.is_file():
         raise GradingError(f"nbgrader export failed:\n{run.errors()}")
+    mark_not_graded(course, target)
     return run
+
+
+NOT_GRADED = "not graded"
+
+
+def mark_not_graded(course: Course, path: Path) -> int:
+    """Rewrite nbgrader's CSV so that a notebook that was never graded does not read as 0.
+
+    nbgrader exports 0 for a student whose notebook it could not grade (it crashed on it,
+    the notebook was unreadable, or there is none). Those rows get ``not graded`` as their
+    score and a ``status`` column says why; a real zero stays 0.0. Returns the rows marked.
+    """
+    by_dir = {m.dirname: m for m in MODULES}
+    rows = read_csv(path)
+    if not rows:
+        return 0
+    marked = 0
+    for row in rows:
+        m = by_dir.get(row.get("assignment", ""))
+        if m is None:
+            row["status"] = ""
+            continue
+        student = row.get("student_id", "")
+        if course.autograded_notebook(m, student).is_file():
+            row["status"] = "graded"
+            continue
+        if course.submitted_notebook(m, student).is_file():
+            row["status"] = (f"{NOT_GRADED}: autograde failed or was not run "
+                             f"(logs/{m.dirname}/autograde-{student}.log)")
+        else:
+            row["status"] = f"{NOT_GRADED}: no submission"
+        for key in ("raw_score", "score"):
+            if key in row:
+                row[key] = NOT_GRADED
+        marked += 1
+    fields = [*rows[0].keys()]
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    return marked
 
 
 def read_csv(path: Path) -> list[dict]:
