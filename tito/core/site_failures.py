@@ -113,6 +113,9 @@ def run_mistake(m: Module, mistake: Mistake, timeout: float = 120) -> dict:
         nbformat.write(nb, path)
         report = run_notebook(path, COURSE_ROOT, timeout=timeout)
     result = next(r for r in report.tests if r.cell.grade_id == mistake.test)
+    # Where the error happened is a line of the planted copy of the reference solution: it
+    # means nothing to a reader and would show solution code on the page, so it is left out.
+    result.where = None
     return {
         "test": mistake.test,
         "cell": mistake.cell,
