@@ -73,3 +73,101 @@ def test_softmax_both_spellings_is_a_type_error():
     ):
         with pytest.raises(TypeError, match="both axis=0 and dim=1"):
             call()
+
+
+# ---- optimizers: parameter groups and exact resumption (module 07) ---------------------
+from tinytorch.core.optimizers import SGD, Adam, AdamW  # noqa: E402
+
+
+def _problem(seed=0):
+    rng = np.random.default_rng(seed)
+    weights = [rng.standard_normal(s).astype(np.float32) for s in ((4, 3), (3,), (3, 2))]
+    grads = [[rng.standard_normal(w.shape).astype(np.float32) for w in weights] for _ in range(8)]
+    return weights, grads
+
+
+def _groups_ours(ts, kind):
+    return [{"params": [ts[0], ts[2]]}, {"params": [ts[1]], "weight_decay": 0.0, "lr": 0.02}]
+
+
+def _make(kind, groups):
+    if kind == "sgd":
+        return SGD(groups, lr=0.1, momentum=0.9, weight_decay=0.01)
+    return AdamW(groups, lr=0.05, betas=(0.9, 0.99), weight_decay=0.1)
+
+
+def _make_torch(kind, groups):
+    if kind == "sgd":
+        return torch.optim.SGD(groups, lr=0.1, momentum=0.9, weight_decay=0.01)
+    return torch.optim.AdamW(groups, lr=0.05, betas=(0.9, 0.99), weight_decay=0.1)
+
+
+def _run(opt, ts, grads):
+    for step_grads in grads:
+        for t, g in zip(ts, step_grads):
+            t.grad = Tensor(g)
+        opt.step()
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adamw"])
+def test_param_groups_match_torch(kind):
+    weights, grads = _problem()
+    ts = [Tensor(w.copy()) for w in weights]
+    opt = _make(kind, _groups_ours(ts, kind))
+    tt = [torch.tensor(w.copy(), requires_grad=True) for w in weights]
+    topt = _make_torch(kind, [{"params": [tt[0], tt[2]]},
+                              {"params": [tt[1]], "weight_decay": 0.0, "lr": 0.02}])
+    assert [len(g["params"]) for g in opt.param_groups] == [2, 1]
+    assert opt.param_groups[1]["weight_decay"] == 0.0 and opt.param_groups[0]["weight_decay"] > 0
+    for n, step_grads in enumerate(grads):
+        if n == 4:  # change one group's lr the PyTorch way
+            opt.param_groups[0]["lr"] = 0.03
+            topt.param_groups[0]["lr"] = 0.03
+        for t, tw, g in zip(ts, tt, step_grads):
+            t.grad = Tensor(g)
+            tw.grad = torch.from_numpy(g.copy())
+        opt.step()
+        topt.step()
+    for t, tw in zip(ts, tt):
+        np.testing.assert_allclose(t.data, tw.detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert opt.param_groups[0]["lr"] == 0.03 and opt.param_groups[1]["lr"] == 0.02
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adamw"])
+def test_state_dict_resumes_bit_for_bit_with_groups(kind):
+    weights, grads = _problem(1)
+    straight = [Tensor(w.copy()) for w in weights]
+    opt = _make(kind, _groups_ours(straight, kind))
+    opt.param_groups[0]["lr"] = 0.04  # a changed lr must be saved too
+    _run(opt, straight, grads)
+
+    resumed = [Tensor(w.copy()) for w in weights]
+    first = _make(kind, _groups_ours(resumed, kind))
+    first.param_groups[0]["lr"] = 0.04
+    _run(first, resumed, grads[:3])
+    # through an .npz-like conversion: every value becomes an array
+    saved = {k: np.asarray(v) for k, v in first.state_dict().items()}
+    second = _make(kind, _groups_ours(resumed, kind))
+    second.load_state_dict(saved)
+    assert second.param_groups[0]["lr"] == 0.04 and second.param_groups[1]["lr"] == 0.02
+    _run(second, resumed, grads[3:])
+    for a, b in zip(resumed, straight):
+        assert np.array_equal(a.data, b.data)
+    assert second.steps == opt.steps == len(grads)
+
+
+def test_param_group_errors_and_lr_attribute():
+    a, b = Tensor(np.zeros(2)), Tensor(np.zeros(3))
+    with pytest.raises(ValueError, match="more than one parameter group"):
+        SGD([{"params": [a]}, {"params": [a, b]}], lr=0.1)
+    with pytest.raises(ValueError, match="no 'params'"):
+        SGD([{"lr": 0.1}], lr=0.1)
+    with pytest.raises(TypeError, match="wd"):
+        SGD([{"params": [a], "wd": 0.1}], lr=0.1).param_groups
+    opt = Adam([{"params": [a]}, {"params": [b], "lr": 0.5}], lr=0.1)
+    opt.lr = 0.2  # the module 08 schedule loop sets optimizer.lr: every group follows
+    assert [g["lr"] for g in opt.param_groups] == [0.2, 0.2] and opt.lr == 0.2
+    other = Adam([{"params": [a]}], lr=0.1)
+    with pytest.raises(ValueError, match="parameter group 1"):
+        other.load_state_dict({**opt.state_dict(), "num_params": 1,
+                               "param.0.step": 0})  # wrong number of groups
