@@ -171,3 +171,101 @@ def test_param_group_errors_and_lr_attribute():
     with pytest.raises(ValueError, match="parameter group 1"):
         other.load_state_dict({**opt.state_dict(), "num_params": 1,
                                "param.0.step": 0})  # wrong number of groups
+
+
+# ---- tinytorch.optim.lr_scheduler (module 08) -------------------------------------------
+def _lr_pairs(make_ours, make_torch, steps=40, lrs=(0.1, 0.02)):
+    """lr sequences (one list per group) from ours and torch's, .step() after each step."""
+    ours_opt = SGD([{"params": [Tensor(np.zeros(2))], "lr": lr} for lr in lrs], lr=lrs[0])
+    torch_opt = torch.optim.SGD(
+        [{"params": [torch.zeros(2, requires_grad=True)], "lr": lr} for lr in lrs], lr=lrs[0]
+    )
+    ours, theirs = make_ours(ours_opt), make_torch(torch_opt)
+    got, want = [], []
+    for _ in range(steps):
+        got.append([g["lr"] for g in ours_opt.param_groups])
+        want.append([g["lr"] for g in torch_opt.param_groups])
+        assert ours.get_last_lr() == got[-1]
+        torch_opt.step()  # torch warns when the scheduler steps before the optimizer
+        ours.step()
+        theirs.step()
+    return np.array(got), np.array(want)
+
+
+def test_lr_scheduler_namespace():
+    import tinytorch.optim
+    from tinytorch.optim.lr_scheduler import CosineWarmupLR, LambdaLR, StepLR  # noqa: F401
+
+    assert tinytorch.optim.lr_scheduler.StepLR is StepLR
+
+
+def test_step_lr_matches_torch():
+    from tinytorch.optim import lr_scheduler
+
+    got, want = _lr_pairs(lambda o: lr_scheduler.StepLR(o, step_size=7, gamma=0.5),
+                          lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=7, gamma=0.5))
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+
+
+def test_lambda_lr_matches_torch():
+    from tinytorch.optim import lr_scheduler
+
+    def f(s):
+        return 1.0 / (1.0 + 0.3 * s)
+
+    got, want = _lr_pairs(lambda o: lr_scheduler.LambdaLR(o, f),
+                          lambda o: torch.optim.lr_scheduler.LambdaLR(o, f))
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+
+
+def test_cosine_warmup_lr_matches_torch():
+    from tinytorch.optim import lr_scheduler
+
+    w, total, min_lr = 5, 30, 1e-3
+
+    def nanogpt(base):  # nanoGPT's get_lr, written out independently, as a factor of base
+        def f(s):
+            if s < w:
+                return (s + 1) / (w + 1)
+            if s > total:
+                return min_lr / base
+            ratio = 0.5 * (1 + np.cos(np.pi * (s - w) / (total - w)))
+            return (min_lr + ratio * (base - min_lr)) / base
+        return f
+
+    got, want = _lr_pairs(
+        lambda o: lr_scheduler.CosineWarmupLR(o, warmup_steps=w, total_steps=total, min_lr=min_lr),
+        lambda o: torch.optim.lr_scheduler.LambdaLR(o, [nanogpt(0.1), nanogpt(0.02)]),
+    )
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+    # without warm-up it is torch's CosineAnnealingLR up to step total
+    got, want = _lr_pairs(
+        lambda o: lr_scheduler.CosineWarmupLR(o, warmup_steps=0, total_steps=total, min_lr=min_lr),
+        lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=total, eta_min=min_lr),
+        steps=total + 1,
+    )
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-15)
+
+
+def test_scheduler_state_dict_resumes_and_schedule_functions():
+    from tinytorch.core.training import CosineWarmup
+    from tinytorch.optim import lr_scheduler
+
+    sched_fn = CosineWarmup(max_lr=0.1, min_lr=0.01, warmup_steps=3, total_steps=20)
+    opt = SGD([Tensor(np.zeros(2))], lr=0.1)
+    sched = lr_scheduler.ScheduleLR(opt, sched_fn)
+    seen = []
+    for _ in range(10):
+        seen.append(opt.lr)
+        sched.step()
+    assert seen == [sched_fn(s) for s in range(10)]  # the function schedules, unchanged
+    saved = {k: np.asarray(v) for k, v in sched.state_dict().items()}
+    opt2 = SGD([Tensor(np.zeros(2))], lr=0.1)
+    other = lr_scheduler.ScheduleLR(opt2, sched_fn)
+    other.load_state_dict(saved)
+    other.step()
+    sched.step()
+    assert opt2.lr == opt.lr == sched_fn(11)
+    with pytest.raises(ValueError, match="parameter groups"):
+        lr_scheduler.StepLR(SGD([{"params": [Tensor(np.zeros(1))]}, {"params": [Tensor(
+            np.zeros(1))]}], lr=0.1), step_size=2).load_state_dict(saved)
