@@ -269,3 +269,75 @@ def test_scheduler_state_dict_resumes_and_schedule_functions():
     with pytest.raises(ValueError, match="parameter groups"):
         lr_scheduler.StepLR(SGD([{"params": [Tensor(np.zeros(1))]}, {"params": [Tensor(
             np.zeros(1))]}], lr=0.1), step_size=2).load_state_dict(saved)
+
+
+# ---- cross-entropy: (N, C, d1, ...), ignore_index, label_smoothing (module 04) ----------
+from tinytorch.core.losses import CrossEntropyLoss, cross_entropy  # noqa: E402
+
+CE_CASES = [  # (logits shape, ignore some targets, label_smoothing)
+    ((6, 5), False, 0.0), ((6, 5), True, 0.1), ((3, 4, 5), True, 0.0),
+    ((2, 4, 3, 2), True, 0.2), ((2, 4, 3), False, 0.3),
+]
+
+
+def _ce_inputs(shape, ignore, seed=0):
+    rng = np.random.default_rng(seed)
+    logits = rng.standard_normal(shape) * 2
+    target_shape = (shape[0],) + shape[2:]
+    target = rng.integers(0, shape[1], size=target_shape)
+    if ignore:
+        target.reshape(-1)[::3] = -100
+    return logits, target
+
+
+@pytest.mark.parametrize("shape,ignore,smoothing", CE_CASES)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_matches_torch(shape, ignore, smoothing, reduction):
+    logits, target = _ce_inputs(shape, ignore)
+    for dtype, tol in ((np.float32, 1e-5), (np.float64, 1e-12)):
+        x = Tensor(logits, dtype=dtype, requires_grad=True)
+        got = cross_entropy(x, target, reduction=reduction, label_smoothing=smoothing)
+        tx = torch.tensor(logits.astype(dtype), requires_grad=True)
+        want = F.cross_entropy(tx, torch.from_numpy(target), reduction=reduction,
+                               label_smoothing=smoothing)
+        assert got.shape == tuple(want.shape) and got.dtype == dtype
+        np.testing.assert_allclose(got.data, want.detach().numpy(), rtol=tol, atol=tol)
+        weights = np.random.default_rng(1).standard_normal(got.shape).astype(dtype)
+        (got * Tensor(weights, dtype=dtype)).sum().backward()
+        (want * torch.from_numpy(weights)).sum().backward()
+        np.testing.assert_allclose(x.grad.data, tx.grad.numpy(), rtol=tol, atol=tol)
+        assert x.grad.data.dtype == dtype
+
+
+@pytest.mark.parametrize("shape,ignore,smoothing", CE_CASES[1:4])
+def test_cross_entropy_gradient_finite_differences(shape, ignore, smoothing):
+    logits, target = _ce_inputs(shape, ignore, seed=2)
+    x = Tensor(logits, dtype=np.float64, requires_grad=True)
+    cross_entropy(x, target, label_smoothing=smoothing).backward()
+    eps, numeric = 1e-6, np.zeros_like(logits)
+    for i in np.ndindex(logits.shape):
+        up, down = logits.copy(), logits.copy()
+        up[i] += eps
+        down[i] -= eps
+        f_up = cross_entropy(Tensor(up, dtype=np.float64), target, label_smoothing=smoothing)
+        f_down = cross_entropy(Tensor(down, dtype=np.float64), target, label_smoothing=smoothing)
+        numeric[i] = (f_up.item() - f_down.item()) / (2 * eps)
+    np.testing.assert_allclose(x.grad.data, numeric, rtol=1e-6, atol=1e-8)
+
+
+def test_cross_entropy_all_ignored_is_nan_and_errors():
+    logits = Tensor(np.zeros((2, 3, 4), dtype=np.float32))
+    target = np.full((2, 4), -100)
+    assert np.isnan(cross_entropy(logits, target).item())
+    assert np.isnan(cross_entropy(logits, target, label_smoothing=0.1).item())
+    with pytest.raises(ValueError, match="label_smoothing"):
+        cross_entropy(logits, np.zeros((2, 4), dtype=np.int64), label_smoothing=1.5)
+    with pytest.raises(Exception, match=r"\(2, 3, 4\)"):  # a target fitting neither layout
+        cross_entropy(logits, np.zeros((2, 3), dtype=np.int64))
+    loss = CrossEntropyLoss(label_smoothing=0.1, ignore_index=0)
+    assert "label_smoothing=0.1" in repr(loss)
+    x = np.random.default_rng(3).standard_normal((4, 3)).astype(np.float32)
+    t = np.array([0, 1, 2, 1])
+    want = F.cross_entropy(torch.from_numpy(x), torch.from_numpy(t), ignore_index=0,
+                           label_smoothing=0.1)
+    np.testing.assert_allclose(loss(Tensor(x), t).item(), want.item(), rtol=1e-6)
