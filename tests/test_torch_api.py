@@ -341,3 +341,39 @@ def test_cross_entropy_all_ignored_is_nan_and_errors():
     want = F.cross_entropy(torch.from_numpy(x), torch.from_numpy(t), ignore_index=0,
                            label_smoothing=0.1)
     np.testing.assert_allclose(loss(Tensor(x), t).item(), want.item(), rtol=1e-6)
+
+
+# ---- Embedding(padding_idx=) (module 11) -------------------------------------------------
+from tinytorch.core.embeddings import Embedding  # noqa: E402
+
+
+@pytest.mark.parametrize("padding_idx", [0, 3, -1])
+def test_embedding_padding_idx_matches_torch(padding_idx):
+    ours = Embedding(6, 4, padding_idx=padding_idx)
+    row = padding_idx % 6
+    assert np.array_equal(ours.weight.data[row], np.zeros(4, np.float32))
+    assert ours.weight.data.dtype == np.float32 and f"padding_idx={row}" in repr(ours)
+    theirs = torch.nn.Embedding(6, 4, padding_idx=padding_idx)
+    with torch.no_grad():
+        theirs.weight.copy_(torch.from_numpy(ours.weight.data))
+    ids = np.array([[row, 1, 2, row], [5, row, 0, 3]])
+    out = ours(ids)
+    want = theirs(torch.from_numpy(ids))
+    np.testing.assert_array_equal(out.data, want.detach().numpy())
+    w = np.random.default_rng(0).standard_normal(out.shape).astype(np.float32)
+    (out * Tensor(w)).sum().backward()
+    (want * torch.from_numpy(w)).sum().backward()
+    np.testing.assert_allclose(ours.weight.grad.data, theirs.weight.grad.numpy(), atol=1e-6)
+    assert not ours.weight.grad.data[row].any()
+    # a padding row given a value (as PyTorch allows) is looked up as it is, still no gradient
+    ours.weight.data[row] = 2.0
+    ours.weight.grad = None
+    out = ours(ids)
+    np.testing.assert_array_equal(out.data[0, 0], np.full(4, 2.0, np.float32))
+    out.sum().backward()
+    assert not ours.weight.grad.data[row].any() and ours.weight.grad.data[1].all()
+
+
+def test_embedding_padding_idx_out_of_range():
+    with pytest.raises(ValueError, match=r"padding_idx=6.*\[0, 6\)"):
+        Embedding(6, 4, padding_idx=6)
