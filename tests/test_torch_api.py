@@ -377,3 +377,84 @@ def test_embedding_padding_idx_matches_torch(padding_idx):
 def test_embedding_padding_idx_out_of_range():
     with pytest.raises(ValueError, match=r"padding_idx=6.*\[0, 6\)"):
         Embedding(6, 4, padding_idx=6)
+
+
+# ---- LayerNorm(normalized_shape), elementwise_affine, RMSNorm eps (module 13) -----------
+from tinytorch.models.transformer import LayerNorm, RMSNorm  # noqa: E402
+
+
+@pytest.mark.parametrize("shape,affine,bias", [
+    (5, True, True), ((5,), False, True), ((3, 5), True, True), ((3, 5), True, False),
+    ((2, 3, 5), False, True),
+])
+def test_layer_norm_shapes_match_torch(shape, affine, bias):
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 4, 2, 3, 5)).astype(np.float32)
+    ours = LayerNorm(shape, elementwise_affine=affine, bias=bias)
+    theirs = torch.nn.LayerNorm(shape, elementwise_affine=affine, bias=bias)
+    if affine:
+        ours.weight.data[...] = rng.standard_normal(ours.weight.shape).astype(np.float32)
+        with torch.no_grad():
+            theirs.weight.copy_(torch.from_numpy(ours.weight.data))
+            if bias:
+                ours.bias.data[...] = rng.standard_normal(ours.bias.shape).astype(np.float32)
+                theirs.bias.copy_(torch.from_numpy(ours.bias.data))
+    else:
+        assert ours.weight is None and ours.bias is None
+        assert len(list(ours.parameters())) == 0 and "elementwise_affine=False" in repr(ours)
+    xt = Tensor(x, requires_grad=True)
+    tx = torch.tensor(x, requires_grad=True)
+    y, want = ours(xt), theirs(tx)
+    assert y.shape == x.shape and y.dtype == np.float32
+    np.testing.assert_allclose(y.data, want.detach().numpy(), rtol=1e-5, atol=1e-5)
+    w = rng.standard_normal(x.shape).astype(np.float32)
+    (y * Tensor(w)).sum().backward()
+    (want * torch.from_numpy(w)).sum().backward()
+    np.testing.assert_allclose(xt.grad.data, tx.grad.numpy(), rtol=1e-4, atol=1e-5)
+    if affine:
+        assert ours.weight.grad.shape == ours.weight.shape
+        np.testing.assert_allclose(ours.weight.grad.data, theirs.weight.grad.numpy(),
+                                   rtol=1e-4, atol=1e-4)
+
+
+def test_layer_norm_tuple_gradient_finite_differences():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 3, 4))
+    ln = LayerNorm((3, 4))
+    ln.weight.data = rng.standard_normal((3, 4))  # float64 weights, for the check
+    ln.bias.data = rng.standard_normal((3, 4))
+    w = rng.standard_normal(x.shape)
+
+    def f(xv, wv):
+        ln.weight.data = wv
+        return float(np.sum(ln(Tensor(xv, dtype=np.float64)).data * w))
+
+    xt = Tensor(x, dtype=np.float64, requires_grad=True)
+    weight0 = ln.weight.data.copy()
+    (ln(xt) * Tensor(w, dtype=np.float64)).sum().backward()
+    eps = 1e-6
+    for value, grad, is_x in ((x, xt.grad.data, True), (weight0, ln.weight.grad.data, False)):
+        numeric = np.zeros_like(value)
+        for i in np.ndindex(value.shape):
+            up, down = value.copy(), value.copy()
+            up[i] += eps
+            down[i] -= eps
+            if is_x:
+                numeric[i] = (f(up, weight0) - f(down, weight0)) / (2 * eps)
+            else:
+                numeric[i] = (f(x, up) - f(x, down)) / (2 * eps)
+        np.testing.assert_allclose(grad, numeric, rtol=1e-6, atol=1e-8)
+
+
+def test_layer_norm_shape_error_names_both_shapes():
+    with pytest.raises(Exception, match=r"\(3, 5\).*\(2, 4, 5\)"):
+        LayerNorm((3, 5))(Tensor(np.zeros((2, 4, 5), np.float32)))
+
+
+def test_rms_norm_eps_none_is_torch_default():
+    x = np.random.default_rng(6).standard_normal((3, 8)).astype(np.float32) * 1e-3
+    want = torch.nn.RMSNorm(8)(torch.from_numpy(x)).detach().numpy()  # eps=None
+    np.testing.assert_allclose(RMSNorm(8, eps=None)(Tensor(x)).data, want, rtol=1e-5)
+    assert RMSNorm(8).eps == 1e-6  # LLaMA's default, documented in the docstring
+    want_llama = torch.nn.RMSNorm(8, eps=1e-6)(torch.from_numpy(x)).detach().numpy()
+    np.testing.assert_allclose(RMSNorm(8)(Tensor(x)).data, want_llama, rtol=1e-5)
