@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tinytorch.core.activations import LogSoftmax, Softmax, log_softmax, softmax
-from tinytorch.core.tensor import Tensor
+from tinytorch.core.tensor import Tensor, manual_seed
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -458,3 +458,39 @@ def test_rms_norm_eps_none_is_torch_default():
     assert RMSNorm(8).eps == 1e-6  # LLaMA's default, documented in the docstring
     want_llama = torch.nn.RMSNorm(8, eps=1e-6)(torch.from_numpy(x)).detach().numpy()
     np.testing.assert_allclose(RMSNorm(8)(Tensor(x)).data, want_llama, rtol=1e-5)
+
+
+def test_grouped_adamw_resumes_through_a_checkpoint_file(tmp_path):
+    """The TinyGPT pattern: one AdamW, no decay for 1-D parameters, saved with the model."""
+    from tinytorch.core.layers import Linear
+    from tinytorch.core.training import load_checkpoint, save_checkpoint
+
+    def build():
+        manual_seed(0)
+        model = Linear(3, 2)
+        params = list(model.parameters())
+        opt = AdamW([{"params": [p for p in params if p.ndim >= 2]},
+                     {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
+                     {"params": []}],  # an empty group is allowed, as in PyTorch
+                    lr=0.01, betas=(0.9, 0.99), weight_decay=0.1)
+        return model, opt
+
+    rng = np.random.default_rng(8)
+    grads = [[rng.standard_normal(s).astype(np.float32) for s in ((2, 3), (2,))] for _ in range(6)]
+
+    def run(model, opt, gs):
+        for g in gs:
+            for p, gp in zip(model.parameters(), g):
+                p.grad = Tensor(gp)
+            opt.step()
+
+    model, opt = build()
+    run(model, opt, grads)
+    model2, opt2 = build()
+    run(model2, opt2, grads[:2])
+    save_checkpoint(tmp_path / "ck.npz", model2, opt2, step=2)
+    model3, opt3 = build()
+    load_checkpoint(tmp_path / "ck.npz", model3, opt3)
+    run(model3, opt3, grads[2:])
+    for a, b in zip(model.parameters(), model3.parameters()):
+        assert np.array_equal(a.data, b.data)
