@@ -101,13 +101,18 @@ class Optimizer:
     def _each_param(self):
         """(parameter, state) pairs, group by group, with that group's hyperparameters."""
         index = {id(p): i for i, p in enumerate(self.params)}
+        groups = self.param_groups
         try:
-            for group in self.param_groups:
+            for group in groups:
                 self._current = group
+                # plain attributes while the group is stepped: update() reads them fast
+                self.__dict__.update((k, v) for k, v in group.items() if k != "params")
                 for p in group["params"]:
                     yield p, self.state[index[id(p)]]
         finally:
             self._current = None
+            for name in groups[0]:
+                self.__dict__.pop(name if name != "params" else "", None)
 
     def __getattr__(self, name):
         # Only called when normal lookup fails: a hyperparameter that the groups now hold.
