@@ -135,7 +135,8 @@ def test_state_dict_is_plain_and_copied():
     opt.step()
     sd = opt.state_dict()
     assert set(sd) == {"steps", "lr", "num_params", "param.0.step", "param.0.exp_avg",
-                       "param.0.exp_avg_sq"}
+                       "param.0.exp_avg_sq", "group.0.lr", "group.0.betas", "group.0.eps",
+                       "group.0.weight_decay"}
     for key, value in sd.items():
         assert isinstance(value, (int, float, np.ndarray)), (key, type(value))
     before = sd["param.0.exp_avg"].copy()

@@ -76,7 +76,7 @@ import math
 
 import numpy as np
 
-from tinytorch.core.tensor import Function, Tensor
+from tinytorch.core.tensor import Function, Tensor, reduction_args
 
 # %% [markdown]
 # ## Part 1: ReLU
@@ -628,14 +628,16 @@ class LogSoftmaxFunction(Function):
 
 # %% nbgrader={"grade": false, "grade_id": "softmax-api", "locked": true, "schema_version": 3, "solution": false, "task": false}
 #| export
-def softmax(x, axis=-1):
+def softmax(x, axis=None, *, dim=None):
     """exp(x) / sum(exp(x)) along `axis`: probabilities that sum to 1, overflow-free."""
-    return SoftmaxFunction.apply(x, axis=axis)
+    axis, _ = reduction_args("softmax", axis, None, dim, None)
+    return SoftmaxFunction.apply(x, axis=-1 if axis is None else axis)
 
 
-def log_softmax(x, axis=-1):
+def log_softmax(x, axis=None, *, dim=None):
     """x - logsumexp(x) along `axis`: the log of softmax, finite where softmax underflows."""
-    return LogSoftmaxFunction.apply(x, axis=axis)
+    axis, _ = reduction_args("log_softmax", axis, None, dim, None)
+    return LogSoftmaxFunction.apply(x, axis=-1 if axis is None else axis)
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_softmax", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
@@ -822,8 +824,9 @@ class SiLU(_Activation):
 class Softmax(_Activation):
     """Probabilities along `axis`."""
 
-    def __init__(self, axis=-1):
-        self.axis = axis
+    def __init__(self, axis=None, *, dim=None):
+        axis, _ = reduction_args(type(self).__name__, axis, None, dim, None)
+        self.axis = -1 if axis is None else axis
 
     def forward(self, x):
         ### BEGIN SOLUTION
@@ -837,8 +840,9 @@ class Softmax(_Activation):
 class LogSoftmax(_Activation):
     """Log-probabilities along `axis`."""
 
-    def __init__(self, axis=-1):
-        self.axis = axis
+    def __init__(self, axis=None, *, dim=None):
+        axis, _ = reduction_args(type(self).__name__, axis, None, dim, None)
+        self.axis = -1 if axis is None else axis
 
     def forward(self, x):
         ### BEGIN SOLUTION

@@ -101,7 +101,9 @@ from tinytorch.core.tensor import Tensor
 #   can tell a parameter that took no part in this loss from one whose gradient is 0.
 # - **`step()`** counts the step, then, for every parameter whose `grad` is not `None`,
 #   calls `self.update(param_array, grad_array, state)`. Parameters without a gradient are
-#   skipped: neither they nor their state change.
+#   skipped: neither they nor their state change. Walk them with the given
+#   `self._each_param()`, which yields `(param, state)` pairs group by group (parameter
+#   groups, below) so that `update` sees each group's own `lr` and `weight_decay`.
 #
 # `update` is where each optimizer's maths lives, on plain NumPy arrays, just as an
 # operation's `forward` did in module 01. It must change the parameter **in place**
@@ -154,6 +156,9 @@ class Optimizer:
             )
         if lr < 0:
             raise ValueError(f"the learning rate must be >= 0, got lr={lr}")
+        # Parameter groups (given): [{"params": [...], "weight_decay": 0.0}, ...] becomes one
+        # flat list of parameters here; the groups' own settings are kept for later.
+        params, group_specs = _split_param_groups(params)
         ### BEGIN SOLUTION
         self.params = []
         seen = set()
@@ -174,6 +179,9 @@ class Optimizer:
         self.lr = float(lr)  # a schedule may change it between steps (module 08)
         self.steps = 0  # how many times step() has been called
         self.state = [{} for _ in self.params]  # one dict per parameter, filled lazily
+        self._group_specs = group_specs
+        self._groups = None  # built from the specs on first use (see param_groups)
+        self._current = None  # the group being stepped
 
     def zero_grad(self):
         """Forget the gradients of the last step: every p.grad becomes None."""
@@ -186,7 +194,7 @@ class Optimizer:
         """Update every parameter that has a gradient; the others stay as they are."""
         ### BEGIN SOLUTION
         self.steps += 1
-        for p, state in zip(self.params, self.state):
+        for p, state in self._each_param():
             if p.grad is None:
                 continue
             self.update(p.data, _grad_array(p), state)
@@ -196,6 +204,68 @@ class Optimizer:
         """Change the array `param` in place, given its gradient array and its state dict."""
         raise NotImplementedError(f"{type(self).__name__} must define update()")
 
+    # ---- parameter groups (given) ------------------------------------------------------
+    # PyTorch's `param_groups`: a list of dicts, one per group, each holding "params" and
+    # every hyperparameter (lr, weight_decay, ...), so `group["lr"] = 0.01` changes that
+    # group only. A group given without a setting takes the optimizer's (the keyword
+    # argument). `update` keeps reading `self.lr`, `self.weight_decay`, ...: while a
+    # group is stepped, these attributes read that group's values; setting `opt.lr = x`
+    # sets it in every group (what module 08's schedule loop does).
+    @property
+    def param_groups(self):
+        if self._groups is None:
+            defaults = self._hyperparameters()
+            groups = []
+            for ids, settings in self._group_specs:
+                unknown = sorted(set(settings) - set(defaults))
+                if unknown:
+                    raise TypeError(
+                        f"parameter group settings {unknown} are not {type(self).__name__} "
+                        f"hyperparameters; the known ones are {sorted(defaults)}"
+                    )
+                members = [p for p in self.params if id(p) in ids]
+                groups.append({"params": members, **defaults, **settings})
+            for name in defaults:  # from now on the groups hold the values
+                self.__dict__.pop(name, None)
+            self._groups = groups
+        return self._groups
+
+    def _each_param(self):
+        """(parameter, state) pairs, group by group, with that group's hyperparameters."""
+        index = {id(p): i for i, p in enumerate(self.params)}
+        groups = self.param_groups
+        try:
+            for group in groups:
+                self._current = group
+                # plain attributes while the group is stepped: update() reads them fast
+                self.__dict__.update((k, v) for k, v in group.items() if k != "params")
+                for p in group["params"]:
+                    yield p, self.state[index[id(p)]]
+        finally:
+            self._current = None
+            for name in groups[0]:
+                self.__dict__.pop(name if name != "params" else "", None)
+
+    def __getattr__(self, name):
+        # Only called when normal lookup fails: a hyperparameter that the groups now hold.
+        groups = self.__dict__.get("_groups")
+        if groups is not None and name in groups[0] and name != "params":
+            current = self.__dict__.get("_current")
+            return (current or groups[0])[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __setattr__(self, name, value):
+        specs = self.__dict__.get("_group_specs", ())
+        if (self.__dict__.get("_groups") is None and name in self.__dict__
+                and any(name in settings for _, settings in specs)):
+            self.param_groups  # a second assignment (opt.lr = x): build the groups first
+        groups = self.__dict__.get("_groups")
+        if groups is not None and name in groups[0] and name != "params":
+            for group in groups:
+                group[name] = value
+        else:
+            object.__setattr__(self, name, value)
+
     # ---- saving and restoring (given) ------------------------------------------------
     def state_dict(self):
         """A flat dict of numbers and array copies: everything needed to resume."""
@@ -203,6 +273,10 @@ class Optimizer:
         for i, state in enumerate(self.state):
             for name, value in state.items():
                 out[f"param.{i}.{name}"] = value.copy() if isinstance(value, np.ndarray) else value
+        for g, group in enumerate(self.param_groups):
+            for name, value in group.items():
+                if name != "params":
+                    out[f"group.{g}.{name}"] = np.asarray(value) if isinstance(value, tuple) else value
         return out
 
     def load_state_dict(self, state_dict):
@@ -214,11 +288,30 @@ class Optimizer:
                 f"optimizer has {len(self.params)}: was it built from the same model?"
             )
         new_state = [{} for _ in self.params]
+        groups = self.param_groups
+        new_settings = [{} for _ in groups]
         unexpected = []
         for key, value in state_dict.items():
             if key in ("steps", "lr", "num_params"):
                 continue
             parts = key.split(".")
+            if len(parts) == 3 and parts[0] == "group" and parts[1].isdigit():
+                g, name = int(parts[1]), parts[2]
+                if g >= len(groups):
+                    problems.append(
+                        f"{key!r} refers to parameter group {g}, but this optimizer has "
+                        f"{len(groups)} group(s): build it with the same groups"
+                    )
+                elif name not in groups[g] or name == "params":
+                    unexpected.append(key)
+                else:
+                    old = groups[g][name]
+                    value = np.asarray(value)
+                    if isinstance(old, tuple):
+                        new_settings[g][name] = tuple(float(v) for v in value.reshape(-1))
+                    else:
+                        new_settings[g][name] = type(old)(value.item())
+                continue
             if (len(parts) != 3 or parts[0] != "param" or not parts[1].isdigit()
                     or parts[2] not in self.state_names):
                 unexpected.append(key)
@@ -248,7 +341,9 @@ class Optimizer:
                 f"cannot load this state into {type(self).__name__}:\n  - " + "\n  - ".join(problems)
             )
         self.steps = int(state_dict["steps"])
-        self.lr = float(state_dict["lr"])
+        self.lr = float(state_dict["lr"])  # a state saved without groups: lr for all
+        for group, settings in zip(groups, new_settings):
+            group.update(settings)
         self.state = new_state
 
     def __repr__(self):
@@ -257,6 +352,30 @@ class Optimizer:
 
     def _hyperparameters(self):
         return {"lr": self.lr}
+
+
+def _split_param_groups(params):
+    """Parameters, or PyTorch-style groups [{"params": [...], "lr": ...}, ...], as
+    (flat list of parameters, [(ids of the group's parameters, its settings), ...])."""
+    params = list(params)
+    if not params or not all(isinstance(g, dict) for g in params):
+        return params, [(set(map(id, params)), {})]
+    flat, specs, seen = [], [], set()
+    for n, group in enumerate(params):
+        if "params" not in group:
+            raise ValueError(f"parameter group {n} has no 'params' entry: {sorted(group)}")
+        members = group["params"]
+        members = [members] if isinstance(members, Tensor) else list(members)
+        for p in members:
+            if id(p) in seen:
+                raise ValueError(
+                    f"a parameter of shape {getattr(p, 'shape', '?')} is in more than one "
+                    "parameter group: put each parameter in exactly one group"
+                )
+        seen.update(map(id, members))
+        flat += members
+        specs.append((set(map(id, members)), {k: v for k, v in group.items() if k != "params"}))
+    return flat, specs
 
 
 def _grad_array(p):

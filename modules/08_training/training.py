@@ -238,6 +238,133 @@ def test_unit_schedules():
 test_unit_schedules()
 
 # %% [markdown]
+# ### PyTorch-style schedulers (given)
+#
+# PyTorch code drives the learning rate with scheduler *objects* from
+# `torch.optim.lr_scheduler`: built around the optimizer, they set every parameter
+# group's `lr` when built (the lr of step 0) and again at each `.step()`, called once
+# after each `optimizer.step()`. The classes below give the same interface on top of the
+# schedules you wrote, as `tinytorch.optim.lr_scheduler`:
+#
+# ```
+# sched = lr_scheduler.CosineWarmupLR(opt, warmup_steps=100, total_steps=2000, min_lr=1e-4)
+# for batch in data:
+#     ...; opt.step(); sched.step()
+# ```
+#
+# Each group's own starting `lr` is its base: `LambdaLR` multiplies it by `lr_lambda(s)`,
+# `StepLR` by `gamma ** (s // step_size)`, `CosineWarmupLR` runs `CosineWarmup` from it,
+# and `ScheduleLR` sets the value of a schedule function `schedule(s)` as it is. A
+# scheduler's `state_dict()` holds its step count and base rates; save it with the
+# optimizer's to resume.
+
+# %% nbgrader={"grade": false, "grade_id": "lr-scheduler", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#| export
+class LRScheduler:
+    """Base of the PyTorch-style schedulers: sets each group's lr from lr_at(base_lr, step)."""
+
+    def __init__(self, optimizer, last_epoch=-1):
+        if not hasattr(optimizer, "param_groups"):
+            raise TypeError(
+                f"a scheduler needs an optimizer (module 07), got {type(optimizer).__name__}"
+            )
+        self.optimizer = optimizer
+        self.base_lrs = [float(group["lr"]) for group in optimizer.param_groups]
+        self.last_epoch = int(last_epoch)  # PyTorch's name for the step count
+        self.step()  # set the lr of step last_epoch + 1 (step 0 for a new run)
+
+    def lr_at(self, base_lr, step):
+        raise NotImplementedError(f"{type(self).__name__} must define lr_at()")
+
+    def step(self):
+        """Move to the next step and set every group's lr for it."""
+        self.last_epoch += 1
+        for group, base_lr in zip(self.optimizer.param_groups, self.base_lrs):
+            group["lr"] = float(self.lr_at(base_lr, self.last_epoch))
+
+    def get_last_lr(self):
+        """The lr of each group set by the last step() (a list, as PyTorch)."""
+        return [group["lr"] for group in self.optimizer.param_groups]
+
+    def state_dict(self):
+        return {"last_epoch": self.last_epoch, "base_lrs": list(self.base_lrs)}
+
+    def load_state_dict(self, state_dict):
+        base_lrs = [float(v) for v in np.asarray(state_dict["base_lrs"]).reshape(-1)]
+        if len(base_lrs) != len(self.base_lrs):
+            raise ValueError(
+                f"the scheduler state has {len(base_lrs)} base lrs but the optimizer has "
+                f"{len(self.base_lrs)} parameter groups: was it built the same way?"
+            )
+        self.last_epoch = int(state_dict["last_epoch"])
+        self.base_lrs = base_lrs
+
+
+class LambdaLR(LRScheduler):
+    """lr = base_lr * lr_lambda(step), as torch.optim.lr_scheduler.LambdaLR."""
+
+    def __init__(self, optimizer, lr_lambda, last_epoch=-1):
+        self.lr_lambda = lr_lambda
+        super().__init__(optimizer, last_epoch)
+
+    def lr_at(self, base_lr, step):
+        return base_lr * self.lr_lambda(step)
+
+
+class StepLR(LRScheduler):
+    """lr = base_lr * gamma ** (step // step_size), as torch.optim.lr_scheduler.StepLR."""
+
+    def __init__(self, optimizer, step_size, gamma=0.1, last_epoch=-1):
+        self.decay = StepDecay(1.0, step_size, gamma)  # checks the arguments
+        super().__init__(optimizer, last_epoch)
+
+    def lr_at(self, base_lr, step):
+        return base_lr * self.decay(step)
+
+
+class CosineWarmupLR(LRScheduler):
+    """CosineWarmup from each group's base lr down to min_lr (nanoGPT's get_lr)."""
+
+    def __init__(self, optimizer, warmup_steps, total_steps, min_lr=0.0, last_epoch=-1):
+        self.warmup_steps, self.total_steps, self.min_lr = warmup_steps, total_steps, min_lr
+        for group in optimizer.param_groups:  # checks the arguments against every group
+            CosineWarmup(group["lr"], min_lr, warmup_steps, total_steps)
+        super().__init__(optimizer, last_epoch)
+
+    def lr_at(self, base_lr, step):
+        curve = CosineWarmup(base_lr, self.min_lr, self.warmup_steps, self.total_steps)
+        return curve(step)
+
+
+class ScheduleLR(LRScheduler):
+    """Every group's lr = schedule(step), for a schedule function such as CosineWarmup."""
+
+    def __init__(self, optimizer, schedule, last_epoch=-1):
+        self.schedule = schedule
+        super().__init__(optimizer, last_epoch)
+
+    def lr_at(self, base_lr, step):
+        return self.schedule(step)
+
+
+def _lr_scheduler_namespace():
+    """Make the classes importable as tinytorch.optim.lr_scheduler, PyTorch's spelling."""
+    import sys
+    import types
+
+    import tinytorch.optim
+
+    name = "tinytorch.optim.lr_scheduler"
+    namespace = sys.modules.get(name) or types.ModuleType(name, "PyTorch-style lr schedulers.")
+    for cls in (LRScheduler, LambdaLR, StepLR, CosineWarmupLR, ScheduleLR):
+        setattr(namespace, cls.__name__, cls)
+    sys.modules[name] = namespace
+    tinytorch.optim.lr_scheduler = namespace
+
+
+_lr_scheduler_namespace()
+
+# %% [markdown]
 # ## Part 2: checkpoints that are safe to load
 #
 # A checkpoint is everything needed to continue a run, written to one file. Three

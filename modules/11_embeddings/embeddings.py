@@ -76,7 +76,7 @@
 # - **Sparse gradients and `padding_idx`.** PyTorch can return an embedding's gradient as a
 #   sparse tensor (only the rows used) and can pin one row at zero for padding. Our gradient
 #   is a dense `(num_embeddings, embedding_dim)` array; the systems analysis measures what
-#   that costs.
+#   that costs. (`Embedding(..., padding_idx=)` is given: a zero row that gets no gradient.)
 # - **Long-context RoPE scaling** (NTK, YaRN, Llama 3's frequency bands): variations on the
 #   frequencies you compute here.
 
@@ -282,7 +282,7 @@ def embedding(indices, weight):
 class Embedding(Module):
     """A (num_embeddings, embedding_dim) table of learned rows, looked up by integer id."""
 
-    def __init__(self, num_embeddings, embedding_dim):
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None):
         super().__init__()
         for label, value in (("num_embeddings", num_embeddings), ("embedding_dim", embedding_dim)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -293,15 +293,40 @@ class Embedding(Module):
         shape = (self.num_embeddings, self.embedding_dim)
         self.weight = Parameter(default_generator().standard_normal(shape, dtype=np.float32))
         ### END SOLUTION
+        # padding_idx (given), as PyTorch: that row starts at zero and gets no gradient.
+        self.padding_idx = None
+        if padding_idx is not None:
+            if not -self.num_embeddings <= padding_idx < self.num_embeddings:
+                raise ValueError(
+                    f"Embedding: padding_idx={padding_idx} is outside the table's "
+                    f"{self.num_embeddings} rows: use an index in [0, {self.num_embeddings})"
+                )
+            self.padding_idx = int(padding_idx) % self.num_embeddings
+            self.weight.data[self.padding_idx] = 0
 
     def forward(self, indices):
+        if self.padding_idx is not None:
+            return _lookup_with_padding(self, indices)
         ### BEGIN SOLUTION
         ids = _as_indices(indices, self.num_embeddings)
         return EmbeddingFunction.apply(self.weight, indices=ids)
         ### END SOLUTION
 
     def extra_repr(self):
-        return f"{self.num_embeddings}, {self.embedding_dim}"
+        padding = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"
+        return f"{self.num_embeddings}, {self.embedding_dim}{padding}"
+
+
+def _lookup_with_padding(emb, indices):
+    """emb.weight[indices] where the padding row's value is used but gets no gradient."""
+    ids = _as_indices(indices, emb.num_embeddings)
+    out = EmbeddingFunction.apply(emb.weight, indices=ids)  # (..., D)
+    is_pad = (ids == emb.padding_idx)[..., None]  # (..., 1)
+    if not is_pad.any():
+        return out
+    keep = Tensor((~is_pad).astype(out.dtype))
+    pad_row = Tensor(emb.weight.data[emb.padding_idx] * is_pad)  # a constant: no gradient
+    return out * keep + pad_row
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_embedding", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from tinytorch.core.tensor import Function, Tensor
+from tinytorch.core.tensor import Function, Tensor, reduction_args
 
 
 class ReLUFunction(Function):
@@ -148,14 +148,16 @@ class LogSoftmaxFunction(Function):
         return shifted
 
 
-def softmax(x, axis=-1):
+def softmax(x, axis=None, *, dim=None):
     """exp(x) / sum(exp(x)) along `axis`: probabilities that sum to 1, overflow-free."""
-    return SoftmaxFunction.apply(x, axis=axis)
+    axis, _ = reduction_args("softmax", axis, None, dim, None)
+    return SoftmaxFunction.apply(x, axis=-1 if axis is None else axis)
 
 
-def log_softmax(x, axis=-1):
+def log_softmax(x, axis=None, *, dim=None):
     """x - logsumexp(x) along `axis`: the log of softmax, finite where softmax underflows."""
-    return LogSoftmaxFunction.apply(x, axis=axis)
+    axis, _ = reduction_args("log_softmax", axis, None, dim, None)
+    return LogSoftmaxFunction.apply(x, axis=-1 if axis is None else axis)
 
 
 class _Activation:
@@ -217,8 +219,9 @@ class SiLU(_Activation):
 class Softmax(_Activation):
     """Probabilities along `axis`."""
 
-    def __init__(self, axis=-1):
-        self.axis = axis
+    def __init__(self, axis=None, *, dim=None):
+        axis, _ = reduction_args(type(self).__name__, axis, None, dim, None)
+        self.axis = -1 if axis is None else axis
 
     def forward(self, x):
         return softmax(x, axis=self.axis)
@@ -230,8 +233,9 @@ class Softmax(_Activation):
 class LogSoftmax(_Activation):
     """Log-probabilities along `axis`."""
 
-    def __init__(self, axis=-1):
-        self.axis = axis
+    def __init__(self, axis=None, *, dim=None):
+        axis, _ = reduction_args(type(self).__name__, axis, None, dim, None)
+        self.axis = -1 if axis is None else axis
 
     def forward(self, x):
         return log_softmax(x, axis=self.axis)

@@ -65,7 +65,7 @@ def embedding(indices, weight):
 class Embedding(Module):
     """A (num_embeddings, embedding_dim) table of learned rows, looked up by integer id."""
 
-    def __init__(self, num_embeddings, embedding_dim):
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None):
         super().__init__()
         for label, value in (("num_embeddings", num_embeddings), ("embedding_dim", embedding_dim)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -74,13 +74,38 @@ class Embedding(Module):
         self.embedding_dim = int(embedding_dim)
         shape = (self.num_embeddings, self.embedding_dim)
         self.weight = Parameter(default_generator().standard_normal(shape, dtype=np.float32))
+        # padding_idx (given), as PyTorch: that row starts at zero and gets no gradient.
+        self.padding_idx = None
+        if padding_idx is not None:
+            if not -self.num_embeddings <= padding_idx < self.num_embeddings:
+                raise ValueError(
+                    f"Embedding: padding_idx={padding_idx} is outside the table's "
+                    f"{self.num_embeddings} rows: use an index in [0, {self.num_embeddings})"
+                )
+            self.padding_idx = int(padding_idx) % self.num_embeddings
+            self.weight.data[self.padding_idx] = 0
 
     def forward(self, indices):
+        if self.padding_idx is not None:
+            return _lookup_with_padding(self, indices)
         ids = _as_indices(indices, self.num_embeddings)
         return EmbeddingFunction.apply(self.weight, indices=ids)
 
     def extra_repr(self):
-        return f"{self.num_embeddings}, {self.embedding_dim}"
+        padding = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"
+        return f"{self.num_embeddings}, {self.embedding_dim}{padding}"
+
+
+def _lookup_with_padding(emb, indices):
+    """emb.weight[indices] where the padding row's value is used but gets no gradient."""
+    ids = _as_indices(indices, emb.num_embeddings)
+    out = EmbeddingFunction.apply(emb.weight, indices=ids)  # (..., D)
+    is_pad = (ids == emb.padding_idx)[..., None]  # (..., 1)
+    if not is_pad.any():
+        return out
+    keep = Tensor((~is_pad).astype(out.dtype))
+    pad_row = Tensor(emb.weight.data[emb.padding_idx] * is_pad)  # a constant: no gradient
+    return out * keep + pad_row
 
 
 class PositionalEmbedding(Module):

@@ -99,8 +99,13 @@ class CrossEntropyFunction(Function):
         return np.asarray(total / logits.dtype.type(count))
 
 
-def cross_entropy(logits, target, ignore_index=-100, reduction="mean"):
-    """-log softmax(logits)[target], for logits (N, C) and class indices (N,)."""
+def cross_entropy(logits, target, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+    """-log softmax(logits)[target], for logits (N, C) and class indices (N,).
+
+    As in PyTorch, logits (N, C, d1, ...) with targets (N, d1, ...) also work (the class
+    axis is axis 1), and label_smoothing=e mixes the one-hot target with the uniform
+    distribution: loss = (1 - e) * nll + e * mean over classes of -log_softmax.
+    """
     if not isinstance(logits, Tensor):
         logits = Tensor(logits)
     indices = np.asarray(target.data if isinstance(target, Tensor) else target)
@@ -114,9 +119,43 @@ def cross_entropy(logits, target, ignore_index=-100, reduction="mean"):
                 "Pass the index of the correct class for each row, not probabilities."
             )
     indices = indices.astype(np.int64, copy=False)
-    return CrossEntropyFunction.apply(
-        logits, target=indices, ignore_index=ignore_index, reduction=reduction
-    )
+    return _cross_entropy_torch_style(logits, indices, ignore_index, reduction, label_smoothing)
+
+
+def _cross_entropy_torch_style(logits, indices, ignore_index, reduction, label_smoothing):
+    """The (N, C, d1, ...) layout and label smoothing on top of CrossEntropyFunction (given)."""
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+    spatial = None
+    if logits.ndim > 2 and indices.shape == (logits.shape[0],) + logits.shape[2:]:
+        spatial = indices.shape  # (N, d1, ...): move the class axis last, then flatten
+        c = logits.shape[1]
+        order = (0,) + tuple(range(2, logits.ndim)) + (1,)
+        logits = logits.permute(order).reshape(-1, c)  # (N * d1 * ..., C)
+        indices = indices.reshape(-1)
+    if not label_smoothing:
+        loss = CrossEntropyFunction.apply(
+            logits, target=indices, ignore_index=ignore_index, reduction=reduction
+        )
+    else:
+        # (1 - e) * nll + e * (logsumexp - mean_c x) = nll + e * (x[target] - mean_c x),
+        # counted rows only; "mean" divides by the number of counted targets.
+        nll = CrossEntropyFunction.apply(
+            logits, target=indices, ignore_index=ignore_index, reduction="none"
+        )
+        counted = indices != ignore_index
+        safe = np.where(counted, indices, 0)
+        picked = logits[np.arange(logits.shape[0]), safe]  # (M,)
+        mask = Tensor(counted.astype(logits.dtype))
+        loss = nll + (picked - logits.mean(axis=1)) * mask * label_smoothing
+        if reduction == "sum":
+            loss = loss.sum()
+        elif reduction == "mean":
+            count = int(np.count_nonzero(counted))
+            loss = loss.sum() / count if count else loss.sum() * np.nan  # 0 / 0 -> nan
+    if spatial is not None and reduction == "none":
+        loss = loss.reshape(spatial)
+    return loss
 
 
 class BCEWithLogitsFunction(Function):
@@ -176,17 +215,20 @@ class MSELoss(_Loss):
 class CrossEntropyLoss(_Loss):
     """Cross-entropy from logits (N, C) and class indices (N,)."""
 
-    def __init__(self, ignore_index=-100, reduction="mean"):
+    def __init__(self, ignore_index=-100, reduction="mean", label_smoothing=0.0):
         super().__init__(reduction)
         self.ignore_index = ignore_index
+        self.label_smoothing = float(label_smoothing)
 
     def forward(self, logits, target):
         return cross_entropy(
-            logits, target, ignore_index=self.ignore_index, reduction=self.reduction
+            logits, target, ignore_index=self.ignore_index, reduction=self.reduction,
+            label_smoothing=self.label_smoothing,
         )
 
     def extra_repr(self):
-        return f"ignore_index={self.ignore_index}, reduction={self.reduction!r}"
+        smoothing = f", label_smoothing={self.label_smoothing}" if self.label_smoothing else ""
+        return f"ignore_index={self.ignore_index}, reduction={self.reduction!r}{smoothing}"
 
 
 class BCEWithLogitsLoss(_Loss):

@@ -2,7 +2,7 @@
 # Do not edit: change the lesson and export again.
 """Module 01 (Tensor): N-dimensional arrays on NumPy: creation, arithmetic with broadcasting, matmul, reductions, reshaping, indexing, and the op records autograd will need."""
 
-__all__ = ['Tensor', 'ShapeError', 'is_grad_enabled', 'set_grad_enabled', 'manual_seed', 'default_generator', 'Context', 'Function']
+__all__ = ['Tensor', 'ShapeError', 'reduction_args', 'is_grad_enabled', 'set_grad_enabled', 'manual_seed', 'default_generator', 'Context', 'Function']
 
 import numpy as np
 
@@ -180,13 +180,18 @@ class Tensor:
         return GetItem.apply(self, index=_plain_index(index))
 
     # ---- reductions (Part 6) ------------------------------------------------------------
-    def sum(self, axis=None, keepdims=False):
+    # `dim=`/`keepdim=` are PyTorch's names for `axis=`/`keepdims=`; either spelling works.
+    def sum(self, axis=None, keepdims=None, *, dim=None, keepdim=None):
+        axis, keepdims = reduction_args("sum", axis, keepdims, dim, keepdim)
         return Sum.apply(self, axis=axis, keepdims=keepdims)
 
-    def mean(self, axis=None, keepdims=False):
+    def mean(self, axis=None, keepdims=None, *, dim=None, keepdim=None):
+        axis, keepdims = reduction_args("mean", axis, keepdims, dim, keepdim)
         return Mean.apply(self, axis=axis, keepdims=keepdims)
 
-    def max(self, axis=None, keepdims=False):
+    def max(self, axis=None, keepdims=None, *, dim=None, keepdim=None):
+        """Maximum values only (PyTorch's `max(dim=)` also returns the indices)."""
+        axis, keepdims = reduction_args("max", axis, keepdims, dim, keepdim)
         return Max.apply(self, axis=axis, keepdims=keepdims)
 
 
@@ -201,6 +206,29 @@ def _plain_index(index):
 
 class ShapeError(ValueError):
     """Two tensors whose shapes do not fit the operation."""
+
+
+def reduction_args(name, axis=None, keepdims=None, dim=None, keepdim=None):
+    """Accept NumPy's `axis`/`keepdims` or PyTorch's `dim`/`keepdim`; returns (axis, keepdims).
+
+    One spelling per call: giving both `axis` and `dim` (or `keepdims` and `keepdim`) is a
+    TypeError, since the two could disagree.
+    """
+    if axis is not None and dim is not None:
+        raise TypeError(
+            f"{name}() got both axis={axis!r} and dim={dim!r}: they are the same argument "
+            "(NumPy's and PyTorch's name), pass only one"
+        )
+    if keepdims is not None and keepdim is not None:
+        raise TypeError(
+            f"{name}() got both keepdims={keepdims!r} and keepdim={keepdim!r}: they are the "
+            "same argument (NumPy's and PyTorch's name), pass only one"
+        )
+    axis = dim if axis is None else axis
+    keepdims = keepdim if keepdims is None else keepdims
+    if isinstance(axis, list):
+        axis = tuple(axis)
+    return axis, bool(keepdims)
 
 
 _grad_enabled = True

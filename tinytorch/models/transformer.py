@@ -101,19 +101,48 @@ def layer_norm(x, weight, bias=None, eps=1e-5):
 
 
 class LayerNorm(Module):
-    """Normalize each row over its last axis, then scale by `weight` and shift by `bias`."""
+    """Normalize each row over its last axis, then scale by `weight` and shift by `bias`.
 
-    def __init__(self, dim, eps=1e-5, bias=True):
+    As in PyTorch, `normalized_shape` may be a tuple: the last len(normalized_shape) axes
+    are normalized together, and weight and bias have that shape. With
+    `elementwise_affine=False` there is no weight and no bias (both are None).
+    """
+
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True):
         super().__init__()
-        self.dim, self.eps = int(dim), float(eps)
-        self.weight = Parameter(np.ones(self.dim, dtype=np.float32))
-        self.bias = Parameter(np.zeros(self.dim, dtype=np.float32)) if bias else None
+        if isinstance(normalized_shape, (int, np.integer)):
+            normalized_shape = (normalized_shape,)
+        self.normalized_shape = tuple(int(n) for n in normalized_shape)
+        self.dim, self.eps = int(np.prod(self.normalized_shape)), float(eps)
+        self.elementwise_affine = bool(elementwise_affine)
+        self.weight = self.bias = None
+        if self.elementwise_affine:
+            self.weight = Parameter(np.ones(self.normalized_shape, dtype=np.float32))
+            if bias:
+                self.bias = Parameter(np.zeros(self.normalized_shape, dtype=np.float32))
 
     def forward(self, x):
-        return layer_norm(x, self.weight, self.bias, self.eps)
+        x = x if isinstance(x, Tensor) else Tensor(x)
+        k = len(self.normalized_shape)
+        if k > 1 and (x.ndim < k or x.shape[x.ndim - k:] != self.normalized_shape):
+            raise ShapeError(
+                f"LayerNorm({self.normalized_shape}) got an input of shape {x.shape}: its last "
+                f"{k} axes must be {self.normalized_shape}"
+            )
+        if self.weight is None:
+            weight = Tensor(np.ones(self.dim, dtype=x.dtype))  # a constant: no parameter
+        else:
+            weight = self.weight if k == 1 else self.weight.reshape(self.dim)
+        bias = self.bias if self.bias is None or k == 1 else self.bias.reshape(self.dim)
+        if k == 1:
+            return layer_norm(x, weight, bias, self.eps)
+        flat = x.reshape(*x.shape[: x.ndim - k], self.dim)  # (..., prod(normalized_shape))
+        return layer_norm(flat, weight, bias, self.eps).reshape(x.shape)
 
     def extra_repr(self):
-        return f"{self.dim}, eps={self.eps}, bias={self.bias is not None}"
+        shape = self.dim if len(self.normalized_shape) == 1 else self.normalized_shape
+        affine = "" if self.elementwise_affine else ", elementwise_affine=False"
+        return f"{shape}, eps={self.eps}{affine}, bias={self.bias is not None}"
 
 
 class RMSNormFunction(Function):
@@ -150,18 +179,29 @@ def rms_norm_backward(ctx, grad):
 
 
 def rms_norm(x, weight, eps=1e-6):
-    """x / sqrt(mean(x**2) + eps) * weight over the last axis (one fused op)."""
+    """x / sqrt(mean(x**2) + eps) * weight over the last axis (one fused op).
+
+    eps=None is PyTorch's default: the machine epsilon of x's dtype (1.19e-7 for float32).
+    """
     x = x if isinstance(x, Tensor) else Tensor(x)
     _check_norm_input(x, weight, "RMSNorm")
+    if eps is None:
+        eps = float(np.finfo(x.dtype).eps)
     return RMSNormFunction.apply(x, weight, eps=eps)
 
 
 class RMSNorm(Module):
-    """Divide each row by its root mean square, then scale by `weight` (LLaMA's norm)."""
+    """Divide each row by its root mean square, then scale by `weight` (LLaMA's norm).
+
+    The default eps=1e-6 is LLaMA's (and Hugging Face's LlamaRMSNorm's), which the models
+    of this course follow and are compared with. PyTorch's torch.nn.RMSNorm defaults to
+    eps=None, the machine epsilon of the input's dtype (1.19e-7 for float32): pass
+    eps=None for that.
+    """
 
     def __init__(self, dim, eps=1e-6):
         super().__init__()
-        self.dim, self.eps = int(dim), float(eps)
+        self.dim, self.eps = int(dim), None if eps is None else float(eps)
         self.weight = Parameter(np.ones(self.dim, dtype=np.float32))
 
     def forward(self, x):
