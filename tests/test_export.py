@@ -1,6 +1,9 @@
 """`tito export`: the committed package is generated from the lessons, and drift is caught."""
 
 import shutil
+from pathlib import Path
+
+import pytest
 
 from conftest import run_tito
 from tito.core.exporter import HEADER, check_plan, reference_plan
@@ -47,3 +50,21 @@ def test_export_refuses_unknown_and_unwritten_modules(repo):
     unwritten = next(m for m in __import__("tito.core.registry").core.registry.MODULES if not m.written)
     done = run_tito("export", unwritten.key, cwd=repo)
     assert done.returncode == 2 and "not written yet" in done.stderr
+
+
+def test_reexport_namespace_is_a_file_that_names_its_module():
+    """tinytorch.optim.lr_scheduler (registry `reexports` of module 08): the chosen names when
+    module 08 is exported, and an AttributeError naming module 08 when it is not."""
+    from tito.core.exporter import init_files
+    from tito.core.registry import get_module
+
+    path = Path("tinytorch/optim/lr_scheduler.py")
+    done = init_files({8: ["StepLR"], 7: ["SGD"]}, {}, "test")
+    assert "from ..core.training import LRScheduler, LambdaLR, StepLR" in done[path]
+    assert "from . import lr_scheduler" in done[Path("tinytorch/optim/__init__.py")]
+    pending = init_files({7: ["SGD"]}, {}, "test")[path]
+    namespace: dict = {"__name__": "tinytorch.optim.lr_scheduler"}
+    exec(pending, namespace)
+    with pytest.raises(AttributeError, match="module 08 .Training.*tito module complete 08"):
+        namespace["__getattr__"]("StepLR")
+    assert get_module(8).reexports[0][0] == "optim.lr_scheduler"

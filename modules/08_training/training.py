@@ -346,24 +346,6 @@ class ScheduleLR(LRScheduler):
     def lr_at(self, base_lr, step):
         return self.schedule(step)
 
-
-def _lr_scheduler_namespace():
-    """Make the classes importable as tinytorch.optim.lr_scheduler, PyTorch's spelling."""
-    import sys
-    import types
-
-    import tinytorch.optim
-
-    name = "tinytorch.optim.lr_scheduler"
-    namespace = sys.modules.get(name) or types.ModuleType(name, "PyTorch-style lr schedulers.")
-    for cls in (LRScheduler, LambdaLR, StepLR, CosineWarmupLR, ScheduleLR):
-        setattr(namespace, cls.__name__, cls)
-    sys.modules[name] = namespace
-    tinytorch.optim.lr_scheduler = namespace
-
-
-_lr_scheduler_namespace()
-
 # %% [markdown]
 # ## Part 2: checkpoints that are safe to load
 #

@@ -2,7 +2,7 @@
 # Do not edit: change the lesson and export again.
 """Module 08 (Training): Training loops, learning-rate schedules, safe checkpoints, resumable runs."""
 
-__all__ = ['CosineWarmup', 'StepDecay', 'set_lr', 'CHECKPOINT_FORMAT', 'CHECKPOINT_VERSION', 'CheckpointError', 'read_checkpoint_meta', 'save_checkpoint', 'load_checkpoint', 'accuracy', 'evaluate', 'TrainingError', 'train_step', 'batches_from', 'History', 'train', 'SafetensorsError', 'SAFETENSORS_DTYPES', 'SAFETENSORS_MAX_HEADER', 'save_safetensors', 'read_safetensors_header', 'read_safetensors_metadata', 'load_safetensors', 'SAFETENSORS_INDEX', 'load_safetensors_folder']
+__all__ = ['CosineWarmup', 'StepDecay', 'set_lr', 'LRScheduler', 'LambdaLR', 'StepLR', 'CosineWarmupLR', 'ScheduleLR', 'CHECKPOINT_FORMAT', 'CHECKPOINT_VERSION', 'CheckpointError', 'read_checkpoint_meta', 'save_checkpoint', 'load_checkpoint', 'accuracy', 'evaluate', 'TrainingError', 'train_step', 'batches_from', 'History', 'train', 'SafetensorsError', 'SAFETENSORS_DTYPES', 'SAFETENSORS_MAX_HEADER', 'save_safetensors', 'read_safetensors_header', 'read_safetensors_metadata', 'load_safetensors', 'SAFETENSORS_INDEX', 'load_safetensors_folder']
 
 import json
 import math
@@ -68,6 +68,93 @@ class StepDecay:
 def set_lr(optimizer, lr):
     """Set the learning rate the optimizer's next step() will use."""
     optimizer.lr = float(lr)
+
+
+class LRScheduler:
+    """Base of the PyTorch-style schedulers: sets each group's lr from lr_at(base_lr, step)."""
+
+    def __init__(self, optimizer, last_epoch=-1):
+        if not hasattr(optimizer, "param_groups"):
+            raise TypeError(
+                f"a scheduler needs an optimizer (module 07), got {type(optimizer).__name__}"
+            )
+        self.optimizer = optimizer
+        self.base_lrs = [float(group["lr"]) for group in optimizer.param_groups]
+        self.last_epoch = int(last_epoch)  # PyTorch's name for the step count
+        self.step()  # set the lr of step last_epoch + 1 (step 0 for a new run)
+
+    def lr_at(self, base_lr, step):
+        raise NotImplementedError(f"{type(self).__name__} must define lr_at()")
+
+    def step(self):
+        """Move to the next step and set every group's lr for it."""
+        self.last_epoch += 1
+        for group, base_lr in zip(self.optimizer.param_groups, self.base_lrs):
+            group["lr"] = float(self.lr_at(base_lr, self.last_epoch))
+
+    def get_last_lr(self):
+        """The lr of each group set by the last step() (a list, as PyTorch)."""
+        return [group["lr"] for group in self.optimizer.param_groups]
+
+    def state_dict(self):
+        return {"last_epoch": self.last_epoch, "base_lrs": list(self.base_lrs)}
+
+    def load_state_dict(self, state_dict):
+        base_lrs = [float(v) for v in np.asarray(state_dict["base_lrs"]).reshape(-1)]
+        if len(base_lrs) != len(self.base_lrs):
+            raise ValueError(
+                f"the scheduler state has {len(base_lrs)} base lrs but the optimizer has "
+                f"{len(self.base_lrs)} parameter groups: was it built the same way?"
+            )
+        self.last_epoch = int(state_dict["last_epoch"])
+        self.base_lrs = base_lrs
+
+
+class LambdaLR(LRScheduler):
+    """lr = base_lr * lr_lambda(step), as torch.optim.lr_scheduler.LambdaLR."""
+
+    def __init__(self, optimizer, lr_lambda, last_epoch=-1):
+        self.lr_lambda = lr_lambda
+        super().__init__(optimizer, last_epoch)
+
+    def lr_at(self, base_lr, step):
+        return base_lr * self.lr_lambda(step)
+
+
+class StepLR(LRScheduler):
+    """lr = base_lr * gamma ** (step // step_size), as torch.optim.lr_scheduler.StepLR."""
+
+    def __init__(self, optimizer, step_size, gamma=0.1, last_epoch=-1):
+        self.decay = StepDecay(1.0, step_size, gamma)  # checks the arguments
+        super().__init__(optimizer, last_epoch)
+
+    def lr_at(self, base_lr, step):
+        return base_lr * self.decay(step)
+
+
+class CosineWarmupLR(LRScheduler):
+    """CosineWarmup from each group's base lr down to min_lr (nanoGPT's get_lr)."""
+
+    def __init__(self, optimizer, warmup_steps, total_steps, min_lr=0.0, last_epoch=-1):
+        self.warmup_steps, self.total_steps, self.min_lr = warmup_steps, total_steps, min_lr
+        for group in optimizer.param_groups:  # checks the arguments against every group
+            CosineWarmup(group["lr"], min_lr, warmup_steps, total_steps)
+        super().__init__(optimizer, last_epoch)
+
+    def lr_at(self, base_lr, step):
+        curve = CosineWarmup(base_lr, self.min_lr, self.warmup_steps, self.total_steps)
+        return curve(step)
+
+
+class ScheduleLR(LRScheduler):
+    """Every group's lr = schedule(step), for a schedule function such as CosineWarmup."""
+
+    def __init__(self, optimizer, schedule, last_epoch=-1):
+        self.schedule = schedule
+        super().__init__(optimizer, last_epoch)
+
+    def lr_at(self, base_lr, step):
+        return self.schedule(step)
 
 
 CHECKPOINT_FORMAT = "tinytorch.checkpoint"

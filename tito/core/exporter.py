@@ -155,6 +155,21 @@ def init_files(present: dict[int, list[str]], missing_names: dict[str, Module], 
     for m in MODULES:
         for ns in m.namespaces:
             namespaces.setdefault(ns, []).append(m)
+    # A re-export namespace is one file holding chosen names of one module (registry
+    # ``reexports``), e.g. tinytorch/optim/lr_scheduler.py from module 08.
+    reexports: dict[str, tuple[Module, tuple[str, ...]]] = {}
+    for m in MODULES:
+        for ns, names in m.reexports:
+            reexports[ns] = (m, names)
+    for ns, (m, names) in reexports.items():
+        parts = ns.split(".")
+        lines = [header, f'"""tinytorch.{ns}: names from module {m.key} ({m.title})."""\n']
+        if m.number in present:
+            lines.append(f"from {'.' * len(parts)}{m.target} import {', '.join(names)}\n\n")
+            lines.append(f"__all__ = {list(names)!r}\n")
+        else:
+            lines.append("\n" + _missing_table({n: m for n in names}) + _GETATTR)
+        files[Path("tinytorch", *parts).with_suffix(".py")] = "".join(lines)
     for ns, members in namespaces.items():
         imports = []
         for m in members:
@@ -170,6 +185,8 @@ def init_files(present: dict[int, list[str]], missing_names: dict[str, Module], 
         if ns == "":
             subs = sorted({s for s in namespaces if s})
             lines.append("from . import " + ", ".join(subs) + "  # PyTorch-style namespaces\n")
+        for child in sorted(sub for sub in reexports if sub.rpartition(".")[0] == ns):
+            lines.append(f"from . import {child.rpartition('.')[2]}  # tinytorch.{child}\n")
         lines.append("\n" + _missing_table(missing) + _GETATTR)
         path = Path("tinytorch", *([ns] if ns else [])) / "__init__.py"
         files[path] = "".join(lines)

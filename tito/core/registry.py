@@ -43,6 +43,9 @@ class Module:
     # Public namespaces that re-export this module's names, PyTorch style:
     # "" is ``tinytorch`` itself, "nn" is ``tinytorch.nn``, and so on.
     namespaces: tuple[str, ...] = ()
+    # Chosen names re-exported in a namespace of their own, a file of the package:
+    # (("optim.lr_scheduler", ("StepLR", ...)),) makes ``tinytorch/optim/lr_scheduler.py``.
+    reexports: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # What the module page says about the work (tito site build). Empty: not stated yet,
     # and the page says nothing rather than guess.
     hours: str = ""  # e.g. "8-10"
@@ -184,6 +187,8 @@ MODULES: tuple[Module, ...] = (
     Module(8, "training", "Training", "foundation",
            "Training loops, learning-rate schedules, safe checkpoints, resumable runs.",
            "core.training", (5, 7), ("",),
+           reexports=(("optim.lr_scheduler",
+                       ("LRScheduler", "LambdaLR", "StepLR", "CosineWarmupLR", "ScheduleLR")),),
            hours="5-6", difficulty=3,
            needs_to_know="Modules 03-07 end to end, and files: writing, renaming, reading back.",
            question=(
