@@ -226,6 +226,7 @@ def test_repository_commands(repo):
 def test_doctor_checks_kernel_and_workspace(ws):
     done = run_tito("system", "doctor", cwd=ws)
     assert "Jupyter kernel" in done.stdout and "progress file" in done.stdout
+    assert "workspace kernel" in done.stdout and kernel_name(ws) in done.stdout
     assert done.returncode == 0, done.stdout
     (ws / ".tito/progress.json").write_text("[]")
     done = run_tito("system", "doctor", cwd=ws)
@@ -316,12 +317,11 @@ def test_jupyter_kernel_of_the_workspace_imports_the_students_package(ws):
 def test_doctor_names_the_fix_for_a_missing_workspace_kernel(ws):
     from jupyter_client.kernelspec import KernelSpecManager
 
-    assert "workspace kernel" in run_tito("system", "doctor", cwd=ws).stdout
     KernelSpecManager().remove_kernel_spec(kernel_name(ws))
     done = run_tito("system", "doctor", cwd=ws)
     assert done.returncode == 1 and "no Jupyter kernel" in done.stdout
-    assert "tito init . --force" in done.stdout
-    assert run_tito("init", ".", "--force", cwd=ws).returncode == 0
+    assert "tito system kernel" in done.stdout
+    assert run_tito("system", "kernel", cwd=ws).returncode == 0
     assert run_tito("system", "doctor", cwd=ws).returncode == 0
 
 

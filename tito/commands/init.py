@@ -35,7 +35,7 @@ def init(directory, force):
         kernel_note = f"Jupyter kernel {kernel_name(root)} ({where}) imports this workspace's tinytorch"
     except Exception as error:  # Jupyter missing or its data folder not writable: say so, go on
         kernel_note = (f"[yellow]could not register the Jupyter kernel ({error})[/]: "
-                       "`tito system doctor` explains the fix")
+                       "fix that, then run `tito system kernel` in the workspace")
     console.print(f"[green]✓[/] workspace ready in {root}")
     console.print(f"  {kernel_note}")
     console.print(f"  {len(releases)} notebooks released (solutions removed by nbgrader), "

@@ -47,7 +47,7 @@ def workspace_kernel_check(ws: Workspace) -> tuple[bool, str]:
     """The workspace's Jupyter kernel exists and imports the workspace's own tinytorch."""
     from ..core.kernel import find_kernel, kernel_imports, kernel_name
 
-    fix = "Fix: `tito init . --force` registers it again (your work is kept)"
+    fix = "Fix: `tito system kernel` registers it again"
     try:
         spec = find_kernel(ws.root)
     except Exception as error:  # broken Jupyter install
@@ -106,6 +106,23 @@ def _package_check(ws: Workspace) -> tuple[bool, str]:
     if not where.startswith(str(ws.root)):
         return False, f"`import tinytorch` finds {where}, not your workspace's package"
     return True, where
+
+
+@system.command()
+def kernel():
+    """Register (again) the Jupyter kernel of this workspace, which imports its tinytorch."""
+    from ..core.kernel import install_kernel, kernel_name
+
+    ws = Workspace.find()
+    if ws is None:
+        raise Failure("Not inside a workspace: run this inside the folder made by `tito init`.")
+    try:
+        where = install_kernel(ws.root)
+    except Exception as error:  # Jupyter missing or its data folder not writable
+        raise Failure(f"could not register the kernel: {error}. Is jupyter_client installed "
+                      "(`pip install ipykernel`)?") from None
+    console.print(f"[green]✓[/] Jupyter kernel {kernel_name(ws.root)} in {where}: notebooks "
+                  "that select it import this workspace's tinytorch")
 
 
 @system.command("repair-progress")
