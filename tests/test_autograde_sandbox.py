@@ -7,7 +7,8 @@ One course, graded by nbgrader itself (never mocked) in the bubblewrap sandbox, 
     eve     writes into the course root, lists submitted/, reads source/, the gradebook,
             another student's notebook, the repository's tinytorch, the instructor's home,
             and tries to plant a symlink over its own graded notebook
-    ned     connects to 127.0.0.1:PORT, where this test listens
+    ned     connects to 127.0.0.1:PORT, where this test listens (and names a kernel that is
+            not installed, as a student workspace's notebook does)
     fred    forks endlessly (uncaught: its cell fails)
     meg     allocates past the memory limit (uncaught: its cell fails)
     ivan    imports the reference `Tensor` (module 01's own export) in a solution cell
@@ -174,6 +175,10 @@ def graded(tmp_path_factory):
         "meg": hostile(release1, MEG),
         "ivan": ivan,
     }
+    # A notebook saved with another kernel (e.g. a student workspace's own) is still graded in
+    # the sandbox's kernel: autograde names its kernel itself.
+    notebooks["ned"].metadata["kernelspec"] = {"name": "tinytorch-0123abcd", "language": "python",
+                                               "display_name": "my workspace"}
     for student, notebook in notebooks.items():
         (subs / student).mkdir(parents=True)
         nbformat.write(notebook, subs / student / f"{M1.slug}.ipynb")
@@ -267,6 +272,7 @@ def test_the_filesystem_attempts_are_contained(graded):
 
 
 def test_the_network_is_unreachable(graded):
+    assert graded["scores2"]["ned"] == POINTS  # graded although its kernel is not installed
     ok, got = graded["attempts"]["ned"]["connect"]
     assert not ok and "ConnectionRefusedError" in got, got
     assert graded["accepted"] == 0
@@ -317,4 +323,4 @@ def test_module_02_sees_only_its_prerequisites(graded):
     assert sum(carl.values()) == 0, carl  # 78/78-style full marks before this change
     assert "carl" in out and "imports tinytorch.core.activations (its own module)" in out
     report = _out(graded["report"])
-    assert "carl: relu-op: imports tinytorch.core.activations (its own module)" in report
+    assert "carl: flagged: relu-op: imports tinytorch.core.activations (its own module)" in report
