@@ -1,9 +1,11 @@
 """The student build: a wheel without reference solutions, installed and used as a student would.
 
 `tito dist student` builds the wheel; it is installed (``pip install --no-deps``) into a fresh
-virtual environment made with ``--system-site-packages`` from the base interpreter, which has
-the dependencies (NumPy, nbgrader, ...) but neither `tito` nor `tinytorch` (checked). The
-student journey then runs on the installed `tito`, and every installed file of the
+virtual environment of its own. That environment borrows the dependencies (NumPy, nbgrader,
+...) from the one running the tests through a ``.pth`` file naming its site-packages folders;
+a folder named in a ``.pth`` file is only put on ``sys.path``, its own ``.pth`` files are not
+run, so the course's editable install of `tito` and `tinytorch` stays invisible (checked).
+The student journey then runs on the installed `tito`, and every installed file of the
 distribution is searched for each lesson's solution lines.
 """
 
@@ -24,10 +26,6 @@ from tito.core.registry import get_module, written_modules
 pytestmark = pytest.mark.slow
 
 
-def base_python() -> str:
-    return getattr(sys, "_base_executable", None) or sys.executable
-
-
 def clean_env(**extra):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     return {**env, "COLUMNS": "200", **extra}
@@ -37,19 +35,22 @@ def clean_env(**extra):
 def installed(tmp_path_factory):
     """(venv folder, its tito command, the wheel) with the student wheel installed."""
     tmp = tmp_path_factory.mktemp("student-build")
-    # The base interpreter must not see a tito or tinytorch of its own, or the test proves nothing.
-    probe = subprocess.run([base_python(), "-c", "import importlib.util as u; "
-                            "print(u.find_spec('tito'), u.find_spec('tinytorch'))"],
-                           cwd=tmp, env=clean_env(), capture_output=True, text=True)
-    assert probe.stdout.strip() == "None None", f"the base interpreter has tito/tinytorch: {probe.stdout}"
     done = subprocess.run([sys.executable, "-m", "tito", "dist", "student", "--out", str(tmp / "dist")],
                           cwd=tmp, env=clean_env(), capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     wheel = next((tmp / "dist").glob("tinytorch_course-*.whl"))
     venv = tmp / "venv"
-    subprocess.run([base_python(), "-m", "venv", "--system-site-packages", str(venv)], check=True)
-    done = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", str(wheel)],
-                          capture_output=True, text=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python*/site-packages"))
+    borrowed = [p for p in sys.path if p.endswith("-packages") and Path(p).is_dir()]
+    (site / "borrowed-dependencies.pth").write_text("\n".join(borrowed) + "\n")
+    # Before the wheel: the new environment must not see a tito or tinytorch, or the test proves nothing.
+    probe = subprocess.run([str(venv / "bin" / "python"), "-c", "import importlib.util as u; "
+                            "print(u.find_spec('tito'), u.find_spec('tinytorch'))"],
+                           cwd=tmp, env=clean_env(), capture_output=True, text=True)
+    assert probe.stdout.strip() == "None None", f"the new environment sees tito/tinytorch: {probe.stdout}"
+    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"),
+                           "install", "-q", "--no-deps", str(wheel)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return venv, str(venv / "bin" / "tito"), wheel
 

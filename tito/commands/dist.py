@@ -89,15 +89,16 @@ def build_student_wheel(out: Path) -> Path:
         (stage / "pyproject.toml").write_text(PYPROJECT.format(
             name=PROJECT, version=__version__, dependencies=_dependencies(), packages=packages,
             data=data).replace("'", '"'), encoding="utf-8")
-        # The base interpreter builds: a virtual environment made with --system-site-packages
-        # may shadow its setuptools with an old copy without `wheel`.
-        python = getattr(sys, "_base_executable", None) or sys.executable
+        # pip builds in an isolated environment with the setuptools and wheel that the staged
+        # pyproject asks for (from the package index or pip's cache), whatever this
+        # environment happens to hold.
         done = subprocess.run(
-            [python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-             "-w", str(out), str(stage)], capture_output=True, text=True,
+            [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(stage)],
+            capture_output=True, text=True,
         )
         if done.returncode != 0:
-            raise Failure("building the student wheel failed:\n" + (done.stderr or done.stdout)[-3000:])
+            raise Failure("building the student wheel failed (pip needs setuptools and wheel from "
+                          "the package index or its cache):\n" + (done.stderr or done.stdout)[-3000:])
     wheels = sorted(out.glob(f"{PROJECT.replace('-', '_')}-{__version__}-*.whl"))
     if not wheels:
         raise Failure(f"pip reported success but no wheel is in {out}")
