@@ -314,7 +314,9 @@ def test_unit_default_collate():
     items = [(np.array([i, i + 0.5]), i) for i in range(4)]  # float64 rows, int labels
     xs, ys = default_collate(items)
     assert isinstance(xs, Tensor) and xs.shape == (4, 2), (
-        f"the inputs should stack to a Tensor of shape (4, 2), got {getattr(xs, 'shape', xs)}"
+        f"4 examples with 2-value inputs should stack to a Tensor of shape (4, 2), got "
+        f"{getattr(xs, 'shape', xs)}: stack field k of every example, "
+        "[item[k] for item in items], none left out"
     )
     assert xs.dtype == np.float32, (
         f"stacked float64 inputs are {xs.dtype}: raw float data becomes float32 in a batch"
@@ -323,7 +325,9 @@ def test_unit_default_collate():
         f"integer labels should stack to an integer Tensor of shape (4,), got {ys.dtype} "
         f"{ys.shape}: use Tensor(batch, dtype=batch.dtype), not Tensor(batch)"
     )
-    assert np.array_equal(ys.data, [0, 1, 2, 3]), "labels must stay in example order"
+    assert np.array_equal(ys.data, [0, 1, 2, 3]), (
+        f"labels stacked to {ys.data.tolist()}, expected [0, 1, 2, 3]: keep the examples' order"
+    )
     kept = default_collate([(Tensor([1.0], dtype=np.float64),), (Tensor([2.0], dtype=np.float64),)])
     assert isinstance(kept, tuple) and kept[0].dtype == np.float64, (
         "a field of Tensors keeps their dtype (here float64)"
@@ -477,8 +481,10 @@ def test_unit_dataloader_batches():
         "in steps of batch_size and keep the short last batch"
     )
     assert len(loader) == 3, f"len(loader) is {len(loader)}, expected ceil(10 / 4) = 3"
-    assert np.array_equal(np.concatenate([b[1].data for b in batches]), y), (
-        "without shuffle, batches must follow the dataset order 0, 1, ..., 9"
+    got_order = np.concatenate([b[1].data for b in batches]).tolist()
+    assert got_order == y.tolist(), (
+        f"without shuffle, the batches visited {got_order}, expected 0, 1, ..., 9 in order: "
+        "order(epoch) is np.arange(n) when shuffle=False"
     )
     xb, yb = batches[0]
     assert xb.shape == (4, 1) and xb.dtype == np.float32 and yb.dtype == np.int64, (
@@ -551,8 +557,13 @@ def test_unit_vectorized_batches():
     )
     xs = np.concatenate([b[0].data for b in batches])
     ys = np.concatenate([b[1].data for b in batches])
-    assert np.array_equal(xs, x[ys]), "inputs and labels must stay paired after shuffling"
-    assert sorted(ys.tolist()) == list(range(20)), "every example appears exactly once per epoch"
+    assert np.array_equal(xs, x[ys]), (
+        f"inputs and labels must stay paired after shuffling: label {ys[0]} came with input "
+        f"{xs[0].tolist()}, expected {x[ys[0]].tolist()}; gather every array with the same chunk"
+    )
+    assert sorted(ys.tolist()) == list(range(20)), (
+        f"one epoch visited {sorted(ys.tolist())}, expected every example 0..19 exactly once"
+    )
 
 
 test_unit_vectorized_batches()
@@ -667,8 +678,11 @@ def test_unit_set_epoch_resume():
         "calling set_epoch(e) before every epoch must give the same batches as not calling it"
     )
     assert np.array_equal(original.order(1), original.order(1)), "order(e) must be repeatable"
-    assert np.array_equal(np.concatenate([np.asarray(b) for b in seen[1]]), original.order(1)), (
-        "order(e) must be the order iteration uses for epoch e"
+    iterated = np.concatenate([np.asarray(b) for b in seen[1]])
+    assert np.array_equal(iterated, original.order(1)), (
+        f"the second epoch iterated {iterated[:6].tolist()}..., but order(1) is "
+        f"{original.order(1)[:6].tolist()}...: iter() must use order(self.epoch) and only then "
+        "add one (the first iteration is epoch 0)"
     )
     plain = DataLoader(ds, batch_size=4)
     assert np.array_equal(plain.order(3), np.arange(n)), "without shuffle, every epoch is 0..n-1"

@@ -213,19 +213,31 @@ def test_unit_schedules():
         hint = ""
         if step < 100 and abs(got - 1e-3 * step / 100) < 1e-12:
             hint = " Use (step + 1) / (warmup_steps + 1): step 0 must not have lr 0."
+        elif step == 100 and abs(got - 1e-3) > 1e-9:
+            hint = (" The decay starts at max_lr when warm-up ends: progress = (step - "
+                    "warmup_steps) / (total_steps - warmup_steps), 0 at step warmup_steps.")
         elif step == 1050 and abs(got - 5.5e-4) > 1e-6:
             hint = " Halfway through the decay the cosine weight is 0.5: lr = (max + min) / 2."
         assert abs(got - want) <= 1e-9 + 1e-6 * want, (
             f"CosineWarmup(1e-3, 1e-4, 100, 2000)({step}) = {got:.6g}, expected {want:.6g}.{hint}"
         )
     lrs = [sched(s) for s in range(2100)]
-    assert all(a < b for a, b in zip(lrs[:100], lrs[1:101])), "warm-up must increase every step"
-    assert all(a >= b for a, b in zip(lrs[100:2000], lrs[101:2001])), (
-        "after warm-up the learning rate must never increase: cos(pi * progress) goes 1 -> -1"
+    up = [s for s in range(100) if not lrs[s] < lrs[s + 1]]
+    assert not up, (
+        f"warm-up must increase every step, but lr({up[0]}) = {lrs[up[0]]:.6g} >= "
+        f"lr({up[0] + 1}) = {lrs[up[0] + 1]:.6g}"
+    )
+    rises = [s for s in range(100, 2000) if lrs[s] < lrs[s + 1]]
+    assert not rises, (
+        f"after warm-up the learning rate must never increase, but lr({rises[0]}) = "
+        f"{lrs[rises[0]]:.6g} < lr({rises[0] + 1}) = {lrs[rises[0] + 1]:.6g}: "
+        "cos(pi * progress) goes 1 -> -1 as progress goes 0 -> 1"
     )
     no_warmup = CosineWarmup(max_lr=0.5, min_lr=0.0, warmup_steps=0, total_steps=10)
     assert abs(no_warmup(0) - 0.5) < 1e-12 and abs(no_warmup(10)) < 1e-12, (
-        "with warmup_steps=0 the schedule starts at max_lr and reaches min_lr at total_steps"
+        "with warmup_steps=0 the schedule starts at max_lr and reaches min_lr at total_steps: "
+        f"CosineWarmup(0.5, 0.0, 0, 10) gave lr(0) = {no_warmup(0):.6g} (expected 0.5) and "
+        f"lr(10) = {no_warmup(10):.6g} (expected 0)"
     )
     decay = StepDecay(lr=0.1, step_size=30, gamma=0.1)
     for step, want in {0: 0.1, 29: 0.1, 30: 0.01, 59: 0.01, 60: 0.001, 95: 1e-4}.items():
@@ -746,13 +758,23 @@ def test_unit_evaluate():
         f"got {results['loss']}"
         + (": weight each batch's loss by its number of samples, not 1 per batch"
            if abs(results["loss"] - 2.5) < 1e-6 else "")
+        + (": the batch means were summed and divided by the number of samples; multiply "
+           "each batch's mean loss by its number of samples before adding it up"
+           if abs(results["loss"] - 1.25) < 1e-6 else "")
     )
     assert seen["training"] is False, "evaluate must run the model in eval mode (model.eval())"
     assert seen["recorded"] is False, "evaluate must run under no_grad(): nothing should be recorded"
-    assert model.training is True, "after evaluate the model must be back in training mode"
+    assert model.training is True, (
+        "after evaluate the model must be back in training mode, got model.training = "
+        f"{model.training}: remember model.training before model.eval() and restore it with "
+        "model.train(was_training) in a finally block"
+    )
     model.eval()
     evaluate(model, mean_value, loader)
-    assert model.training is False, "a model that was in eval mode stays in eval mode"
+    assert model.training is False, (
+        "a model that was in eval mode stays in eval mode, got model.training = True: restore "
+        "the mode it had before, model.train(was_training), not model.train()"
+    )
     results = evaluate(Probe(), mean_value, loader, metric=lambda o, t: 1.0)
     assert set(results) == {"loss", "<lambda>"}, (
         f"with a metric, evaluate returns loss and the metric under its __name__, got {set(results)}"
@@ -1184,8 +1206,12 @@ def test_unit_train():
     schedule = CosineWarmup(0.01, 0.001, 10, 40)
     history = train(model, cross_entropy, Adam(model.parameters()), train_loader, steps=20,
                     schedule=schedule, progress=False)
-    assert history.lr == [schedule(s) for s in range(20)], (
+    wanted = [schedule(s) for s in range(20)]
+    off = [s for s, (a, b) in enumerate(zip(history.lr, wanted)) if a != b]
+    assert history.lr == wanted, (
         "with a schedule, step s must use lr = schedule(s): set optimizer.lr before each step"
+        + (f"; step {off[0]} used lr {history.lr[off[0]]:.6g}, expected schedule({off[0]}) = "
+           f"{wanted[off[0]]:.6g}" if off else f"; recorded {len(history.lr)} rates, expected 20")
     )
     assert len(train(model, cross_entropy, SGD(model.parameters(), lr=0.01), train_loader,
                      epochs=2, progress=False).loss) == 2 * len(train_loader), (
@@ -1250,11 +1276,19 @@ def test_unit_resume():
     second = train(model, cross_entropy, opt, train_loader, steps=60, schedule=schedule,
                    resume_from=path, progress=False)
     assert second.step == list(range(32, 60)), (
-        f"the resumed run should do steps 32..59, did {second.step[:3]}...: start at the step "
-        "stored in the checkpoint"
+        f"the resumed run should do steps 32..59, did {second.step[:3]}...: the checkpoint "
+        "saved at the end of a 32-step run holds step 32 (the number of steps done), and "
+        "train(resume_from=...) starts at the step stored in it"
     )
     resumed = first.loss + second.loss
     differ = [s for s, (a, b) in enumerate(zip(straight.loss, resumed)) if a != b]
+    assert not differ or differ[0] >= 32, (
+        f"the first 32 steps, before any checkpoint, already differ from the uninterrupted "
+        f"run at step {differ[0]} ({straight.loss[differ[0]]:.6f} vs "
+        f"{resumed[differ[0]]:.6f}), with the same seed: the data order depends on what the "
+        "loader did before. batches_from must call loader.set_epoch(epoch) before each epoch"
+        " so that the order depends on the step only"
+    )
     assert not differ, (
         f"the resumed losses differ from the uninterrupted run from step {differ[0]} on "
         f"({straight.loss[differ[0]]:.6f} vs {resumed[differ[0]]:.6f}). Is every piece of "
@@ -1451,7 +1485,10 @@ def test_unit_save_safetensors():
         f"the first 8 bytes say the header is {n} bytes, but the file has {len(data)}: write "
         "len(header).to_bytes(8, 'little') first, then the header"
     )
-    assert n % 8 == 0, f"the header is {n} bytes: pad the JSON with spaces to a multiple of 8"
+    assert n % 8 == 0, (
+        f"the header is {n} bytes, expected a multiple of 8 ({n + (-n % 8)}): pad the JSON "
+        "with spaces to a multiple of 8"
+    )
     header = json.loads(data[8:8 + n])
     assert header.get("__metadata__") == {"format": "np"}, (
         f"__metadata__ is {header.get('__metadata__')!r}, expected {{'format': 'np'}}"
@@ -1652,7 +1689,12 @@ def test_unit_read_safetensors_header():
                 "SafetensorsError(f'{path!r} ...') instead"
             ) from None
         else:
-            raise AssertionError(f"{what} must raise SafetensorsError, but it was accepted")
+            length = int.from_bytes(content[:8], "little")
+            shown = content[8:8 + min(length, 160)].decode("utf-8", "replace").strip()
+            raise AssertionError(
+                f"{what} must raise SafetensorsError, but it was accepted (file of "
+                f"{len(content)} bytes, header {shown}): add the check from the table above"
+            )
 
 
 test_unit_read_safetensors_header()

@@ -320,6 +320,11 @@ def test_unit_tokenizer_file_errors():
             "unknown.json": ('{"format": "tinytorch-tokenizer", "version": 1, "type": "wordpiece"}',
                              "wordpiece"),
         }
+        checks = {  # what each file tests, to name the missing check
+            "future.json": "check data['version'] before reading the rest, and name it",
+            "unknown.json": "check data['type'] against the known kinds, and name it",
+            "model.pkl": "catch UnicodeDecodeError / json.JSONDecodeError and say it is not JSON",
+        }
         for name, (text, clue) in cases.items():
             (folder / name).write_text(text, encoding="utf-8")
         (folder / "model.pkl").write_bytes(pickle.dumps({"not": "json"}))
@@ -330,7 +335,8 @@ def test_unit_tokenizer_file_errors():
             except TokenizerFileError as error:
                 assert name in str(error), f"the error for {name} should name the file: {error}"
                 assert clue in str(error), (
-                    f"loading {name} should explain the problem and mention {clue!r}: {error}"
+                    f"loading {name} should explain the problem and mention {clue!r}, got: "
+                    f"{error}" + (f" ({checks[name]})" if name in checks else "")
                 )
             except NotImplementedError:
                 raise
@@ -887,7 +893,12 @@ def test_unit_split_words():
     """The hand-worked split, and joining the words always gives the text back."""
     got = split_words("Hello, world!  It's 2024.\n")
     want = ["Hello", ",", " world", "!", " ", " It", "'", "s", " 2024", ".", "\n"]
-    assert got == want, f"split_words gave {got}, expected {want}"
+    assert got == want, (
+        f"split_words gave {got}, expected {want}"
+        + (": a single space before a word belongs to that word (' world'), and a run of "
+           "spaces gives only its last space to the next word"
+           if " " in got and " world" not in got else "")
+    )
     assert split_words("") == [], "the empty text has no words"
     assert split_words("one") == ["one"], "a single word stays whole"
     got = split_words("a \n b")
@@ -1245,9 +1256,11 @@ def test_unit_bpe_special_tokens():
     eot = "<|endoftext|>"
     corpus = f"aaabdaaabac{eot}aaabdaaabac{eot}"
     tok = BPETokenizer.train(corpus, vocab_size=300, special_tokens=[eot])
-    assert all(bytes(tok.vocab[i]).find(b"<|") < 0 for i in tok.merges.values()), (
-        "no merge should contain part of the special token: train only on the pieces "
-        "between special tokens"
+    leaked = [bytes(tok.vocab[i]) for i in tok.merges.values() if b"<|" in bytes(tok.vocab[i])]
+    assert not leaked, (
+        f"no merge should contain part of the special token, but merges made {leaked[:3]}: "
+        "train only on the pieces between special tokens (split_on_special, skip the "
+        "special pieces)"
     )
     n = 256 + len(tok.merges)
     assert tok.special_tokens == {eot: n} and tok.vocab_size == n + 1, (
@@ -1312,14 +1325,18 @@ def test_unit_save_load():
             "the file should hold the merges in the order they were learned"
         )
         try:
-            CharTokenizer.load(folder / "bpe.json")
+            wrong = CharTokenizer.load(folder / "bpe.json")
         except TokenizerFileError as error:
             assert "bpe" in str(error) and "BPETokenizer" in str(error), (
                 f"loading a BPE file as CharTokenizer should say it holds a 'bpe' tokenizer and "
                 f"to use BPETokenizer.load: {error}"
             )
         else:
-            raise AssertionError("CharTokenizer.load of a BPE file must raise TokenizerFileError")
+            raise AssertionError(
+                "CharTokenizer.load of a BPE file must raise TokenizerFileError, but it "
+                f"returned a {type(wrong).__name__}: in load, when cls is not Tokenizer, "
+                "compare the file's type with cls and refuse another kind"
+            )
         data["merges"][0] = [97, 400]
         (folder / "damaged.json").write_text(json.dumps(data), encoding="utf-8")
         try:
@@ -1447,8 +1464,15 @@ def test_unit_bytes_to_unicode():
     assert sorted(table) == list(range(256)), (
         f"the table should have the 256 bytes 0..255 as keys, got {len(table)} keys"
     )
-    assert len(set(table.values())) == 256, (
-        "two bytes share a character: the table must be one-to-one, or decoding is ambiguous"
+    shared = {}
+    for b, ch in table.items():
+        shared.setdefault(ch, []).append(b)
+    shared = {ch: bs for ch, bs in shared.items() if len(bs) > 1}
+    assert not shared, (
+        "two bytes share a character: the table must be one-to-one, or decoding is ambiguous; "
+        + ", ".join(f"bytes {bs} all map to {ch!r}" for ch, bs in list(shared.items())[:2])
+        + ". The bytes that need a new character get chr(256), chr(257), ..., never a "
+        "character that a printable byte already has"
     )
     assert table[ord("a")] == "a" and table[ord("~")] == "~" and table[0xE9] == "é", (
         f"printable bytes keep their own character: got {table[ord('a')]!r} for 'a', "
@@ -1846,6 +1870,15 @@ def test_unit_hf_tokenizer():
         path.write_text(json.dumps(_tiny_tokenizer_json()), encoding="utf-8")
         tok = load_hf_tokenizer(folder)
     assert tok.vocab_size == 262, f"vocab_size should be 262 (256 + 5 + 1), got {tok.vocab_size}"
+    symbols = tok._bpe("hello")
+    unknown = [t for t in symbols if t not in tok.vocab]
+    assert symbols == ["h", "el", "l", "o"], (
+        f"_bpe('hello') should give the tokens ['h', 'el', 'l', 'o'], got {symbols}"
+        + (f": {unknown} are not tokens of the vocabulary; stop as soon as the lowest-rank "
+           "adjacent pair has no rank (is not a merge)" if unknown else
+           ": merge the pair of lowest rank first ('e l' is rank 0, 'h e' rank 1), not the "
+           "leftmost pair")
+    )
     got = tok.encode("hello the llama<|endoftext|>")
     want = [104, 256, 108, 111, 260, 32, 258, 97, 109, 97, 261]
     assert got[:4] == want[:4], (

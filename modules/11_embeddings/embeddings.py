@@ -368,11 +368,19 @@ def test_unit_embedding():
     assert np.array_equal(embedding(ids, w).data, w.data[ids]), (
         "embedding(ids, weight) is weight[ids]"
     )
-    emb(ids).sum().backward()
+    looked_up = emb(ids)
+    assert looked_up.requires_grad, (
+        "emb(ids) records no operation (requires_grad is False), so no gradient can reach "
+        "the table: return EmbeddingFunction.apply(self.weight, indices=ids), not a new "
+        "Tensor of self.weight.data[ids]"
+    )
+    looked_up.sum().backward()
     counts = np.bincount(ids.ravel(), minlength=1000).astype(np.float32)
     assert w.grad is not None and np.allclose(w.grad.data, counts[:, None]), (
         "after emb(ids).sum().backward(), row v of weight.grad should equal how often v "
-        "occurs in ids (3 occurs twice): the layer must call EmbeddingFunction"
+        "occurs in ids (3 occurs twice): expected row 3 = [2, 2, ...], got "
+        + ("weight.grad None" if w.grad is None else f"row 3 = {w.grad.data[3][:4]}...")
+        + ": the layer must call EmbeddingFunction.apply(self.weight, indices=ids)"
     )
 
 
@@ -400,7 +408,11 @@ def test_unit_embedding_errors():
                "row, so check min() >= 0 too" if bad < 0 else "")
         )
         assert str(bad) in str(error) and "[0, 65)" in str(error), (
-            f"the error for id {bad} should name it and the valid range [0, 65): {error}"
+            f"the error for id {bad} should name it and the valid range [0, 65), got "
+            f"{type(error).__name__}: {error}"
+            + (". This is NumPy's own error: your check let the id through; valid ids are "
+               "0..64, so refuse ids < 0 or >= num_embeddings"
+               if "out of bounds" in str(error) else "")
         )
     error = error_of(lambda: emb(Tensor([1, 2, 3])))
     assert isinstance(error, TypeError), (
@@ -498,14 +510,16 @@ def test_unit_positional_embedding():
         "the whole table (16 positions) must be usable"
     )
     try:
-        pos(10, offset=7)
+        returned = pos(10, offset=7)
     except ValueError as error:
         assert "17" in str(error) and "16" in str(error), (
             f"the error should name seq_len + offset (17) and max_len (16): {error}"
         )
     else:
         raise AssertionError(
-            "pos(10, offset=7) needs positions up to 16 in a 16-row table: raise ValueError"
+            "pos(10, offset=7) needs positions up to 16 in a 16-row table: raise ValueError; "
+            f"it returned shape {returned.shape} instead (the slice silently stops at row 15). "
+            "Compare seq_len + offset, not seq_len alone, with max_len"
         )
     x = Tensor(np.ones((2, 5, 4), dtype=np.float32))
     (x + pos(5)).sum().backward()
@@ -604,7 +618,8 @@ def test_unit_sinusoidal():
         f"the table should be float32, got {pe.dtype}: compute in float64, then .astype(np.float32)"
     )
     assert np.allclose(pe[0, 0::2], 0) and np.allclose(pe[0, 1::2], 1), (
-        f"position 0 should be [0, 1, 0, 1, ...] (sin 0 on even dims, cos 0 on odd), got {pe[0]}"
+        f"position 0 should be [0, 1, 0, 1, ...] (sin 0 on even dims, cos 0 on odd), got "
+        f"{pe[0]}: interleave, table[:, 0::2] = sin and table[:, 1::2] = cos"
     )
     want = [np.sin(3.0), np.cos(3.0), np.sin(3.0 / 10), np.cos(3.0 / 10),
             np.sin(3.0 / 100), np.cos(3.0 / 100), np.sin(3.0 / 1000), np.cos(3.0 / 1000)]
@@ -841,7 +856,9 @@ def test_unit_rotary_tables():
     ok = np.allclose(cos, np.cos(angles), atol=1e-6) and np.allclose(sin, np.sin(angles), atol=1e-6)
     assert ok, (
         "cos_sin should hold cos/sin of pos * theta_i with theta_i = 1/10000**(2i/d), the d/2 "
-        "angles written twice: emb = concat(freqs, freqs) (not interleaved)"
+        "angles written twice: emb = concat(freqs, freqs) (not interleaved). For head_dim 8, "
+        f"position 1: expected cos {[round(float(v), 4) for v in np.cos(angles[1])]}, got "
+        f"{[round(float(v), 4) for v in cos[1]]}"
     )
     cos_k, sin_k = rope.cos_sin(2, offset=7)
     want_k = np.cos(np.arange(7, 9)[:, None] * np.concatenate((theta, theta)))
@@ -881,9 +898,12 @@ def test_unit_apply_rotary():
             a, b = x[..., pos, i], x[..., pos, i + d // 2]
             want[..., pos, i] = a * np.cos(phi) - b * np.sin(phi)
             want[..., pos, i + d // 2] = b * np.cos(phi) + a * np.sin(phi)
-    assert np.allclose(got.data, want, atol=1e-5), (
+    wrong = np.argwhere(~np.isclose(got.data, want, atol=1e-5))
+    assert not len(wrong), (
         "apply_rotary differs from the pairwise rotation: pair coordinate i with i + d/2 and "
-        "compute x * cos + rotate_half(x) * sin"
+        "compute x * cos + rotate_half(x) * sin. First difference at (b, h, t, i) = "
+        f"{tuple(int(v) for v in wrong[0])}: expected {want[tuple(wrong[0])]:.5f}, got "
+        f"{got.data[tuple(wrong[0])]:.5f} ({len(wrong)} of {want.size} values differ)"
     )
     assert np.allclose(np.linalg.norm(got.data, axis=-1), np.linalg.norm(x, axis=-1), atol=1e-5), (
         "a rotation keeps every vector's length"

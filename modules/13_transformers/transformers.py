@@ -639,8 +639,9 @@ def test_unit_mlp():
     h = 0.5 * h * (1 + np.tanh(k * (h + 0.044715 * h**3)))
     want = h @ mlp.proj.weight.data.T + mlp.proj.bias.data
     assert np.allclose(y.data, want, atol=1e-5), (
-        "MLP output differs from proj(gelu(fc(x))) (GELU in its tanh form by default): "
-        "is the activation between the two layers, and are both layers used?"
+        "MLP output differs from proj(gelu(fc(x))) (GELU in its tanh form by default) by up "
+        f"to {np.abs(y.data - want).max():.3g}: is the activation between the two layers, and "
+        "are both layers used?"
     )
     glu = SwiGLU(8, 16)
     z = glu(Tensor(x))
@@ -648,9 +649,13 @@ def test_unit_mlp():
     up = x @ glu.up_proj.weight.data.T
     want = (gate / (1 + np.exp(-gate)) * up) @ glu.down_proj.weight.data.T
     assert z.shape == (2, 5, 8), f"SwiGLU(8, 16) on (2, 5, 8) gave {z.shape}"
+    swapped = (up / (1 + np.exp(-up)) * gate) @ glu.down_proj.weight.data.T
     assert np.allclose(z.data, want, atol=1e-5), (
-        "SwiGLU output differs from down_proj(silu(gate_proj(x)) * up_proj(x)): silu goes on "
-        "the gate only, and the product is element-wise"
+        "SwiGLU output differs from down_proj(silu(gate_proj(x)) * up_proj(x)) by up to "
+        f"{np.abs(z.data - want).max():.3g}"
+        + (": silu was applied to up_proj; it goes on gate_proj's output"
+           if np.allclose(z.data, swapped, atol=1e-5) else
+           ": silu goes on the gate only, and the product is element-wise")
     )
     z.sum().backward()
     missing = [n for n, p in glu.named_parameters() if p.grad is None]
@@ -863,10 +868,23 @@ def test_unit_block():
     a = block.attn(block.ln1(Tensor(x)), is_causal=True).data
     h = x + a
     want = h + block.mlp(block.ln2(Tensor(h))).data
-    assert np.allclose(y.data, want, atol=1e-5), (
-        "the block should compute x = x + attn(ln1(x), is_causal=True); x = x + mlp(ln2(x)): "
-        "pre-norm (norm inside the branch), residual additions, causal attention"
-    )
+    if not np.allclose(y.data, want, atol=1e-5):
+        h_full = x + block.attn(block.ln1(Tensor(x))).data  # attention without the mask
+        known = [  # (what a typical mistake computes, what it is)
+            (h_full + block.mlp(block.ln2(Tensor(h_full))).data,
+             "the attention is not causal: pass is_causal=True"),
+            (block.mlp(block.ln2(Tensor(h))).data,
+             "the MLP branch replaces x instead of being added: x = x + mlp(ln2(x))"),
+            (a + block.mlp(block.ln2(Tensor(a))).data,
+             "the attention branch replaces x instead of being added: x = x + attn(ln1(x))"),
+        ]
+        cause = next((what for out, what in known if np.allclose(y.data, out, atol=1e-5)),
+                     "pre-norm (norm inside the branch), residual additions, causal attention")
+        raise AssertionError(
+            "the block should compute x = x + attn(ln1(x), is_causal=True); x = x + "
+            f"mlp(ln2(x)); its output differs by up to {np.abs(y.data - want).max():.3g}: "
+            + cause
+        )
     x2 = x.copy()
     x2[:, 4:] += 10.0  # change the future
     y2 = block(Tensor(x2))
@@ -1308,7 +1326,14 @@ def test_unit_sampling():
         "[0.5, 0.3, 0.15, 0.05]: draw by inverting the cumulative distribution"
     )
     picks = {int(sample_logits(logits, top_k=2, rng=rng)[0]) for _ in range(300)}
-    assert picks == {0, 1}, f"top_k=2 must only ever pick ids 0 and 1, picked {sorted(picks)}"
+    assert picks == {0, 1}, (
+        f"top_k=2 must only ever pick ids 0 and 1 (probabilities 0.5 and 0.3), picked "
+        f"{sorted(picks)} in 300 draws"
+        + (": fewer than k ids were kept; the k-th largest logit is "
+           "np.partition(logits, -k, axis=-1)[:, -k], and logits equal to it stay"
+           if len(picks) < 2 else
+           ": keep the k largest logits and set the others to -inf before the softmax")
+    )
     picks = {int(sample_logits(logits, top_p=0.7, rng=rng)[0]) for _ in range(300)}
     assert picks == {0, 1}, (
         f"top_p=0.7 keeps the smallest set reaching 0.7 (0.5 + 0.3), picked {sorted(picks)}"
