@@ -35,9 +35,9 @@
 # ```
 #
 # Generating a token needs the keys and values of every earlier token, in every layer.
-# Module 13's `generate` recomputed them all for every new token: token N costs N tokens of
-# work, N tokens cost O(N^2). A **KV cache** keeps them: each step computes the keys and
-# values of one new token and attends over the stored ones, O(N) in total. You build two:
+# Module 13's `generate` recomputed them all for every new token: token $N$ costs $N$ tokens of
+# work, $N$ tokens cost $O(N^2)$. A **KV cache** keeps them: each step computes the keys and
+# values of one new token and attends over the stored ones, $O(N)$ in total. You build two:
 # a dense one (one rectangular array per layer) and a **paged** one (fixed-size pages from
 # a shared pool, as vLLM's PagedAttention does), whose memory follows the tokens actually
 # held rather than the longest sequence in the batch.
@@ -52,7 +52,7 @@
 #   safetensors without copying them.
 # - Assemble a pre-norm decoder block from RMSNorm, rotary embeddings, grouped-query
 #   attention and SwiGLU, and a mixture-of-experts layer that loops over experts.
-# - Implement a KV cache, explain why it turns O(N^2) generation into O(N), and measure it.
+# - Implement a KV cache, explain why it turns $O(N^2)$ generation into $O(N)$, and measure it.
 # - Implement a paged KV cache with a page table per sequence and a shared pool, and
 #   compare its memory with the dense cache's on sequences of unequal lengths.
 # - Generate for a batch of prompts of different lengths so that each sequence gets exactly
@@ -315,8 +315,8 @@ class Config:
 # %% [markdown]
 # ### Rotary frequencies
 #
-# Module 11 rotated pairs of coordinates `(i, i + d/2)` of each head by the angle
-# `pos * theta_i`, with `theta_i = base^(-2i/d)` for `i = 0 .. d/2 - 1`. The checkpoints'
+# Module 11 rotated pairs of coordinates $(i, i + d/2)$ of each head by the angle
+# $\mathrm{pos} \cdot \theta_i$, with $\theta_i = \mathrm{base}^{-2i/d}$ for $i = 0, \dots, d/2 - 1$. The checkpoints'
 # `rope_theta` is that base: 10,000 for Llama 2, 500,000 for Llama 3, 1,000,000 for Qwen2.5.
 #
 # Llama 3.1 was trained with 8,192 positions and then stretched to 128K by **rescaling the
@@ -498,7 +498,7 @@ def conv1d(x, weight, bias):
 #
 # Inference needs no gradients, so the engine works on NumPy arrays directly and calls your
 # earlier functions on them: `rms_norm` and `layer_norm` (module 13), `rotate_half`
-# (module 11), `attention_weights` (module 12: masked softmax of `q k^T / sqrt(d)`), `silu`
+# (module 11), `attention_weights` (module 12: masked softmax of $q k^\top / \sqrt{d}$), `silu`
 # and `gelu` (module 02). Each of them accepts an array and returns a Tensor; `.data` is
 # its array.
 #
@@ -932,7 +932,7 @@ test_unit_mlp_moe()
 # During generation, the keys and values of a token never change once computed (a token only
 # attends to earlier ones, and the weights are fixed). So each layer keeps them: step `t`
 # computes `q, k, v` for the one new token, appends `k, v`, and attends over all `t` keys.
-# Per token that is O(1) projection work and O(t) attention work, instead of rerunning
+# Per token that is $O(1)$ projection work and $O(t)$ attention work, instead of rerunning
 # the projections and MLPs of all `t` tokens.
 #
 # A batch may hold sequences of different lengths (prompts of different sizes). The cache
@@ -1482,9 +1482,9 @@ test_unit_generate()
 #
 # **What the cache saves.** Without a cache, token `t` of a generation reruns every layer
 # on all `t` tokens so far: for `N` new tokens after a prompt of `P`, about
-# `sum_t (P + t) ~ N P + N^2 / 2` token-passes through the weights. With the cache, each
-# token passes once: `P + N`. The attention itself still reads all `t` cached keys per
-# step, so it grows as `N^2` either way, but it is small next to the projections and MLPs
+# $\sum_t (P + t) \approx NP + N^2/2$ token-passes through the weights. With the cache, each
+# token passes once: $P + N$. The attention itself still reads all `t` cached keys per
+# step, so it grows as $N^2$ either way, but it is small next to the projections and MLPs
 # until the context is long. Measured here on a small random model:
 
 # %% nbgrader={"grade": false, "grade_id": "analysis-cache", "locked": false, "schema_version": 3, "solution": false, "task": false}
@@ -1506,7 +1506,7 @@ def cache_speedup(new_tokens=24):
 cache_speedup()
 
 # %% [markdown]
-# **What the cache costs.** Per token, `2 x layers x kv_heads x head_dim x 4` bytes: for
+# **What the cache costs.** Per token, $2 \times \text{layers} \times \text{kv\_heads} \times \text{head\_dim} \times 4$ bytes: for
 # Qwen2.5-0.5B (24 layers, 2 KV heads of 64) 24 KiB, so 32K tokens hold 768 MiB, 40% of
 # the float32 weights. Grouped-query attention is what keeps it small: with 14 KV heads
 # (one per query head) it would be 7 times larger. And for a batch of unequal sequences the
