@@ -108,9 +108,9 @@ from tinytorch.core.tensor import manual_seed
 # pixels at a time. Along one axis of size `H`, the padded input has `H + 2p` pixels; a
 # window of `k` fits at the starts `0, s, 2s, ...` up to `H + 2p - k`, so
 #
-# ```
-# OH = (H + 2p - k) // s + 1
-# ```
+# $$
+# OH = \left\lfloor \frac{H + 2p - k}{s} \right\rfloor + 1
+# $$
 #
 # Worked example: `H = 8`, `k = 3`, `p = 1`, `s = 1` gives `(8 + 2 - 3) // 1 + 1 = 8`
 # ("same" padding keeps the size); `s = 2` gives `7 // 2 + 1 = 4`. A 2x2 pooling with
@@ -200,9 +200,10 @@ test_unit_output_size()
 # input channel `c` and kernel offset `(u, v)`, of weight times input under the window
 # (`xp` is the padded input):
 #
-# ```
-# out[n, o, i, j] = bias[o] + sum over c, u, v of  weight[o, c, u, v] * xp[n, c, i*sh + u, j*sw + v]
-# ```
+# $$
+# \mathrm{out}[n, o, i, j] = \mathrm{bias}[o]
+#   + \sum_{c, u, v} \mathrm{weight}[o, c, u, v] \; \mathrm{xp}[n, c, i s_h + u, j s_w + v]
+# $$
 #
 # (Strictly this is a *cross-correlation*: a mathematician's convolution flips the kernel.
 # Every deep-learning framework computes this unflipped sum and calls it convolution; since
@@ -346,7 +347,7 @@ test_unit_conv_loop()
 # the same `cols`. The offset loop is what col2im needs in Part 4, so we use it here too.)
 #
 # **The price is memory.** With stride 1 and "same" padding every input pixel appears in
-# `kh * kw` windows, so `cols` is about `kh * kw` times the input: 9x for 3x3, 25x for 5x5.
+# $k_h k_w$ windows, so `cols` is about $k_h k_w$ times the input: 9x for 3x3, 25x for 5x5.
 # The systems analysis measures it.
 
 # %% nbgrader={"grade": false, "grade_id": "pad", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -556,7 +557,7 @@ test_unit_col2im()
 # first layer never requires one, and its `col2im` is the most expensive part of backward.
 #
 # **The layer.** `Conv2d` holds `weight (O, C, kh, kw)` and `bias (O,)`, initialized as
-# PyTorch does: uniform in `(-k, k)` with `k = 1 / sqrt(C * kh * kw)`, the fan-in of one
+# PyTorch does: uniform in $(-k, k)$ with $k = 1 / \sqrt{C k_h k_w}$, the fan-in of one
 # output pixel (module 03's argument, with `C * kh * kw` inputs per output). Its `forward`
 # (given) checks the input with `_conv_geometry` and calls your operation.
 
