@@ -180,15 +180,15 @@ hooks_demo()
 # machine, and dividing it by the measured time gives the throughput (GFLOP/s) to compare
 # with what the CPU can do (about 190 GFLOP/s for a good float32 matmul on two cores).
 #
-# **Matrix products.** `(m, k) @ (k, n)` computes `m * n` outputs, each a sum of `k`
-# products: `k` multiplications and `k - 1` additions, counted as `2 * m * k * n` (the
+# **Matrix products.** `(m, k) @ (k, n)` computes $mn$ outputs, each a sum of `k`
+# products: $k$ multiplications and $k - 1$ additions, counted as $2mkn$ (the
 # multiply-add convention everyone uses). Leading axes broadcast, and each broadcast batch
 # element is one more matrix product: `(B, H, T, D) @ (B, H, D, T)` costs
-# `B * H * 2 * T * D * T`. A 1-D operand is a vector: `(m, k) @ (k,)` is `2 * m * k`.
+# $2BHTDT$. A 1-D operand is a vector: `(m, k) @ (k,)` is $2mk$.
 #
 # **Attention** (module 12's fused operation), per batch-and-head, with `T` queries, `S`
-# keys, head sizes `D` and `Dv`: the scores `q @ k^T` cost `2 T S D`, the weighted values
-# `P @ v` cost `2 T S Dv`, and in between each of the `T S` scores is scaled once and goes
+# keys, head sizes `D` and `Dv`: the scores `q @ k^T` cost $2TSD$, the weighted values
+# `P @ v` cost $2TSD_v$, and in between each of the $TS$ scores is scaled once and goes
 # through a softmax (maximum, subtraction, exponential, sum, division: five), six per score.
 # With dropout on the weights, one more multiplication per weight. A causal mask does not
 # save any of it: your module 12 computes the whole `(T, S)` matrix and masks it.
@@ -528,23 +528,24 @@ OUTSIDE = "(outside the model)"  # ops of a loss function called on the model's 
 # Backward runs module 06's engine over the records the forward left. Its FLOPs can be
 # counted from those records, one rule per operation:
 #
-# - A **matrix product** `C = A @ B` has two gradient products, `dA = dC @ B^T` and
-#   `dB = A^T @ dC`, each as large as the forward product. So backward costs the forward's
+# - A **matrix product** `C = A @ B` has two gradient products, $dA = dC\, B^\top$ and
+#   $dB = A^\top dC$, each as large as the forward product. So backward costs the forward's
 #   FLOPs **once per input that requires a gradient** (`ctx.parents[i].requires_grad`): the
 #   first layer's input data needs no gradient, the weights always do.
-# - **Attention** (module 12) recomputes the probabilities (`2TSD + 6TS`), then `dV = P^T dO`
-#   (`2TSDv`) when `v` needs it and, when `q` or `k` does, `dP = dO V^T` (`2TSDv`), `dS`
-#   (`3TS`: a row sum, a subtraction, a multiplication), and `dQ`, `dK` (`2TSD` each, for
+# - **Attention** (module 12) recomputes the probabilities ($2TSD + 6TS$), then $dV = P^\top dO$
+#   ($2TSD_v$) when `v` needs it and, when `q` or `k` does, $dP = dO\, V^\top$ ($2TSD_v$), $dS$
+#   ($3TS$: a row sum, a subtraction, a multiplication), and `dQ`, `dK` ($2TSD$ each, for
 #   the inputs that need them).
 # - **Everything else** (element-wise ops, norms, softmax, losses): twice its forward FLOPs
 #   when any input needs a gradient, the usual rule of thumb, and a small share of the
 #   total.
 #
-# Why `6 N D`? In a transformer almost every FLOP is a matrix product with a weight matrix.
-# Each of the `N` weights takes part in one multiply-add per token in the forward (`2 N`
-# FLOPs per token) and in two in the backward (`4 N`): `6 N` per token, `6 N D` for `D`
+# Why $6ND$? In a transformer almost every FLOP is a matrix product with a weight matrix.
+# Each of the `N` weights takes part in one multiply-add per token in the forward ($2N$
+# FLOPs per token) and in two in the backward ($4N$): $6N$ per token, $6ND$ for $D$
 # tokens. The rule leaves out attention's scores (`q @ k^T` and `P @ v` have no weights:
-# `12 n_layer T n_embd` per token for the whole step) and the element-wise work. `N` counts
+# $12 \cdot \text{n\_layer} \cdot T \cdot \text{n\_embd}$ per token for the whole step) and
+# the element-wise work. `N` counts
 # the weights that take part in matrix products: not the position table (a lookup), but a
 # token table tied to the output layer does count, as the output layer.
 #
@@ -1167,9 +1168,9 @@ bottleneck_report(step_profile)
 # **Memory against sequence length.** The same model built with a context of 256, one
 # training step at growing `T` with a batch of 4: the bytes the graph keeps for backward
 # (counted by the profiler) and the peak memory NumPy allocated during the step
-# (`tracemalloc`). Fitting `a + b T + c T^2` to the peak separates the linear part (the
+# (`tracemalloc`). Fitting $a + bT + cT^2$ to the peak separates the linear part (the
 # activations of every layer, `T` rows each) from the quadratic one: attention's `(B, H, T,
-# T)` scores and probabilities, `B * H * 4` bytes per `T^2` for each such matrix alive at
+# T)` scores and probabilities, $4BH$ bytes per $T^2$ for each such matrix alive at
 # once.
 
 # %% nbgrader={"grade": false, "grade_id": "analysis-memory", "locked": false, "schema_version": 3, "solution": false, "task": false}
@@ -1229,21 +1230,21 @@ overhead_report()
 # What to look for (your figures vary with the machine and its load; the FLOP counts do not):
 #
 # - **Attention against the MLP.** At context 64 the MLP does about 1.6 times attention's
-#   FLOPs: per token and layer the MLP's two products are `16 C^2` FLOPs, attention's
-#   projections `8 C^2` and its scores `4 T C` (and its softmax `6 T` per head). Compare
+#   FLOPs: per token and layer the MLP's two products are $16C^2$ FLOPs, attention's
+#   projections $8C^2$ and its scores $4TC$ (and its softmax $6T$ per head). Compare
 #   attention's share of the time with its share of the FLOPs. When they are close, the time
 #   goes where the arithmetic is. When the time share is larger (on a busy machine it often
 #   is), the difference is attention's overhead: reshapes, permutes and the softmax cost
 #   time without many FLOPs, and its `(T, T)` products per head are small matrix products,
 #   which run at a lower GFLOP/s than the MLP's large ones.
 # - **The step** is about a quarter to a third forward, most of the rest backward; AdamW is a
-#   few percent. Its FLOPs are about 10% above `6 N D`; adding attention's `12 L T C` per
+#   few percent. Its FLOPs are about 10% above $6ND$; adding attention's $12LTC$ per
 #   token brings the estimate within a few percent.
 # - **Memory against `T`.** What the graph keeps grows linearly (your module 12 recomputes
 #   the attention probabilities in backward instead of keeping them; only the causal mask,
-#   one byte per `T^2`, is kept), but the peak grows with `T^2`: the scores and their
-#   gradients exist during each layer's attention, forward and backward. At `T = 256` and
-#   batch 4 the `T^2` term is about an eighth of the peak, and it quadruples with every
+#   one byte per $T^2$, is kept), but the peak grows with $T^2$: the scores and their
+#   gradients exist during each layer's attention, forward and backward. At $T = 256$ and
+#   batch 4 the $T^2$ term is about an eighth of the peak, and it quadruples with every
 #   doubling of `T`: at GPT-2's 1,024 positions it would dominate.
 # - **The bottleneck** of the forward is one of the MLPs (the largest matrix products), with
 #   the attention layers next. A row with a low GFLOP/s (norms, residual additions, the

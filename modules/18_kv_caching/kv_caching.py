@@ -316,7 +316,8 @@ class Config:
 # ### Rotary frequencies
 #
 # Module 11 rotated pairs of coordinates $(i, i + d/2)$ of each head by the angle
-# $\mathrm{pos} \cdot \theta_i$, with $\theta_i = \mathrm{base}^{-2i/d}$ for $i = 0, \dots, d/2 - 1$. The checkpoints'
+# $\mathrm{pos} \cdot \theta_i$, with $\theta_i = \mathrm{base}^{-2i/d}$ for
+# $i = 0, \dots, d/2 - 1$. The checkpoints'
 # `rope_theta` is that base: 10,000 for Llama 2, 500,000 for Llama 3, 1,000,000 for Qwen2.5.
 #
 # Llama 3.1 was trained with 8,192 positions and then stretched to 128K by **rescaling the
@@ -1506,7 +1507,8 @@ def cache_speedup(new_tokens=24):
 cache_speedup()
 
 # %% [markdown]
-# **What the cache costs.** Per token, $2 \times \text{layers} \times \text{kv\_heads} \times \text{head\_dim} \times 4$ bytes: for
+# **What the cache costs.** Per token,
+# $2 \times \text{layers} \times \text{kv\_heads} \times \text{head\_dim} \times 4$ bytes: for
 # Qwen2.5-0.5B (24 layers, 2 KV heads of 64) 24 KiB, so 32K tokens hold 768 MiB, 40% of
 # the float32 weights. Grouped-query attention is what keeps it small: with 14 KV heads
 # (one per query head) it would be 7 times larger. And for a batch of unequal sequences the

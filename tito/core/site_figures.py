@@ -572,8 +572,45 @@ def draw_im2col(fig):
     ax.text(x0 + 4.5 * cw, 4.5, f"cols: {cols.shape}, one row per window", ha="center",
             fontsize=9.5)
     ax.text(8.5, -0.8, "Each window, flattened, becomes one row; the convolution is then one "
-            "matrix product with the weight flattened in the same (kh, kw, C) order: (N * OH * OW, O).",
+            "matrix product with the weight flattened in the same (kh, kw, C) order: "
+            "(N * OH * OW, O).",
             ha="center", fontsize=8.5, color=MUTED)
+
+
+# ---- 14 profiling: where a forward pass spends its time and its FLOPs ---------------------------
+def draw_profile_shares(fig):
+    import numpy as np
+
+    from tinytorch import manual_seed
+    from tinytorch.models.transformer import GPT, GPTConfig
+    from tinytorch.perf.profiling import Profiler
+
+    def part(row):  # blocks.2.attn -> attn; blocks.2 -> the block's own residual adds
+        parts = row.name.split(".")
+        if parts[0] == "blocks" and len(parts) == 3:
+            return parts[2]
+        return "residual adds" if parts[0] == "blocks" and len(parts) == 2 else row.name
+
+    manual_seed(0)
+    config = GPTConfig()
+    model = GPT(config)
+    x = np.random.default_rng(0).integers(0, config.vocab_size, size=(12, config.block_size))
+    profile = Profiler(depth=3, repeat=3).profile_forward_pass(model, x)
+    groups = [g for g in profile.grouped(part) if g.name][:7][::-1]
+    names = [g.name for g in groups]
+    time_share = [100 * profile.share(g) for g in groups]
+    flop_share = [100 * profile.share(g, "flops") for g in groups]
+    ax = fig.add_axes([0.17, 0.16, 0.78, 0.72])
+    y = np.arange(len(groups))
+    ax.barh(y + 0.2, time_share, height=0.38, color=ACCENT, label="share of the time")
+    ax.barh(y - 0.2, flop_share, height=0.38, color=BLUE, label="share of the FLOPs")
+    ax.set_yticks(y)
+    ax.set_yticklabels(names)
+    ax.set_xlabel("% of the forward pass (4 blocks summed by part)")
+    ax.legend(frameon=False, loc="lower right")
+    ax.set_title(f"Profiler on TinyGPT ({config.n_layer} layers, width {config.n_embd}), "
+                 f"input {x.shape}: {profile.flops / 1e9:.2f} GFLOP in "
+                 f"{profile.total_time * 1e3:.0f} ms", fontsize=10)
 
 
 # ---- 18 kv_caching: the dense cache against the paged one --------------------------------------
@@ -709,6 +746,13 @@ FIGURES.update(
                                 "logits; below, one block: layer norm, causal self-attention, "
                                 "residual add, layer norm, MLP, residual add.",
                                 draw_gpt_path)],
+        "profiling": [Figure("profiling", "shares",
+                             "Measured: where a TinyGPT forward pass spends its time and its "
+                             "FLOPs, by your `Profiler` (drawn by `tito site figures`).",
+                             "Paired horizontal bars per part of the model: the MLPs and the "
+                             "attention take nearly all of the FLOPs and most of the time; the "
+                             "layer norms, the residual adds and the head take a larger share "
+                             "of the time than of the FLOPs.", draw_profile_shares)],
         "kv_caching": [Figure("kv_caching", "kv-layout",
                               "The keys and values of four unequal sequences in your dense "
                               "cache and in your paged cache (sizes measured by their "
@@ -721,7 +765,8 @@ FIGURES.update(
 )
 
 # Figure sizes in inches by figure name; the rest are 8 x 3.4.
-SIZES = {"matrix": (8.4, 3.6), "memory": (8.0, 4.2), "gpt-forward": (9.6, 4.45), "graph": (9.0, 4.0),
+SIZES = {"matrix": (8.4, 3.6), "memory": (8.0, 4.2), "gpt-forward": (9.6, 4.45),
+         "graph": (9.0, 4.0),
          "kv-layout": (10.0, 3.2),
          "im2col": (9.0, 3.6)}
 
