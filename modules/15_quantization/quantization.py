@@ -92,8 +92,8 @@ from tinytorch.models.transformer import GPT, GPTConfig
 # %% [markdown]
 # ## Part 1: int8, symmetric and asymmetric, per tensor and per channel
 #
-# **Symmetric.** Pick a scale `s` so that the largest magnitude `a = max|w|` lands on the
-# largest integer, 127: `s = a / 127`. Then
+# **Symmetric.** Pick a scale $s$ so that the largest magnitude $a = \max |w|$ lands on the
+# largest integer, 127: $s = a / 127$. Then
 #
 # $$q = \mathrm{clamp}(\mathrm{round}(w / s), -127, 127), \qquad \hat w = s\, q.$$
 #
@@ -103,19 +103,19 @@ from tinytorch.models.transformer import GPT, GPTConfig
 #
 # **Asymmetric (affine).** When values are lopsided (all positive, say, after a ReLU), a
 # symmetric range wastes half its levels. Map `[min, max]` onto all 256 levels with a scale
-# and an integer **zero point** `z`, the integer that stands for 0.0:
+# and an integer **zero point** $z$, the integer that stands for 0.0:
 #
 # $$s = \frac{\max - \min}{255}, \quad z = -128 - \mathrm{round}(\min / s), \quad
 #   q = \mathrm{clamp}(\mathrm{round}(w / s) + z, -128, 127), \quad \hat w = s\,(q - z).$$
 #
-# `min` is taken as `min(w_min, 0)` and `max` as `max(w_max, 0)`, so that 0.0 is inside the
-# range and is represented exactly.
+# $\min$ is taken as $\min(w_{\min}, 0)$ and $\max$ as $\max(w_{\max}, 0)$, so that 0.0 is
+# inside the range and is represented exactly.
 #
-# **The error bound.** Inside the range, rounding moves `w / s` by at most one half, so
+# **The error bound.** Inside the range, rounding moves $w / s$ by at most one half, so
 #
 # $$|w - \hat w| \le s / 2.$$
 #
-# The whole game of quantization is making `s` small. One scale for a whole matrix (**per
+# The whole game of quantization is making $s$ small. One scale for a whole matrix (**per
 # tensor**) is set by its single largest weight; one scale per output row (**per channel**,
 # `axis=0`) lets every row use all 255 levels for its own range. Rows of trained weight
 # matrices differ in range by several times, so per-channel costs a few bytes per row and
@@ -126,7 +126,7 @@ from tinytorch.models.transformer import GPT, GPTConfig
 # up in a sum over thousands of weights; PyTorch rounds to even, and so must you to match it
 # bit for bit.
 #
-# **Edge cases.** A row of zeros has `a = 0`; a scale of zero would divide by zero. Clamp the
+# **Edge cases.** A row of zeros has $a = 0$; a scale of zero would divide by zero. Clamp the
 # scale from below by float32's machine epsilon (`np.finfo(np.float32).eps`), as PyTorch's
 # observers do. Keep everything float32: `a / 127` with a Python int is float32, but
 # `a / np.float64(127)` is not.
@@ -244,15 +244,15 @@ test_unit_int8()
 # %% [markdown]
 # ## Part 2: int4 with group-wise scales, two values per byte
 #
-# Four bits hold 16 levels. Symmetric int4 uses [-7, 7] with `s = max|w| / 7`: the bound
-# `|w - ŵ| <= s/2` still holds, but `s` is now 18 times larger than int8's for the same
+# Four bits hold 16 levels. Symmetric int4 uses [-7, 7] with $s = \max |w| / 7$: the bound
+# $|w - \hat w| \le s/2$ still holds, but $s$ is now 18 times larger than int8's for the same
 # range. A single scale per row is too coarse, so int4 schemes give each **group** of
 # `group_size` consecutive weights in a row its own scale (32, 64 or 128; llama.cpp's
 # `Q4_0` uses 32). A weight matrix `(out, in)` then has `in / group_size` scales per row,
-# and the bound is per group: `|w - ŵ| <= s_g / 2` with `s_g = max_{g} |w| / 7`.
+# and the bound is per group: $|w - \hat w| \le s_g / 2$ with $s_g = \max_{g} |w| / 7$.
 #
-# **The bytes.** Per weight: half a byte for the integer plus `4 / group_size` bytes for its
-# share of a float32 scale. Group 32: `0.5 + 0.125 = 0.625` bytes, 15.6% of float32's 4;
+# **The bytes.** Per weight: half a byte for the integer plus $4 / \text{group\_size}$ bytes for its
+# share of a float32 scale. Group 32: $0.5 + 0.125 = 0.625$ bytes, 15.6% of float32's 4;
 # group 128: `0.53` bytes, 13.3%. Smaller groups are more accurate and bigger.
 #
 # **Packing.** NumPy has no 4-bit type, so two values share one `uint8`. Add 8 to map
@@ -398,18 +398,19 @@ test_unit_int4_errors()
 # build the whole float matrix; NumPy builds it, for the duration of one call.)
 #
 # **int8 activations (W8A8).** Quantize the input too, per tensor and symmetric, with a
-# scale `s_x` fixed in advance; then
+# scale $s_x$ fixed in advance; then
 #
 # $$y_{ij} = \sum_k (s_x\, q^x_{ik})(s_{w,j}\, q^w_{jk}) = s_x\, s_{w,j}
 #   \underbrace{\sum_k q^x_{ik}\, q^w_{jk}}_{\text{integers}}.$$
 #
 # The sum of products of int8s needs a wider integer: each product is at most
-# `127 * 127 = 16,129`, so `k` of them fit in int32 while `k <= 2^31 / 16,129 ≈ 133,000`,
+# $127 \times 127 = 16\,129$, so $k$ of them fit in int32 while
+# $k \le 2^{31} / 16\,129 \approx 133\,000$,
 # ample for any layer here. Cast both to `np.int32` before the product (int8 @ int8 in NumPy
 # wraps around at 127).
 #
 # **Calibration.** `s_x` must be fixed before deployment, from sample inputs: run a few
-# batches through the model, record each quantized layer's inputs, and set `s_x = a / 127`
+# batches through the model, record each quantized layer's inputs, and set $s_x = a / 127$
 # where `a` is the largest `|x|` seen (**min/max**) or a high **percentile** of `|x|`
 # (99.99%, say). Activations have outliers: a percentile clips the rare outlier and gives the
 # other values a finer grid. `calibrate` sets `layer.observed = []` on every `QuantizedLinear`,
