@@ -38,8 +38,8 @@
 # - Count the bytes of CSR storage and derive the sparsity where it beats dense storage.
 # - Remove MLP neurons and attention heads so that the matrices shrink and the model still
 #   computes exactly what the pruned-in-place model computes.
-# - Write the distillation loss (KL divergence at temperature T, scaled by T^2), check its
-#   gradient by finite differences, and explain the T^2.
+# - Write the distillation loss (KL divergence at temperature $T$, scaled by $T^2$), check its
+#   gradient by finite differences, and explain the $T^2$.
 #
 # ## What you build
 #
@@ -88,11 +88,11 @@ from tinytorch.models.transformer import GPT, GPTConfig
 # ## Part 1: magnitude pruning, and masks that survive training
 #
 # **Which weights to remove.** The simplest good rule: the ones closest to zero. Removing
-# weight `w` changes a layer's output by `w * x`, so small `|w|` means a small change.
+# weight `w` changes a layer's output by $w x$, so small $|w|$ means a small change.
 # `magnitude_mask(w, amount)` returns a boolean mask, `True` where a weight is kept, with
-# exactly `floor(amount * w.size)` entries `False`: the smallest magnitudes. (A threshold
-# `|w| > t` would remove a different count when values tie; `np.argpartition` picks exactly
-# `k` indices.)
+# exactly $\lfloor \text{amount} \cdot \text{w.size} \rfloor$ entries `False`: the smallest
+# magnitudes. (A threshold $|w| > t$ would remove a different count when values tie;
+# `np.argpartition` picks exactly `k` indices.)
 #
 # **Per layer or global.** Per layer prunes every matrix by the same fraction. Global ranks
 # all the matrices' weights together against one threshold: layers whose weights are small
@@ -307,8 +307,9 @@ test_unit_masks_survive()
 # indices) is often the better deal.
 #
 # `matmul_t(x)` computes `x @ W.T` (what a `Linear` does) from CSR: each output column `r`
-# is `sum_j data_j * x[:, indices_j]` over row `r`'s entries. Gather `x[:, indices] * data`
-# for all entries at once, `(N, nnz)`, then sum the runs of each row with
+# is $\sum_j \mathrm{data}_j \, x[:, \mathrm{indices}_j]$ over row `r`'s entries.
+# Gather `x[:, indices] * data` for all entries at once, `(N, nnz)`, then sum the runs of
+# each row with
 # `np.add.reduceat(..., indptr[:-1])` (skip empty rows: `reduceat` would copy a neighbour).
 
 # %% nbgrader={"grade": false, "grade_id": "csr", "locked": false, "schema_version": 3, "solution": true, "task": false}
@@ -403,20 +404,22 @@ test_unit_csr()
 # **MLP neurons.** Hidden neuron `j` of `proj(gelu(fc(x)))` reads row `j` of `fc.weight`
 # (and `fc.bias[j]`) and writes column `j` of `proj.weight`. Remove it and both matrices
 # lose a row and a column: `fc` becomes `(H', C)`, `proj` `(C, H')`, and every token's MLP
-# costs `H' / H` of the FLOPs. Score each neuron by how much it can move the output,
-# `||fc.weight[j]|| * ||proj.weight[:, j]||`, and keep the `H - floor(amount * H)` highest,
+# costs $H' / H$ of the FLOPs. Score each neuron by how much it can move the output,
+# $\lVert \mathrm{fc.weight}[j] \rVert \cdot \lVert \mathrm{proj.weight}[:, j] \rVert$, and keep the
+# $H - \lfloor \text{amount} \cdot H \rfloor$ highest,
 # **in their original order** (sorted indices), so the smaller model computes exactly what
 # the big one computes with those neurons zeroed (with `bias=False`, `gelu(0) = 0`). For
 # SwiGLU the neuron is row `j` of `gate_proj` and `up_proj` and column `j` of `down_proj`.
 #
 # **Attention heads.** The fused `qkv` weight `(3C, C)` holds, for each of q, k and v, `H`
-# blocks of `D = C / H` rows, head after head: head `h`'s query rows are `h*D ... h*D+D-1`,
+# blocks of $D = C / H$ rows, head after head: head `h`'s query rows are `h*D ... h*D+D-1`,
 # its key rows `C + h*D ...`, its value rows `2C + h*D ...`. The output projection reads
 # head `h` from columns `h*D ... h*D+D-1`. Removing heads keeps `D` and lowers `H`; the
 # attention's inner width `H' D` is then narrower than the model's `C`, which
 # `MultiHeadAttention` (inner width = `C`) cannot express, so `HeadPrunedAttention` is
 # the same computation with an inner width of its own. Score a head by
-# `||v rows|| * ||proj columns||` (what it writes into the residual stream).
+# $\lVert \text{v rows} \rVert \cdot \lVert \text{proj columns} \rVert$
+# (what it writes into the residual stream).
 
 # %% nbgrader={"grade": false, "grade_id": "structured", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
@@ -592,10 +595,11 @@ test_unit_structured()
 #   q^{(T)}_n\big) + (1 - \alpha)\, \mathrm{CE}(z_s, y), \quad
 #   \mathrm{KL}(p \| q) = \sum_i p_i (\log p_i - \log q_i),$$
 #
-# with `p = softmax(z_t / T)` (the teacher, a constant) and `q = softmax(z_s / T)` (the
-# student). **Why `T^2`:** the gradient of the KL term with respect to the student's logits
-# is `(q - p) / T`, and for logits of moderate size `q - p` itself shrinks like `1 / T`, so
-# the soft term's gradient shrinks like `1 / T^2`; multiplying by `T^2` keeps the two terms'
+# with $p = \mathrm{softmax}(z_t / T)$ (the teacher, a constant) and
+# $q = \mathrm{softmax}(z_s / T)$ (the student). **Why $T^2$:** the gradient of the KL term
+# with respect to the student's logits
+# is $(q - p) / T$, and for logits of moderate size $q - p$ itself shrinks like $1 / T$, so
+# the soft term's gradient shrinks like $1 / T^2$; multiplying by $T^2$ keeps the two terms'
 # gradients on the same scale whatever `T` (Hinton et al., 2015).
 #
 # Compute `log q` with `log_softmax` (module 02) on the student's logits divided by `T`, a
@@ -830,8 +834,8 @@ distillation_report()
 # as CSR they take *more* bytes than dense, as Part 2 derived: unstructured sparsity at 50%
 # is a saving of FLOPs only for hardware that skips zeros. Removing a quarter of the MLP
 # neurons costs nothing after the fine-tune and makes the whole forward 1.16x faster. If the
-# MLP takes a share `f` of the forward, cutting a quarter of it gives `1 / (1 - f / 4)`:
-# 1.14x for `f = 1/2`, so the measured 1.16x says the MLP is a little over half of this
+# MLP takes a share $f$ of the forward, cutting a quarter of it gives $1 / (1 - f / 4)$:
+# 1.14x for $f = 1/2$, so the measured 1.16x says the MLP is a little over half of this
 # forward (module 14's profiler measures that share directly).
 # A head of four costs more: attention has fewer, more specialized units. The distilled
 # student, the same size and the same steps, reaches a loss 0.056 lower than the student
