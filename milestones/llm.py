@@ -176,6 +176,17 @@ def main(argv=None):
         console.print(f"[red]prompt ids must be in [0, {c.vocab_size}), got {prompt_ids}[/]")
         sys.exit(2)
 
+    if c.model_type == "gpt2":  # learned positions: prompt and new tokens share n_positions
+        room = c.max_position_embeddings - len(prompt_ids) + 1
+        if room < 1:
+            console.print(f"[red]The prompt has {len(prompt_ids)} tokens; this model's context "
+                          f"is {c.max_position_embeddings} (n_positions): shorten it.[/]")
+            sys.exit(2)
+        if args.max_new_tokens > room:
+            console.print(f"[dim]its context is {c.max_position_embeddings} tokens (GPT-2's "
+                          f"learned positions), so {room} new tokens after the prompt, not "
+                          f"{args.max_new_tokens}[/]")
+            args.max_new_tokens = room
     caches = ("dense", "paged", "none") if args.compare else (args.cache,)
     results = {}
     for i, cache in enumerate(caches):

@@ -244,3 +244,13 @@ def test_missing_and_misshapen_tensors_name_them(checkpoints, tmp_path):
         ModelForCausalLM(config, WeightStore(tensors))
     with open(checkpoints["llama"] / "config.json") as f:
         assert json.load(f)["model_type"] == "llama"
+
+
+def test_generate_past_gpt2s_learned_positions_is_a_clear_error(checkpoints):
+    """GPT-2 has n_positions rows of positions: asking for more tokens than fit names the limit."""
+    model = load_model(checkpoints["gpt2"])
+    n = model.config.max_position_embeddings
+    fits = generate(model, [1, 2, 3], n - 2, temperature=0.0)  # positions 0 .. n - 1
+    assert len(fits) == 3 + n - 2
+    with pytest.raises(ValueError, match=f"n_positions = {n}.*at most {n - 2} new tokens"):
+        generate(model, [1, 2, 3], n - 1, temperature=0.0)

@@ -80,7 +80,8 @@ def _tiny_checkpoint(folder, config, seed=0):
     rng = np.random.default_rng(seed)
     C, V, L = 32, config["vocab_size"], 2
     if config["model_type"] == "gpt2":
-        shapes = {"transformer.wte.weight": (V, C), "transformer.wpe.weight": (64, C),
+        positions = config.get("n_positions", 64)
+        shapes = {"transformer.wte.weight": (V, C), "transformer.wpe.weight": (positions, C),
                   "transformer.ln_f.weight": (C,), "transformer.ln_f.bias": (C,)}
         for i in range(L):
             p = f"transformer.h.{i}."
@@ -134,6 +135,17 @@ def test_llm_serves_a_checkpoint_folder(repo, tmp_path):
                       done.stdout)
     assert [r[0] for r in rows] == ["dense", "paged", "none"], done.stdout
     assert all(r[1] == "same" for r in rows), "greedy tokens must not depend on the cache"
+
+    # GPT-2's positions are a table of n_positions rows: the default 100 new tokens do not fit
+    # a context of 16, so the milestone generates what fits and says so.
+    short = _tiny_checkpoint(tmp_path / "short", {
+        "model_type": "gpt2", "vocab_size": len(chars), "n_embd": 32, "n_layer": 2, "n_head": 4,
+        "n_positions": 16, "tinytorch": {"chars": chars}})
+    done = run_tito("milestone", "run", "llm", "--model", str(short), "--prompt", "ROMEO:",
+                    cwd=repo, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "so 11 new tokens after the prompt, not 100" in " ".join(done.stdout.split())
+    assert re.search(r"then 10 tokens at [\d.]+ tokens/s", done.stdout), done.stdout
 
     done = run_tito("milestone", "run", "llm", "--model", str(tmp_path / "nothing"), cwd=repo)
     assert done.returncode == 2 and "tito milestone run tinygpt" in done.stdout

@@ -1409,6 +1409,16 @@ def generate(model, prompt_ids, max_new_tokens, temperature=0.0, top_k=None, top
         raise ValueError("generate needs at least one prompt with at least one token")
     if cache not in ("dense", "paged", None):
         raise ValueError(f"cache must be 'dense', 'paged' or None, got {cache!r}")
+    c = model.config
+    longest = max(len(p) for p in prompts)
+    if c.model_type == "gpt2" and longest + max_new_tokens - 1 > c.max_position_embeddings:
+        # GPT-2's positions are a learned table: there is no position past its last row.
+        raise ValueError(
+            f"this model has n_positions = {c.max_position_embeddings} learned positions: a "
+            f"prompt of {longest} tokens leaves room for at most "
+            f"{max(c.max_position_embeddings - longest + 1, 0)} new tokens, not "
+            f"{max_new_tokens}; ask for fewer or shorten the prompt"
+        )
     rng = np.random.default_rng(seed) if seed is not None else default_generator()
     B = len(prompts)
     ### BEGIN SOLUTION
