@@ -37,7 +37,7 @@ ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(ROOT / "milestones")]
 
 import tinygpt as milestone  # noqa: E402  (milestones/tinygpt.py: data, split_loss)
-from quantization import load_model, quick_checkpoint  # noqa: E402  (one checkpoint reader)
+from quantization import load_model, open_checkpoint  # noqa: E402  (one checkpoint reader)
 
 import tinytorch as tt  # noqa: E402
 from tinytorch.core.optimizers import AdamW, clip_grad_norm_  # noqa: E402
@@ -134,10 +134,8 @@ def main() -> int:
         args.finetune_steps, args.distill_steps, args.rounds = 3, 5, 3
 
     with tempfile.TemporaryDirectory() as tmp:
-        path = quick_checkpoint(tmp) if args.quick else Path(args.checkpoint)
-        if not path.exists():
-            print(f"no checkpoint at {path}: train one with `tito milestone run tinygpt` "
-                  "(or pass --checkpoint)")
+        path = open_checkpoint(args, tmp)
+        if path is None:
             return 2
         teacher, tokenizer = load_model(path)
     teacher.eval()

@@ -66,6 +66,17 @@ def load_model(path):
     return model, CharTokenizer(extra["chars"])
 
 
+def open_checkpoint(args, folder):
+    """The checkpoint path of a run: an untrained one saved into `folder` with --quick, else
+    --checkpoint; None (after saying how to make one) when there is none."""
+    path = quick_checkpoint(folder) if args.quick else Path(args.checkpoint)
+    if not path.exists():
+        print(f"no checkpoint at {path}: train one with `tito milestone run tinygpt` "
+              "(or pass --checkpoint)")
+        return None
+    return path
+
+
 def quick_checkpoint(folder):
     """An untrained milestone-sized GPT saved as the milestone saves it (for --quick)."""
     from tinytorch.models.transformer import GPT, GPTConfig
@@ -123,10 +134,8 @@ def main() -> int:
     milestone.keep_freed_memory()
 
     with tempfile.TemporaryDirectory() as tmp:
-        path = quick_checkpoint(tmp) if args.quick else Path(args.checkpoint)
-        if not path.exists():
-            print(f"no checkpoint at {path}: train one with `tito milestone run tinygpt` "
-                  "(or pass --checkpoint)")
+        path = open_checkpoint(args, tmp)
+        if path is None:
             return 2
         model, tokenizer = load_model(path)
         fresh = lambda: load_model(path)[0]  # noqa: E731  a float32 copy per format

@@ -73,6 +73,19 @@ def curve_table(title: str, rows: list[dict], columns: list[str]) -> Table:
     return t
 
 
+def epoch_rows(history, per_epoch: int) -> list[dict]:
+    """One row per epoch of a `train()` history evaluated once an epoch: mean training loss,
+    test loss and test accuracy (the rows of `curve_table`)."""
+    import numpy as np
+
+    rows = []
+    for epoch, ev in enumerate(history.eval, start=1):
+        losses = history.loss[(epoch - 1) * per_epoch: epoch * per_epoch]
+        rows.append({"epoch": epoch, "train loss": float(np.mean(losses)),
+                     "test loss": ev["loss"], "test acc": ev["accuracy"]})
+    return rows
+
+
 def save_plot(path: str, series: dict[str, list[float]], xlabel: str, title: str) -> None:
     import matplotlib
 

@@ -25,7 +25,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402  (after the thread setting, which numpy reads at import)
 
-from _common import Timer, console, curve_table, load_digits, need_tinytorch, parser  # noqa: E402
+from _common import (  # noqa: E402
+    Timer, console, curve_table, epoch_rows, load_digits, need_tinytorch, parser)
 
 TARGET = 0.98
 LR = 3e-3
@@ -172,12 +173,7 @@ def main() -> int:
         history = train(model, nn.cross_entropy, optimizer, loader, epochs=epochs,
                         schedule=schedule, eval_loader=test_loader, eval_every=len(loader),
                         metric=accuracy, progress=console)
-    per_epoch = len(loader)
-    rows = []
-    for epoch, ev in enumerate(history.eval, start=1):
-        losses = history.loss[(epoch - 1) * per_epoch: epoch * per_epoch]
-        rows.append({"epoch": epoch, "train loss": float(np.mean(losses)),
-                     "test loss": ev["loss"], "test acc": ev["accuracy"]})
+    rows = epoch_rows(history, len(loader))
     shown = rows if len(rows) <= 12 else rows[::5] + ([rows[-1]] if len(rows) % 5 != 1 else [])
     console.print(curve_table("training curve", shown,
                               ["epoch", "train loss", "test loss", "test acc"]))

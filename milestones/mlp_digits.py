@@ -8,9 +8,8 @@ and is scored on a held-out 20% it never trains on. Target: at least 95% test ac
 
 import sys
 
-import numpy as np
-
-from _common import Timer, console, curve_table, load_digits, need_tinytorch, parser, save_plot
+from _common import (
+    Timer, console, curve_table, epoch_rows, load_digits, need_tinytorch, parser, save_plot)
 
 TARGET = 0.95
 
@@ -38,12 +37,7 @@ def main() -> int:
         history = train(model, cross_entropy, optimizer, loader, epochs=epochs,
                         eval_loader=test_loader, eval_every=len(loader), metric=accuracy,
                         progress=console)
-    per_epoch = len(loader)
-    rows = []
-    for epoch, ev in enumerate(history.eval, start=1):
-        losses = history.loss[(epoch - 1) * per_epoch: epoch * per_epoch]
-        rows.append({"epoch": epoch, "train loss": float(np.mean(losses)),
-                     "test loss": ev["loss"], "test acc": ev["accuracy"]})
+    rows = epoch_rows(history, len(loader))
     console.print(curve_table("training curve", rows, ["epoch", "train loss", "test loss", "test acc"]))
     model.eval()
     with tt.no_grad():
