@@ -282,8 +282,18 @@ MODULES: tuple[Module, ...] = (
                "than only sparser, and what can a small model learn from a big one?"
            )),
     Module(17, "acceleration", "Acceleration", "optimization",
-           "Vectorization, fused kernels and memory layout.",
-           "perf.acceleration", (14,), ()),
+           "Vectorization, memory layout, BLAS threads, allocation reuse and fused kernels, "
+           "plugged into your framework through its kernel table and measured.",
+           "perf.acceleration", (13, 14), (),
+           hours="6-8", difficulty=4,
+           needs_to_know=(
+               "Your autograd's derivative table (06), attention (12), the GPT (13) and "
+               "the profiler (14) that tells you where the time goes."
+           ),
+           question=(
+               "A training step does about 4 GFLOP that BLAS can run in about 21 ms: where do "
+               "the other milliseconds go, and which of them can a fused kernel win back?"
+           )),
     Module(18, "kv_caching", "KV Caching and Serving", "optimization",
            "Llama, Qwen and MoE checkpoints on your own engine: the decoder block, model "
            "assembly, dense and paged KV caches, batched generation, measured.",
@@ -298,11 +308,27 @@ MODULES: tuple[Module, ...] = (
                "does the cache take per token when a server holds many sequences at once?"
            )),
     Module(19, "benchmarking", "Benchmarking", "optimization",
-           "Fair, repeatable measurements against a reference framework.",
-           "perf.benchmarking", (14,), ()),
+           "Fair, repeatable measurements against a reference framework: warm-up, repeats, "
+           "medians, paired runs, confidence intervals and a verdict that respects the noise.",
+           "perf.benchmarking", (13, 14), (),
+           hours="4-6", difficulty=3,
+           needs_to_know="The profiler from module 14, and medians, quartiles and resampling.",
+           question=(
+               "Two timings differ by 4%: is one framework faster, or did the machine "
+               "breathe? How many repeats, in what order, tell the two apart?"
+           )),
     Module(20, "capstone", "Capstone", "capstone",
            "Make your TinyGPT fast and small, and prove it with measurements.",
-           "capstone", tuple(range(14, 20)), ()),
+           "capstone", tuple(range(14, 20)), (),
+           hours="8-12", difficulty=4,
+           needs_to_know=(
+               "Modules 14-19: you combine quantization, pruning, fused kernels and the KV "
+               "cache, and prove each gain with the benchmark harness."
+           ),
+           question=(
+               "How much faster and smaller can your TinyGPT get while its validation loss "
+               "stays within 0.05 of where it started, and can you prove every figure?"
+           )),
 )
 
 MILESTONES: tuple[Milestone, ...] = (
@@ -325,6 +351,11 @@ MILESTONES: tuple[Milestone, ...] = (
               "Your engine serves a Hugging Face checkpoint (Llama, Qwen, MoE, or your own "
               "TinyGPT) with a KV cache, token for token as transformers does.",
               (1, 2, 3, 6, 8, 10, 11, 12, 13, 18), "llm.py"),
+    Milestone("olympics", 2018, "MLPerf-style optimization",
+              "Your baseline and optimized TinyGPT race under rules: the optimized one must "
+              "keep its validation loss within 0.05 of the baseline, or it is disqualified.",
+              (1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20),
+              "olympics.py"),
 )
 
 TIERS = {
