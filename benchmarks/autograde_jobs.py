@@ -25,9 +25,9 @@ import nbformat
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tito.core.grading import Course  # noqa: E402
-from tito.core.notebook import read_cells  # noqa: E402
-from tito.core.registry import get_module  # noqa: E402
+from tito.grading.autograde import Course  # noqa: E402
+from tito.course.notebook import read_cells  # noqa: E402
+from tito.course.registry import get_module  # noqa: E402
 
 
 def tito(*args: str, cwd: Path) -> subprocess.CompletedProcess:

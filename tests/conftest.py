@@ -16,8 +16,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the reference package, even without an install
 
-from tito.core.registry import written_modules  # noqa: E402
-from tito.core.release import release_notebooks  # noqa: E402
+from tito.course.registry import written_modules  # noqa: E402
+from tito.grading.release import release_notebooks  # noqa: E402
 
 
 # Workspace kernels that `tito init` registers during the tests go to a folder of their own,

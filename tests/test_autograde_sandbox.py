@@ -34,10 +34,10 @@ import pytest
 
 from conftest import REPO, run_tito
 from test_nbgrader import POINTS, TOTAL, gid, student_notebook
-from tito.core import sandbox
-from tito.core.grading import Course
-from tito.core.notebook import read_cells
-from tito.core.registry import get_module
+from tito.grading import sandbox
+from tito.grading.autograde import Course
+from tito.course.notebook import read_cells
+from tito.course.registry import get_module
 
 pytestmark = [
     pytest.mark.slow,
@@ -76,7 +76,7 @@ _attempt("list home", lambda: _os.listdir(HOME_PATH))
 _attempt("symlink over own notebook", lambda: (
     _P("tensor.ipynb").unlink(), _P("tensor.ipynb").symlink_to(_course / "gradebook.db")))
 _attempt("write own folder", lambda: _P("notes.txt").write_text("hello"))
-_attempt("import tito", lambda: __import__("tito.core.registry"))
+_attempt("import tito", lambda: __import__("tito.course.registry"))
 '''
 
 NED = PROBE + '''

@@ -12,9 +12,9 @@ import nbformat
 import pytest
 
 from conftest import run_tito
-from tito.core.kernel import install_kernel, kernel_name
-from tito.core.notebook import read_cells
-from tito.core.registry import MODULES, get_module, prerequisites, written_modules
+from tito.student.kernel import install_kernel, kernel_name
+from tito.course.notebook import read_cells
+from tito.course.registry import MODULES, get_module, prerequisites, written_modules
 
 pytestmark = pytest.mark.slow
 
@@ -278,13 +278,13 @@ def test_syntax_error_is_reported_first_and_named_as_the_cause(ws):
 
 
 def test_default_time_limit_is_short():
-    from tito.core.runner import DEFAULT_TIMEOUT
+    from tito.student.runner import DEFAULT_TIMEOUT
 
     assert 60 <= DEFAULT_TIMEOUT <= 120
 
 
 def test_milestone_needing_an_unwritten_module_is_coming_soon(ws):
-    from tito.core.registry import MILESTONES
+    from tito.course.registry import MILESTONES
 
     waiting = [ms for ms in MILESTONES if any(not get_module(n).written for n in ms.requires)]
     if not waiting:

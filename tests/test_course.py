@@ -8,9 +8,9 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from tito.core.notebook import SOLUTION_BEGIN, SOLUTION_END, partition_solution, read_cells, solution_lines
-from tito.core.registry import COURSE_ROOT, MODULES, prerequisites, written_modules
-from tito.core.runner import run_notebook
+from tito.course.notebook import SOLUTION_BEGIN, SOLUTION_END, partition_solution, read_cells, solution_lines
+from tito.course.registry import COURSE_ROOT, MODULES, prerequisites, written_modules
+from tito.student.runner import run_notebook
 
 WRITTEN = written_modules()
 IDS = [m.dirname for m in WRITTEN]
@@ -91,7 +91,7 @@ def test_release_checksums_are_nbgraders(released):
     to import); both must agree on every cell of every release, and an edit must change it."""
     from nbgrader.utils import compute_checksum
 
-    from tito.core.runner import cell_checksum, verify_release
+    from tito.student.runner import cell_checksum, verify_release
 
     for number, path in released.items():
         notebook = nbformat.read(path, as_version=4)

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from conftest import run_tito
-from tito.core.exporter import HEADER, check_plan, reference_plan
-from tito.core.registry import written_modules
+from tito.course.exporter import HEADER, check_plan, reference_plan
+from tito.course.registry import written_modules
 
 
 def test_committed_package_is_in_sync(repo):
@@ -47,7 +47,7 @@ def test_public_api_is_pytorch_style():
 def test_export_refuses_unknown_and_unwritten_modules(repo):
     done = run_tito("export", "99", cwd=repo)
     assert done.returncode == 2 and "Valid modules are 01" in done.stderr
-    unwritten = next(m for m in __import__("tito.core.registry").core.registry.MODULES if not m.written)
+    unwritten = next(m for m in __import__("tito.course.registry").course.registry.MODULES if not m.written)
     done = run_tito("export", unwritten.key, cwd=repo)
     assert done.returncode == 2 and "not written yet" in done.stderr
 
@@ -55,8 +55,8 @@ def test_export_refuses_unknown_and_unwritten_modules(repo):
 def test_reexport_namespace_is_a_file_that_names_its_module():
     """tinytorch.optim.lr_scheduler (registry `reexports` of module 08): the chosen names when
     module 08 is exported, and an AttributeError naming module 08 when it is not."""
-    from tito.core.exporter import init_files
-    from tito.core.registry import get_module
+    from tito.course.exporter import init_files
+    from tito.course.registry import get_module
 
     path = Path("tinytorch/optim/lr_scheduler.py")
     done = init_files({8: ["StepLR"], 7: ["SGD"]}, {}, "test")

@@ -18,8 +18,8 @@ import pytest
 
 from conftest import run_tito
 from test_cli import write_like_a_student
-from tito.core.notebook import read_cells
-from tito.core.registry import get_module
+from tito.course.notebook import read_cells
+from tito.course.registry import get_module
 
 pytestmark = pytest.mark.slow
 
@@ -263,9 +263,9 @@ def test_a_students_function_installs_the_trace_during_a_test(ws):
 # ---- the reference solution -----------------------------------------------------------------
 def test_solution_reads_the_reference_through_course_root(ws):
     # Every solution cell executes the repository's exported reference, found through
-    # tito.core.registry.COURSE_ROOT. Gave 33/33.
+    # tito.course.registry.COURSE_ROOT. Gave 33/33.
     replace_solutions(ws, (
-        "from tito.core.registry import COURSE_ROOT\n"
+        "from tito.course.registry import COURSE_ROOT\n"
         "exec(open(COURSE_ROOT / 'tinytorch' / 'core' / 'tensor.py').read())"
     ))
     done = run(ws)
@@ -295,7 +295,7 @@ def test_solution_reads_the_lesson_file(ws):
     # runs the lesson's cell of the same name. Gave 33/33.
     replace_solutions(ws, (
         "import jupytext\n"
-        "from tito.core.registry import get_module\n"
+        "from tito.course.registry import get_module\n"
         "_lesson = jupytext.read(get_module(1).source)\n"
         "for _c in _lesson.cells:\n"
         "    if _c.metadata.get('nbgrader', {}).get('solution'):\n"

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import run_tito
 from test_cli import write_like_a_student
-from tito.core.registry import MILESTONES, MILESTONES_DIR, written_modules
+from tito.course.registry import MILESTONES, MILESTONES_DIR, written_modules
 
 pytestmark = pytest.mark.slow
 WRITTEN = written_modules()

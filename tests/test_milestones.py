@@ -8,7 +8,7 @@ import re
 import pytest
 
 from conftest import run_tito
-from tito.core.registry import MILESTONES, MILESTONES_DIR, written_modules
+from tito.course.registry import MILESTONES, MILESTONES_DIR, written_modules
 
 pytestmark = pytest.mark.slow
 WRITTEN = {m.number for m in written_modules()}

@@ -23,12 +23,12 @@ import nbformat
 import pytest
 
 from conftest import run_tito
-from tito.core import sandbox
-from tito.core.grading import (Course, GradingError, metadata_problems, prepare_run,
+from tito.grading import sandbox
+from tito.grading.autograde import (Course, GradingError, metadata_problems, prepare_run,
                                prerequisite_package, static_flags)
-from tito.core.notebook import read_cells, to_ipynb
-from tito.core.registry import get_module
-from tito.core.runner import run_notebook
+from tito.course.notebook import read_cells, to_ipynb
+from tito.course.registry import get_module
+from tito.student.runner import run_notebook
 
 M = get_module(1)
 CELLS = read_cells(M.source)
@@ -137,7 +137,7 @@ def test_the_scan_flags_imports_of_the_graded_module_and_paths_into_the_course(t
     notebook = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell("from tinytorch.core.tensor import Tensor as _T"),
         nbformat.v4.new_code_cell("import importlib\nimportlib.import_module('tinytorch.core.tensor')"),
-        nbformat.v4.new_code_cell("import tito.core.registry"),
+        nbformat.v4.new_code_cell("import tito.course.registry"),
         nbformat.v4.new_code_cell("open('../../../gradebook.db', 'rb').read()"),
         nbformat.v4.new_code_cell(f"print(open({str(tmp_path / 'source')!r}).read())"),
         nbformat.v4.new_code_cell("import numpy as np\nx = np.ones(3)"),
@@ -145,7 +145,7 @@ def test_the_scan_flags_imports_of_the_graded_module_and_paths_into_the_course(t
     flags = static_flags(course, M, notebook)
     assert "cell 0: imports tinytorch.core.tensor.Tensor (its own module)" in flags
     assert "cell 1: names tinytorch.core.tensor (its own module)" in flags
-    assert "cell 2: imports tito.core.registry" in flags
+    assert "cell 2: imports tito.course.registry" in flags
     assert "cell 3: mentions 'gradebook' (a path into the course?)" in flags
     assert "cell 3: mentions '../' (a path into the course?)" in flags
     assert f"cell 4: names the course folder {tmp_path}" in flags

@@ -17,10 +17,10 @@ import pytest
 import yaml
 from conftest import run_tito
 
-from tito.core.notebook import Cell, partition_solution, read_cells, solution_lines
-from tito.core.registry import MILESTONES, MODULES, written_modules
-from tito.core.site import SITE_DIR, check_site, generate, hidden_lines, solution_leaks, write_site
-from tito.core.site_lesson import _messages, _stubs, message_text
+from tito.course.notebook import Cell, partition_solution, read_cells, solution_lines
+from tito.course.registry import MILESTONES, MODULES, written_modules
+from tito.site.pages import SITE_DIR, check_site, generate, hidden_lines, solution_leaks, write_site
+from tito.site.lesson import _messages, _stubs, message_text
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -380,7 +380,7 @@ def helper_written(x, *, axis=-1):
 
 
 def test_each_page_shows_its_curated_failures_and_not_every_message(files):
-    from tito.core.site_failures import mistakes, recorded
+    from tito.site.failures import mistakes, recorded
 
     for m in written_modules():
         qmd = files[f"modules/{m.dirname}.qmd"]
@@ -403,7 +403,7 @@ def test_every_planted_mistake_still_fails_its_test_with_the_recorded_message():
     """Each curated failure, planted in the reference and run as `tito module complete` runs
     a notebook, fails the test it names, and prints what the page shows. When a test's message
     changes, `tito site failures` records the new one (and `tito site build` shows it)."""
-    from tito.core.site_failures import recorded, run_all
+    from tito.site.failures import recorded, run_all
 
     stale = []
     for dirname, results in run_all().items():
@@ -422,7 +422,7 @@ def test_every_planted_mistake_still_fails_its_test_with_the_recorded_message():
 
 
 def test_a_mistake_that_does_not_fit_its_lesson_is_named(tmp_path):
-    from tito.core.site_failures import FailureSpecError, Mistake, planted_notebook
+    from tito.site.failures import FailureSpecError, Mistake, planted_notebook
 
     m = written_modules()[0]
     bad = Mistake("nope", "nope", "x", "y", "c", "f")
@@ -446,8 +446,8 @@ def test_headline_numbers_of_module_13_are_the_models_own(files):
 
 
 def test_module_info_uses_the_registry_fields(files):
-    from tito.core.registry import prerequisites
-    from tito.core.site import _ranges
+    from tito.course.registry import prerequisites
+    from tito.site.pages import _ranges
 
     for m in written_modules():
         info = files[f"modules/{m.dirname}.qmd"].split("## Module info", 1)[1].split("\n## ")[0]
@@ -460,8 +460,8 @@ def test_module_info_uses_the_registry_fields(files):
 
 
 def test_released_notebooks_are_solution_free_and_current(repo):
-    from tito.core.notebook import SOLUTION_BEGIN
-    from tito.core.site import notebook_problems
+    from tito.course.notebook import SOLUTION_BEGIN
+    from tito.site.pages import notebook_problems
 
     assert notebook_problems() == []
     for m in written_modules():
@@ -470,8 +470,8 @@ def test_released_notebooks_are_solution_free_and_current(repo):
 
 
 def test_reading_order_puts_each_milestone_after_the_module_that_unlocks_it():
-    from tito.core.site import reading_order
-    from tito.core.site_render import _linear, read_navigation
+    from tito.site.pages import reading_order
+    from tito.site.render import _linear, read_navigation
 
     order = reading_order()
     for ms in MILESTONES:
@@ -503,7 +503,7 @@ def _screenshot_module():
 
 
 def _need_chromium():
-    from tito.core.site_browser import available
+    from tito.site.browser import available
 
     if not available():
         pytest.skip(
@@ -516,7 +516,7 @@ def _need_chromium():
 def probed(rendered):
     """Module 13's page (or the last written) measured in Chromium at 1280 and 390 px."""
     _need_chromium()
-    from tito.core.site_browser import probe
+    from tito.site.browser import probe
 
     page = rendered / "modules" / f"{_screenshot_module().dirname}.html"
     return {1280: probe(page, 1280), 390: probe(page, 390)}
@@ -560,7 +560,7 @@ def test_module_page_heights_are_bounded(probed):
 def test_module_page_screenshot_is_not_blank(rendered, tmp_path):
     _need_chromium()
     image = pytest.importorskip("matplotlib.image")
-    from tito.core.site_browser import screenshot
+    from tito.site.browser import screenshot
 
     m = _screenshot_module()
     shot = screenshot(rendered / "modules" / f"{m.dirname}.html", tmp_path / "module.png", 1280,
@@ -580,8 +580,8 @@ def test_module_page_screenshot_is_not_blank(rendered, tmp_path):
 
 
 def test_a_section_ends_where_the_code_starts():
-    from tito.core.notebook import Cell
-    from tito.core.site_lesson import _sections
+    from tito.course.notebook import Cell
+    from tito.site.lesson import _sections
 
     cells = [
         Cell(0, "markdown", "## What you are not building yet\n\n- gradients", {}),

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from test_cli import write_like_a_student
-from tito.core.notebook import partition_solution, read_cells, solution_lines
-from tito.core.registry import get_module, written_modules
+from tito.course.notebook import partition_solution, read_cells, solution_lines
+from tito.course.registry import get_module, written_modules
 
 pytestmark = pytest.mark.slow
 
@@ -167,7 +167,7 @@ def test_reference_through_course_root_is_not_there(installed, tmp_path):
     nb = json.loads(path.read_text())
     for cell in nb["cells"]:
         if cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
-            cell["source"] = ("from tito.core.registry import COURSE_ROOT\n"
+            cell["source"] = ("from tito.course.registry import COURSE_ROOT\n"
                               "exec(open(COURSE_ROOT / 'tinytorch' / 'core' / 'tensor.py').read())")
     path.write_text(json.dumps(nb))
     done = tito(installed, "module", "complete", "01", cwd=ws)

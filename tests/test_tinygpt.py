@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import run_tito
-from tito.core.registry import MILESTONES, MILESTONES_DIR, written_modules
+from tito.course.registry import MILESTONES, MILESTONES_DIR, written_modules
 
 MILESTONE = next(m for m in MILESTONES if m.name == "tinygpt")
 READY = (MILESTONES_DIR / MILESTONE.script).is_file() and set(MILESTONE.requires) <= {

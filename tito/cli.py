@@ -1,7 +1,7 @@
 """`tito`: the command line of the TinyTorch course.
 
 Each verb group lives in its own file under ``tito/commands``; the logic they share lives
-in ``tito/core``. Run ``tito --help`` for the map.
+in ``tito/course``, ``tito/student``, ``tito/grading`` and ``tito/site`` (map: ``tito/README.md``). Run ``tito --help`` for the map.
 """
 
 import click

@@ -19,9 +19,9 @@ from pathlib import Path
 import click
 
 from .. import __version__
-from ..core.registry import COURSE_ROOT, MILESTONES_DIR, written_modules
-from ..core.release import ReleaseError, release_notebooks
-from ..core.ui import Failure, console
+from ..course.registry import COURSE_ROOT, MILESTONES_DIR, written_modules
+from ..grading.release import ReleaseError, release_notebooks
+from .ui import Failure, console
 
 PROJECT = "tinytorch-course"
 

@@ -2,10 +2,10 @@
 
 import click
 
-from ..core.exporter import ExportError, check_plan, reference_plan, write_plan
-from ..core.registry import COURSE_ROOT, UnknownModule, get_module
-from ..core.ui import Failure, console
-from ..core.workspace import Workspace
+from ..course.exporter import ExportError, check_plan, reference_plan, write_plan
+from ..course.registry import COURSE_ROOT, UnknownModule, get_module
+from .ui import Failure, console
+from ..student.workspace import Workspace
 
 
 @click.command()

@@ -4,11 +4,11 @@ from pathlib import Path
 
 import click
 
-from ..core.registry import written_modules
-from ..core.release import ReleaseError, release_notebooks
-from ..core.kernel import install_kernel, kernel_name
-from ..core.ui import Failure, console
-from ..core.workspace import MARKER, Workspace
+from ..course.registry import written_modules
+from ..grading.release import ReleaseError, release_notebooks
+from ..student.kernel import install_kernel, kernel_name
+from .ui import Failure, console
+from ..student.workspace import MARKER, Workspace
 
 
 @click.command()

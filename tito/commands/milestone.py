@@ -9,9 +9,9 @@ import sys
 
 import click
 
-from ..core.registry import COURSE_ROOT, MILESTONES, MILESTONES_DIR, UnknownModule, get_milestone, get_module
-from ..core.ui import Failure, console, table
-from ..core.workspace import Workspace, WorkspaceError
+from ..course.registry import COURSE_ROOT, MILESTONES, MILESTONES_DIR, UnknownModule, get_milestone, get_module
+from .ui import Failure, console, table
+from ..student.workspace import Workspace, WorkspaceError
 
 
 @click.group()
@@ -23,7 +23,7 @@ def _context():
     """(package root, completed-or-written module numbers, who) for the current folder."""
     ws = Workspace.find()
     if ws is None or ws.root == COURSE_ROOT:
-        from ..core.registry import written_modules
+        from ..course.registry import written_modules
 
         return COURSE_ROOT, {m.number for m in written_modules()}, "the reference package"
     try:

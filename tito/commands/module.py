@@ -7,20 +7,20 @@ import shutil
 
 import click
 
-from ..core.exporter import ExportError, render_module
-from ..core.kernel import set_kernel
-from ..core.notebook import NotebookError, load_notebook, read_cells
-from ..core.registry import (
+from ..course.exporter import ExportError, render_module
+from ..student.kernel import set_kernel
+from ..course.notebook import NotebookError, load_notebook, read_cells
+from ..course.registry import (
     COURSE_ROOT, MILESTONES, MODULES, Module, UnknownModule, get_module, prerequisites,
     unlocked_by,
 )
-from ..core.release import ReleaseError, packaged_release, release_notebooks
-from ..core.runner import (
+from ..grading.release import ReleaseError, packaged_release, release_notebooks
+from ..student.runner import (
     DEFAULT_TIMEOUT, CellResult, ReleaseIntegrityError, RunReport, lesson_authority,
     release_authority, run_notebook, run_student,
 )
-from ..core.ui import Failure, console, interactive, table
-from ..core.workspace import Workspace, WorkspaceError, backup_path
+from .ui import Failure, console, interactive, table
+from ..student.workspace import Workspace, WorkspaceError, backup_path
 
 
 @click.group()

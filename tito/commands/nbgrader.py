@@ -8,11 +8,12 @@ import click
 from rich.markup import escape
 from rich.measure import Measurement
 
-from ..core import grading, sandbox
-from ..core.grading import Course, GradingError
-from ..core.registry import (COURSE_ROOT, Module, UnknownModule, get_module, prerequisites,
+from ..grading import autograde as grading
+from ..grading import sandbox
+from ..grading.autograde import Course, GradingError
+from ..course.registry import (COURSE_ROOT, Module, UnknownModule, get_module, prerequisites,
                              written_modules)
-from ..core.ui import Failure, console, table
+from .ui import Failure, console, table
 
 
 def _module(ref: str) -> Module:

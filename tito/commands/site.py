@@ -7,11 +7,11 @@ from pathlib import Path
 
 import click
 
-from ..core.registry import COURSE_ROOT
-from ..core.registry import get_module, written_modules
-from ..core.site import SITE_DIR, SiteError, check_site, generate, write_notebooks, write_site
-from ..core.site_render import RenderError, render_with_pandoc, render_with_quarto
-from ..core.ui import Failure, console
+from ..course.registry import COURSE_ROOT
+from ..course.registry import get_module, written_modules
+from ..site.pages import SITE_DIR, SiteError, check_site, generate, write_notebooks, write_site
+from ..site.render import RenderError, render_with_pandoc, render_with_quarto
+from .ui import Failure, console
 
 
 @click.group()
@@ -129,7 +129,7 @@ def render(out, force_pandoc, site_dir):
 @SITE_OPTION
 def notebooks(site_dir):
     """Release every written lesson with nbgrader into site/notebooks/ (the download links)."""
-    from ..core.release import ReleaseError
+    from ..grading.release import ReleaseError
 
     try:
         written = write_notebooks(site_dir)
@@ -144,7 +144,7 @@ def notebooks(site_dir):
 def failures(modules):
     """Plant each curated mistake (site/failures/NN_slug.yaml) in the reference, run the
     lesson as `tito module complete` does, and record what the test printed."""
-    from ..core.site_failures import FailureSpecError, record
+    from ..site.failures import FailureSpecError, record
 
     chosen = [get_module(x) for x in modules] if modules else written_modules()
     try:
@@ -161,8 +161,8 @@ def failures(modules):
 
 @site.command()
 def figures():
-    """Draw the module pages' figures (tito/core/site_figures.py) into site/figures/."""
-    from ..core.site_figures import draw_all
+    """Draw the module pages' figures (tito/site/figures.py) into site/figures/."""
+    from ..site.figures import draw_all
 
     for path in draw_all():
         console.print(f"  drew {_shown(path)}")

@@ -8,11 +8,11 @@ import sys
 
 import click
 
-from ..core.registry import written_modules
-from ..core.notebook import NotebookError
-from ..core.runner import ReleaseIntegrityError, run_student
-from ..core.ui import Failure, console, table
-from ..core.workspace import PROGRESS_FORMAT, Workspace, WorkspaceError, backup_path, now_iso
+from ..course.registry import written_modules
+from ..course.notebook import NotebookError
+from ..student.runner import ReleaseIntegrityError, run_student
+from .ui import Failure, console, table
+from ..student.workspace import PROGRESS_FORMAT, Workspace, WorkspaceError, backup_path, now_iso
 
 
 @click.group()
@@ -45,7 +45,7 @@ def kernel_check() -> tuple[bool, str]:
 
 def workspace_kernel_check(ws: Workspace) -> tuple[bool, str]:
     """The workspace's Jupyter kernel exists and imports the workspace's own tinytorch."""
-    from ..core.kernel import find_kernel, kernel_imports, kernel_name
+    from ..student.kernel import find_kernel, kernel_imports, kernel_name
 
     fix = "Fix: `tito system kernel` registers it again"
     try:
@@ -111,7 +111,7 @@ def _package_check(ws: Workspace) -> tuple[bool, str]:
 @system.command()
 def kernel():
     """Register (again) the Jupyter kernel of this workspace, which imports its tinytorch."""
-    from ..core.kernel import install_kernel, kernel_name
+    from ..student.kernel import install_kernel, kernel_name
 
     ws = Workspace.find()
     if ws is None:

@@ -5,7 +5,7 @@ typical mistakes, each as the solution cell it is planted in (``cell``, a grade_
 snippet of that cell (``old``) and what a student might write instead (``new``), the graded
 test that catches it (``test``), its cause and its fix. ``record()`` plants each mistake in a
 copy of the lesson, runs the lesson through the same runner as ``tito module complete``
-(``tito.core.runner.run_notebook``, a fresh process on the course's ``tinytorch``) and keeps
+(``tito.student.runner.run_notebook``, a fresh process on the course's ``tinytorch``) and keeps
 the message that command would print for the named test. The messages go to
 ``site/failures/NN_slug.recorded.json``; the module page shows them. Nothing on the page is
 typed by hand: regenerate with ``tito site failures`` whenever the tests' messages change.
@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from .registry import COURSE_ROOT, Module, written_modules
+from ..course.registry import COURSE_ROOT, Module, written_modules
 
 FAILURES_DIR = COURSE_ROOT / "site" / "failures"
 
@@ -77,7 +77,7 @@ def mistakes(m: Module, root: Path = FAILURES_DIR) -> list[Mistake]:
 
 def planted_notebook(m: Module, mistake: Mistake):
     """The lesson with ``mistake`` planted, cut after the test that should catch it."""
-    from .notebook import load_notebook
+    from ..course.notebook import load_notebook
 
     nb = load_notebook(m.source)
     label = f"site/failures/{m.dirname}.yaml"
@@ -105,7 +105,7 @@ def run_mistake(m: Module, mistake: Mistake, timeout: float = 120) -> dict:
     """Run the lesson with ``mistake`` planted; what ``tito module complete`` says of the test."""
     import nbformat
 
-    from .runner import run_notebook
+    from ..student.runner import run_notebook
 
     nb = planted_notebook(m, mistake)
     with tempfile.TemporaryDirectory(prefix="tito-failure-") as tmp:

@@ -14,8 +14,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .notebook import to_ipynb
-from .registry import Module
+from ..course.notebook import to_ipynb
+from ..course.registry import Module
 
 ASSIGNMENT = "tinytorch"
 

@@ -37,8 +37,8 @@ from dataclasses import replace as dataclass_replace
 from pathlib import Path
 
 from . import sandbox
-from .notebook import SOLUTION_BEGIN, SOLUTION_END, NotebookError, to_ipynb
-from .registry import COURSE_ROOT, MODULES, Module, get_module, prerequisites
+from ..course.notebook import SOLUTION_BEGIN, SOLUTION_END, NotebookError, to_ipynb
+from ..course.registry import COURSE_ROOT, MODULES, Module, get_module, prerequisites
 from .release import nbgrader_env
 
 CONFIG_NAME = "nbgrader_config.py"
@@ -722,7 +722,7 @@ def prerequisite_package(m: Module, dest: Path) -> Path:
     Every other module's file (``m``'s own included) is a placeholder whose ImportError names
     the module; the package's ``__init__`` files say which module a missing name comes from.
     """
-    from .exporter import init_files, reference_export, reference_plan, write_plan
+    from ..course.exporter import init_files, reference_export, reference_plan, write_plan
 
     provided = [get_module(n) for n in prerequisites(m.number)]
     dest.mkdir(parents=True, exist_ok=True)
@@ -749,7 +749,7 @@ def forbidden_imports(m: Module) -> tuple[dict[str, Module], dict[str, Module]]:
 
 @functools.lru_cache(maxsize=None)
 def _forbidden(number: int) -> tuple[dict[str, Module], dict[str, Module]]:
-    from .exporter import reference_export
+    from ..course.exporter import reference_export
 
     m = get_module(number)
     allowed = set(prerequisites(m.number))

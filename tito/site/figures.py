@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .registry import COURSE_ROOT, Module
+from ..course.registry import COURSE_ROOT, Module
 
 FIGURES_DIR = COURSE_ROOT / "site" / "figures"
 
@@ -873,7 +873,7 @@ def draw_all(root: Path = FIGURES_DIR, only: list[str] | None = None) -> list[Pa
     """Draw every figure (or those of the slugs in ``only``) into ``root``; returns the files."""
     import matplotlib.pyplot as plt
 
-    from .registry import MODULES
+    from ..course.registry import MODULES
 
     _style()
     root.mkdir(parents=True, exist_ok=True)

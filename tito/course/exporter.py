@@ -65,7 +65,7 @@ def render_module(module: Module, cells: list[Cell], label: str, how: str) -> Mo
     if declared is not None and declared != module.target:
         raise ExportError(
             f"{label} declares `#| default_exp {declared}` but the registry exports module "
-            f"{module.key} to `{module.target}`. Make them agree (tito/core/registry.py)."
+            f"{module.key} to `{module.target}`. Make them agree (tito/course/registry.py)."
         )
     export_cells = [c for c in cells if c.is_export]
     if not export_cells:

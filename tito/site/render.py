@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from .site import SITE_TITLE, STYLESHEET
+from .pages import SITE_TITLE, STYLESHEET
 
 
 class RenderError(Exception):

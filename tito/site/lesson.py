@@ -14,8 +14,8 @@ import re
 import textwrap
 from dataclasses import dataclass, field
 
-from .notebook import SOLUTION_BEGIN, SOLUTION_END, Cell, read_cells
-from .registry import Module
+from ..course.notebook import SOLUTION_BEGIN, SOLUTION_END, Cell, read_cells
+from ..course.registry import Module
 
 # The lesson sections a module page shows, by the heading they have in the lesson.
 SECTIONS = (

@@ -4,7 +4,7 @@ nbgrader itself runs as the instructor (it must write ``gradebook.db``); only th
 kernel that executes the student's code is sandboxed. The kernel nbgrader starts is a
 kernelspec made for the run, whose command is this module's launcher::
 
-    python -m tito.core.sandbox CONFIG {connection_file}
+    python -m tito.grading.sandbox CONFIG {connection_file}
 
 The launcher (still the instructor, outside the sandbox) checks that the kernel is being
 started in the student's own output folder, hands the connection file to the sandbox user
@@ -124,7 +124,7 @@ def write_kernelspec(folder: Path, sandboxed: bool, package: Path) -> Path:
     spec_dir.mkdir(parents=True, exist_ok=True)
     if sandboxed:
         spec = {
-            "argv": [sys.executable, "-m", "tito.core.sandbox", "{connection_file}"],
+            "argv": [sys.executable, "-m", "tito.grading.sandbox", "{connection_file}"],
             "display_name": "TinyTorch grading (sandboxed)",
             "language": "python",
             # SIGINT would reach bubblewrap, not the kernel: interrupt over the control channel.
@@ -273,5 +273,5 @@ def launch(connection_file: str) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m tito.core.sandbox CONNECTION_FILE")
+        sys.exit("usage: python -m tito.grading.sandbox CONNECTION_FILE")
     launch(sys.argv[1])

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .notebook import Cell, cells_of, load_notebook
+from ..course.notebook import Cell, cells_of, load_notebook
 
 DEFAULT_TIMEOUT = 120.0
 
@@ -288,7 +288,7 @@ def _stack_where(stack: str, plan: list[Cell]) -> str:
 
 def forbidden_roots(package_root: Path) -> list[str]:
     """Folders holding reference solutions that a student's cells must not read."""
-    from .registry import COURSE_ROOT
+    from ..course.registry import COURSE_ROOT
 
     package_root = Path(package_root).resolve()
     roots = set()
@@ -325,7 +325,7 @@ def run_cells(plan: list[Cell], package_root: Path, cwd: Path, timeout: float = 
         env = dict(os.environ, MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1")
         with open(Path(tmp) / "stderr.txt", "w") as err:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "tito.core.driver"], cwd=cwd, env=env,
+                [sys.executable, "-m", "tito.student.driver"], cwd=cwd, env=env,
                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err,
                 pass_fds=(write_fd,),
             )

@@ -19,8 +19,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .exporter import PLACEHOLDER, export_names, init_files, placeholder
-from .registry import MODULES, Module, get_module
+from ..course.exporter import PLACEHOLDER, export_names, init_files, placeholder
+from ..course.registry import MODULES, Module, get_module
 
 MARKER = ".tito"
 PROGRESS_FORMAT = 1

@@ -1,6 +1,6 @@
 """Runs a lesson's code cells in order in a fresh interpreter; used by `runner.py`.
 
-Invoked as ``python -m tito.core.driver`` with the spec as JSON on stdin: the cells, the
+Invoked as ``python -m tito.student.driver`` with the spec as JSON on stdin: the cells, the
 folder that must come first on ``sys.path`` (the one holding the ``tinytorch`` under test),
 the file descriptor to report on, a per-run token and the folders no cell may read.
 
@@ -71,7 +71,7 @@ class _Guard:
         self.namespace = namespace
         self.modules = {"builtins": builtins, "numpy": numpy, "numpy.testing": numpy.testing,
                         "json": json, "traceback": traceback, "io": io}
-        self.modules["tito.core.driver"] = sys.modules[__name__]
+        self.modules["tito.student.driver"] = sys.modules[__name__]
         self.snapshot = {}
         self.protected_names = {}
         self.sys_hooks = (sys.gettrace(), sys.getprofile())
