@@ -24,8 +24,10 @@ import pytest
 
 from conftest import run_tito
 from tito.grading import sandbox
-from tito.grading.autograde import (Course, GradingError, metadata_problems, prepare_run,
-                               prerequisite_package, static_flags)
+from tito.grading.autograde import (
+    Course, metadata_problems, prepare_run, prerequisite_package, static_flags,
+)
+from tito.errors import GradingError
 from tito.course.notebook import read_cells, to_ipynb
 from tito.course.registry import get_module
 from tito.student.runner import run_notebook

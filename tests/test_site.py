@@ -422,7 +422,8 @@ def test_every_planted_mistake_still_fails_its_test_with_the_recorded_message():
 
 
 def test_a_mistake_that_does_not_fit_its_lesson_is_named(tmp_path):
-    from tito.site.failures import FailureSpecError, Mistake, planted_notebook
+    from tito.site.failures import Mistake, planted_notebook
+    from tito.errors import FailureSpecError
 
     m = written_modules()[0]
     bad = Mistake("nope", "nope", "x", "y", "c", "f")

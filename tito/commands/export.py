@@ -2,10 +2,10 @@
 
 import click
 
-from ..course.exporter import ExportError, check_plan, reference_plan, write_plan
-from ..course.registry import COURSE_ROOT, UnknownModule, get_module
-from .ui import Failure, console
+from ..course.exporter import check_plan, reference_plan, write_plan
+from ..course.registry import COURSE_ROOT, get_module
 from ..student.workspace import Workspace
+from .ui import Failure, console
 
 
 @click.command()
@@ -19,14 +19,11 @@ def export(modules, check):
             "`tito export` writes the course's reference package. In a workspace your code is "
             "exported by `tito module complete N`, after its tests pass."
         )
-    try:
-        chosen = [get_module(m) for m in modules] or None
-        for m in chosen or []:
-            if not m.written:
-                raise Failure(f"Module {m.key} ({m.title}) is not written yet: nothing to export.")
-        plan = reference_plan(chosen)
-    except (UnknownModule, ExportError) as error:
-        raise Failure(str(error)) from None
+    chosen = [get_module(m) for m in modules] or None
+    for m in chosen or []:
+        if not m.written:
+            raise Failure(f"Module {m.key} ({m.title}) is not written yet: nothing to export.")
+    plan = reference_plan(chosen)
     if check:
         problems = check_plan(COURSE_ROOT, reference_plan())
         if problems:

@@ -5,10 +5,10 @@ from pathlib import Path
 import click
 
 from ..course.registry import written_modules
-from ..grading.release import ReleaseError, release_notebooks
+from ..grading.release import release_notebooks
 from ..student.kernel import install_kernel, kernel_name
-from .ui import Failure, console
 from ..student.workspace import MARKER, Workspace
+from .ui import Failure, console
 
 
 @click.command()
@@ -25,10 +25,7 @@ def init(directory, force):
         )
     modules = written_modules()
     console.print(f"Releasing {len(modules)} module notebooks with nbgrader ...")
-    try:
-        releases = release_notebooks(modules)
-    except ReleaseError as error:
-        raise Failure(str(error)) from None
+    releases = release_notebooks(modules)
     Workspace.create(root, releases)
     try:
         where = install_kernel(root)

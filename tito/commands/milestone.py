@@ -9,9 +9,9 @@ import sys
 
 import click
 
-from ..course.registry import COURSE_ROOT, MILESTONES, MILESTONES_DIR, UnknownModule, get_milestone, get_module
+from ..course.registry import COURSE_ROOT, MILESTONES, MILESTONES_DIR, get_milestone, get_module
+from ..student.workspace import Workspace
 from .ui import Failure, console, table
-from ..student.workspace import Workspace, WorkspaceError
 
 
 @click.group()
@@ -26,10 +26,7 @@ def _context():
         from ..course.registry import written_modules
 
         return COURSE_ROOT, {m.number for m in written_modules()}, "the reference package"
-    try:
-        return ws.root, ws.completed(), "your package"
-    except WorkspaceError as error:
-        raise Failure(str(error)) from None
+    return ws.root, ws.completed(), "your package"
 
 
 @milestone.command("list")
@@ -57,10 +54,7 @@ def list_(as_json):
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def run(name, args):
     """Run milestone NAME with your package (extra ARGS go to the script, e.g. --quick)."""
-    try:
-        ms = get_milestone(name)
-    except UnknownModule as error:
-        raise Failure(str(error)) from None
+    ms = get_milestone(name)
     root, have, who = _context()
     missing = [n for n in ms.requires if n not in have]
     unwritten = [n for n in missing if not get_module(n).written]

@@ -7,20 +7,31 @@ import shutil
 
 import click
 
-from ..course.exporter import ExportError, render_module
-from ..student.kernel import set_kernel
-from ..course.notebook import NotebookError, load_notebook, read_cells
+from ..course.exporter import render_module
+from ..course.notebook import load_notebook, read_cells
 from ..course.registry import (
-    COURSE_ROOT, MILESTONES, MODULES, Module, UnknownModule, get_module, prerequisites,
+    COURSE_ROOT,
+    MILESTONES,
+    MODULES,
+    Module,
+    get_module,
+    prerequisites,
     unlocked_by,
 )
-from ..grading.release import ReleaseError, packaged_release, release_notebooks
+from ..errors import NotebookError
+from ..grading.release import packaged_release, release_notebooks
+from ..student.kernel import set_kernel
 from ..student.runner import (
-    DEFAULT_TIMEOUT, CellResult, ReleaseIntegrityError, RunReport, lesson_authority,
-    release_authority, run_notebook, run_student,
+    DEFAULT_TIMEOUT,
+    CellResult,
+    RunReport,
+    lesson_authority,
+    release_authority,
+    run_notebook,
+    run_student,
 )
+from ..student.workspace import Workspace, backup_path
 from .ui import Failure, console, interactive, table
-from ..student.workspace import Workspace, WorkspaceError, backup_path
 
 
 @click.group()
@@ -28,35 +39,14 @@ def module():
     """Work on the course's modules."""
 
 
-def _module(ref: str) -> Module:
-    try:
-        return get_module(ref)
-    except UnknownModule as error:
-        raise Failure(str(error)) from None
-
-
 def _written(ref: str) -> Module:
-    m = _module(ref)
+    m = get_module(ref)
     if not m.written:
         raise Failure(
             f"Module {m.key} ({m.title}) is not written yet: it is coming soon. "
             "`tito module list` shows which modules are ready."
         )
     return m
-
-
-def _workspace() -> Workspace:
-    try:
-        return Workspace.require()
-    except WorkspaceError as error:
-        raise Failure(str(error)) from None
-
-
-def _completed(ws: Workspace) -> set[int]:
-    try:
-        return ws.completed()
-    except WorkspaceError as error:
-        raise Failure(str(error)) from None
 
 
 def _missing(m: Module, done: set[int]) -> list[int]:
@@ -98,7 +88,7 @@ def list_(as_json):
 
 # ---- status ----------------------------------------------------------------------------
 def _states(ws: Workspace) -> list[dict]:
-    done = _completed(ws)
+    done = ws.completed()
     rows = []
     for m in MODULES:
         missing = _missing(m, done)
@@ -121,7 +111,7 @@ def _states(ws: Workspace) -> list[dict]:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status(as_json):
     """Your progress through the course (in a workspace)."""
-    ws = _workspace()
+    ws = Workspace.require()
     rows = _states(ws)
     if as_json:
         click.echo(json.dumps({"workspace": str(ws.root), "modules": rows}, indent=2))
@@ -158,10 +148,7 @@ def _release_for(ws: Workspace, m: Module):
     """The student notebook for ``m``, generating it with nbgrader if init did not."""
     path = ws.release_path(m)
     if not path.is_file():
-        try:
-            notebook = release_notebooks([m])[m.number]
-        except ReleaseError as error:
-            raise Failure(str(error)) from None
+        notebook = release_notebooks([m])[m.number]
         path.parent.mkdir(parents=True, exist_ok=True)
         import nbformat
 
@@ -194,9 +181,9 @@ def _hand_out(ws: Workspace, m: Module, force: bool, verb: str) -> None:
 @click.option("--force", is_flag=True, help="Replace an existing notebook (a backup is kept).")
 def start(number, force):
     """Hand out module NUMBER's notebook, solutions cleared by nbgrader."""
-    ws = _workspace()
+    ws = Workspace.require()
     m = _written(number)
-    done = _completed(ws)
+    done = ws.completed()
     missing = _missing(m, done)
     console.print(f"[bold]Module {m.key}: {m.title}[/] · {m.summary}")
     if missing:
@@ -211,7 +198,7 @@ def start(number, force):
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 def reset(number, yes):
     """Start module NUMBER over: a fresh notebook (yours is kept as a backup)."""
-    ws = _workspace()
+    ws = Workspace.require()
     m = _written(number)
     if not yes:
         if not interactive():
@@ -290,13 +277,8 @@ def _run(m: Module, ws: Workspace | None, timeout: float) -> tuple[RunReport, ob
         report = run_notebook(path, COURSE_ROOT, timeout=timeout, on_result=_print_result)
     else:
         release = _release_for(ws, m)
-        try:
-            report = run_student(path, release, ws.root, timeout=timeout, on_result=_print_result,
-                                 authority=_authority(m))
-        except ReleaseIntegrityError as error:
-            raise Failure(str(error)) from None
-        except NotebookError as error:
-            raise Failure(str(error)) from None
+        report = run_student(path, release, ws.root, timeout=timeout, on_result=_print_result,
+                             authority=_authority(m))
     if not report.tests:
         raise Failure(f"{label} has no graded test cells (nbgrader metadata grade: true). "
                       f"Was it replaced? `tito module reset {m.key}` gives a fresh copy.")
@@ -336,9 +318,9 @@ def test(number, timeout):
 @click.option("--timeout", default=DEFAULT_TIMEOUT, show_default=True, help="Seconds before the run is stopped.")
 def complete(number, timeout):
     """Test YOUR notebook for module NUMBER; if every test passes, export it and record it."""
-    ws = _workspace()
+    ws = Workspace.require()
     m = _written(number)
-    done = _completed(ws)
+    done = ws.completed()
     missing = _missing(m, done)
     if missing:
         first = get_module(missing[0]).key
@@ -353,11 +335,8 @@ def complete(number, timeout):
                       "Fix the failures above and run this command again.")
         raise SystemExit(1)
     rel = m.notebook_relpath
-    try:
-        # the cells that were tested: yours where you write, the release's where it is locked
-        export = render_module(m, [r.cell for r in report.cells], str(rel), " (your notebook)")
-    except ExportError as error:
-        raise Failure(str(error)) from None
+    # the cells that were tested: yours where you write, the release's where it is locked
+    export = render_module(m, [r.cell for r in report.cells], str(rel), " (your notebook)")
     path = ws.export_student(m, export.text)
     got, total = report.points()
     ws.record_completion(m, {"tests_passed": len(report.passed), "tests_total": len(report.tests),

@@ -8,19 +8,15 @@ import click
 from rich.markup import escape
 from rich.measure import Measurement
 
+from ..course.registry import COURSE_ROOT, Module, get_module, prerequisites, written_modules
 from ..grading import autograde as grading
 from ..grading import sandbox
-from ..grading.autograde import Course, GradingError
-from ..course.registry import (COURSE_ROOT, Module, UnknownModule, get_module, prerequisites,
-                             written_modules)
+from ..grading.autograde import Course
 from .ui import Failure, console, table
 
 
 def _module(ref: str) -> Module:
-    try:
-        m = get_module(ref)
-    except UnknownModule as error:
-        raise Failure(str(error)) from None
+    m = get_module(ref)
     if not m.written:
         raise Failure(f"Module {m.key} ({m.title}) is not written yet: there is nothing to grade.")
     return m
@@ -31,10 +27,7 @@ def _course(ctx: click.Context) -> Course:
     if start is not None and not (Path(start) / grading.CONFIG_NAME).is_file():
         raise Failure(f"{start} is not an nbgrader course (no {grading.CONFIG_NAME}); "
                       "make one with `tito nbgrader init DIR`.")
-    try:
-        return Course.require(start)
-    except GradingError as error:
-        raise Failure(str(error)) from None
+    return Course.require(start)
 
 
 def _points(x: float) -> str:
@@ -62,10 +55,7 @@ def nbgrader(ctx, course_dir):
               help="Rewrite nbgrader_config.py of an existing course (nothing is deleted).")
 def init(directory, course_id, timeout, force):
     """Create an nbgrader course folder in DIRECTORY."""
-    try:
-        course = grading.init_course(directory, course_id, timeout, force)
-    except GradingError as error:
-        raise Failure(str(error)) from None
+    course = grading.init_course(directory, course_id, timeout, force)
     console.print(f"[green]✓[/] nbgrader course in {course.root} (course id {course_id})")
     console.print(f"  {grading.CONFIG_NAME}: root, gradebook.db, per-cell time limit {timeout} s")
     console.print(f"  folders: {', '.join(f + '/' for f in grading.COURSE_FOLDERS)}")
@@ -83,10 +73,7 @@ def generate(ctx, number, lesson, force):
     """Source notebook of module NUMBER from its lesson, with its nbgrader metadata checked."""
     m = _module(number)
     course = _course(ctx)
-    try:
-        made = grading.generate(course, m, lesson, force)
-    except GradingError as error:
-        raise Failure(str(error)) from None
+    made = grading.generate(course, m, lesson, force)
     origin = lesson or m.source.relative_to(COURSE_ROOT)
     state = " (unchanged)" if made.unchanged else ""
     console.print(f"[green]✓[/] {course.rel(made.path)}{state} from {origin}: "
@@ -104,15 +91,12 @@ def release(ctx, number, force):
     m = _module(number)
     course = _course(ctx)
     console.print(f"nbgrader generate_assignment {m.dirname} ...")
-    try:
-        run = grading.release(course, m, force)
-        with course.gradebook() as gb:
-            master = gb.find_notebook(m.slug, m.dirname)
-            n_tests = len(master.grade_cells)
-            n_locked = sum(c.locked for c in master.source_cells)
-            points = sum(float(c.max_score) for c in master.grade_cells)
-    except GradingError as error:
-        raise Failure(str(error)) from None
+    run = grading.release(course, m, force)
+    with course.gradebook() as gb:
+        master = gb.find_notebook(m.slug, m.dirname)
+        n_tests = len(master.grade_cells)
+        n_locked = sum(c.locked for c in master.source_cells)
+        points = sum(float(c.max_score) for c in master.grade_cells)
     console.print(f"[green]✓[/] {course.rel(course.release_notebook(m))}: solutions replaced by "
                   f"nbgrader ({run.seconds:.0f} s); gradebook has {n_tests} graded tests "
                   f"({_points(points)} points) and checksums of {n_locked} locked cells")
@@ -134,10 +118,7 @@ def collect(ctx, number, paths, student):
     """
     m = _module(number)
     course = _course(ctx)
-    try:
-        done, skipped = grading.collect(course, m, list(paths), student)
-    except GradingError as error:
-        raise Failure(str(error)) from None
+    done, skipped = grading.collect(course, m, list(paths), student)
     if done:
         t = table("student", "from", "to",
                   title=f"Collected {len(done)} submission(s) of {m.dirname}")
@@ -207,10 +188,7 @@ def autograde(ctx, number, timeout, students, jobs, memory, processes, unsafe):
     """
     m = _module(number)
     course = _course(ctx)
-    try:
-        settings = course.settings()
-    except GradingError as error:
-        raise Failure(str(error)) from None
+    settings = course.settings()
     if not course.release_notebook(m).is_file():
         raise Failure(f"module {m.key} is not released in this course: run `tito nbgrader "
                       f"release {m.key}` first (it records the tests in the gradebook).")
@@ -226,10 +204,7 @@ def autograde(ctx, number, timeout, students, jobs, memory, processes, unsafe):
     limit = timeout or settings["timeout"] or grading.DEFAULT_TIMEOUT
     source = "this run's --timeout" if timeout else grading.CONFIG_NAME
     limits = sandbox.Limits(memory_mb=memory, processes=processes)
-    try:
-        run = grading.prepare_run(course, m, unsafe, limits)
-    except GradingError as error:
-        raise Failure(str(error)) from None
+    run = grading.prepare_run(course, m, unsafe, limits)
     provided = ", ".join(f"{n:02d}" for n in prerequisites(m.number)) or "none"
     jobs = min(jobs, len(chosen))
     console.print(f"Autograding {m.dirname} for {len(chosen)} student(s) with nbgrader, "
@@ -313,11 +288,8 @@ def report(ctx, numbers, csv_path):
     course = _course(ctx)
     chosen = [_module(n) for n in numbers]
     csv_path = (csv_path or course.root / "grades.csv").resolve()
-    try:
-        grading.export_csv(course, csv_path, chosen)
-        reports = grading.report(course, chosen or written_modules())
-    except GradingError as error:
-        raise Failure(str(error)) from None
+    grading.export_csv(course, csv_path, chosen)
+    reports = grading.report(course, chosen or written_modules())
     if not reports:
         console.print("No released module in the gradebook yet: `tito nbgrader release N`.")
     for rep in reports:

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import click
 
-from ..course.registry import COURSE_ROOT
-from ..course.registry import get_module, written_modules
-from ..site.pages import SITE_DIR, SiteError, check_site, generate, write_notebooks, write_site
-from ..site.render import RenderError, render_with_pandoc, render_with_quarto
+from ..course.registry import COURSE_ROOT, get_module, written_modules
+from ..site.pages import SITE_DIR, check_site, generate, write_notebooks, write_site
+from ..site.render import render_with_pandoc, render_with_quarto
 from .ui import Failure, console
 
 
@@ -20,10 +19,7 @@ def site():
 
 
 def _generate() -> dict[str, str]:
-    try:
-        return generate()
-    except SiteError as error:
-        raise Failure(str(error)) from None
+    return generate()
 
 
 SITE_OPTION = click.option(
@@ -111,17 +107,14 @@ def render(out, force_pandoc, site_dir):
         )
     quarto = None if force_pandoc else shutil.which("quarto")
     target = out or site_dir / "_site"
-    try:
-        if quarto:
-            console.print(f"Rendering with {quarto}")
-            render_with_quarto(quarto, site_dir, out)
-        else:
-            files = render_with_pandoc(site_dir, target)
-            pages = sum(1 for f in files if f.suffix == ".html")
-            why = "as asked" if force_pandoc else "quarto is not installed"
-            console.print(f"Rendered {pages} pages with pandoc ({why}).")
-    except RenderError as error:
-        raise Failure(str(error)) from None
+    if quarto:
+        console.print(f"Rendering with {quarto}")
+        render_with_quarto(quarto, site_dir, out)
+    else:
+        files = render_with_pandoc(site_dir, target)
+        pages = sum(1 for f in files if f.suffix == ".html")
+        why = "as asked" if force_pandoc else "quarto is not installed"
+        console.print(f"Rendered {pages} pages with pandoc ({why}).")
     console.print(f"[green]✓[/] open {_shown(target)}/index.html")
 
 
@@ -129,12 +122,9 @@ def render(out, force_pandoc, site_dir):
 @SITE_OPTION
 def notebooks(site_dir):
     """Release every written lesson with nbgrader into site/notebooks/ (the download links)."""
-    from ..grading.release import ReleaseError
 
-    try:
-        written = write_notebooks(site_dir)
-    except ReleaseError as error:
-        raise Failure(str(error)) from None
+
+    written = write_notebooks(site_dir)
     where = f"{_shown(site_dir)}/notebooks/"
     console.print(f"[green]✓[/] {len(written)} released notebooks in {where}")
 
@@ -144,13 +134,10 @@ def notebooks(site_dir):
 def failures(modules):
     """Plant each curated mistake (site/failures/NN_slug.yaml) in the reference, run the
     lesson as `tito module complete` does, and record what the test printed."""
-    from ..site.failures import FailureSpecError, record
+    from ..site.failures import record
 
     chosen = [get_module(x) for x in modules] if modules else written_modules()
-    try:
-        problems = record(chosen)
-    except FailureSpecError as error:
-        raise Failure(str(error)) from None
+    problems = record(chosen)
     for p in problems:
         console.print(f"  [red]✗[/] {p}")
     console.print(f"Recorded the planted mistakes of {len(chosen)} module(s) in site/failures/.")

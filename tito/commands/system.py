@@ -9,10 +9,10 @@ import sys
 import click
 
 from ..course.registry import written_modules
-from ..course.notebook import NotebookError
-from ..student.runner import ReleaseIntegrityError, run_student
+from ..errors import NotebookError, ReleaseIntegrityError, WorkspaceError
+from ..student.runner import run_student
+from ..student.workspace import PROGRESS_FORMAT, Workspace, backup_path, now_iso
 from .ui import Failure, console, table
-from ..student.workspace import PROGRESS_FORMAT, Workspace, WorkspaceError, backup_path, now_iso
 
 
 @click.group()

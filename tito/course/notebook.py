@@ -16,13 +16,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import NotebookError
+
 SOLUTION_BEGIN = "### BEGIN SOLUTION"
 SOLUTION_END = "### END SOLUTION"
 _DIRECTIVE = re.compile(r"^#\|\s*(\w+)\s*(.*?)\s*$")
-
-
-class NotebookError(Exception):
-    """A lesson or notebook that cannot be read; the message says which file and why."""
 
 
 @dataclass

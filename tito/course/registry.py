@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import UnknownModule
+
 # The course repository: modules/ sits beside tito/ (editable install, or a source tree).
 COURSE_ROOT = Path(__file__).resolve().parents[2]
 MODULES_DIR = COURSE_ROOT / "modules"
@@ -364,10 +366,6 @@ TIERS = {
     "optimization": "Optimization",
     "capstone": "Capstone",
 }
-
-
-class UnknownModule(LookupError):
-    """A module number or name that the registry does not know."""
 
 
 def valid_keys() -> str:

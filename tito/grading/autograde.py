@@ -36,9 +36,10 @@ from dataclasses import dataclass, field
 from dataclasses import replace as dataclass_replace
 from pathlib import Path
 
-from . import sandbox
-from ..course.notebook import SOLUTION_BEGIN, SOLUTION_END, NotebookError, to_ipynb
+from ..course.notebook import SOLUTION_BEGIN, SOLUTION_END, to_ipynb
 from ..course.registry import COURSE_ROOT, MODULES, Module, get_module, prerequisites
+from ..errors import GradingError, NotebookError
+from . import sandbox
 from .release import nbgrader_env
 
 CONFIG_NAME = "nbgrader_config.py"
@@ -82,10 +83,6 @@ c.ExecutePreprocessor.timeout = {timeout}
 # `tito nbgrader autograde` and `report` name the deleted cell.
 c.OverwriteCells.add_missing_cells = False
 '''
-
-
-class GradingError(Exception):
-    """Something the instructor must fix; the message says what and how."""
 
 
 # ---- the course folder -------------------------------------------------------------------

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..course.notebook import to_ipynb
 from ..course.registry import Module
+from ..errors import ReleaseError
 
 ASSIGNMENT = "tinytorch"
 
@@ -24,10 +25,6 @@ def packaged_release(module: Module) -> Path | None:
     """The released notebook shipped inside a student build of the course, if there is one."""
     path = module.packaged_release
     return path if path.is_file() else None
-
-
-class ReleaseError(Exception):
-    """nbgrader refused a lesson; the message carries nbgrader's own explanation."""
 
 
 def nbgrader_env() -> dict[str, str]:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 import re
-
 import subprocess
 import tempfile
 from pathlib import Path
+
+from ..errors import BrowserError
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = (
@@ -95,10 +96,6 @@ window.addEventListener('message', function (event) {{
 }});
 </script></body></html>
 """
-
-
-class BrowserError(Exception):
-    """Chromium is missing or printed no result."""
 
 
 def available() -> bool:

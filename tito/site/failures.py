@@ -20,12 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..course.registry import COURSE_ROOT, Module, written_modules
+from ..errors import FailureSpecError
 
 FAILURES_DIR = COURSE_ROOT / "site" / "failures"
-
-
-class FailureSpecError(Exception):
-    """A planted mistake that cannot be planted; the message names the file and the fix."""
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from ..course.notebook import SOLUTION_BEGIN, SOLUTION_END, Cell, read_cells
 from ..course.registry import Module
+from ..errors import LessonError
 
 # The lesson sections a module page shows, by the heading they have in the lesson.
 SECTIONS = (
@@ -28,10 +29,6 @@ SECTIONS = (
 
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 _FENCE = re.compile(r"^\s*(```+|~~~+)")
-
-
-class LessonError(Exception):
-    """A lesson the website cannot be made from; the message names the file and the fix."""
 
 
 @dataclass

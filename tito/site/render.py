@@ -19,11 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import RenderError
 from .pages import SITE_TITLE, STYLESHEET
-
-
-class RenderError(Exception):
-    """The site could not be rendered; the message says why and what to do."""
 
 
 @dataclass

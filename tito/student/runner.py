@@ -29,12 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..course.notebook import Cell, cells_of, load_notebook
+from ..errors import ReleaseIntegrityError
 
 DEFAULT_TIMEOUT = 120.0
-
-
-class ReleaseIntegrityError(Exception):
-    """The released notebook itself was changed; the message says which cell and the fix."""
 
 
 @dataclass

@@ -21,13 +21,10 @@ from pathlib import Path
 
 from ..course.exporter import PLACEHOLDER, export_names, init_files, placeholder
 from ..course.registry import MODULES, Module, get_module
+from ..errors import WorkspaceError
 
 MARKER = ".tito"
 PROGRESS_FORMAT = 1
-
-
-class WorkspaceError(Exception):
-    """Something about the workspace that the user must fix; the message says how."""
 
 
 _UMASK = os.umask(0)
