@@ -25,7 +25,7 @@ import nbformat
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tito.grading.autograde import Course  # noqa: E402
+from tito.grading.course import Course  # noqa: E402
 from tito.course.notebook import read_cells  # noqa: E402
 from tito.course.registry import get_module  # noqa: E402
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from tito.course.notebook import SOLUTION_BEGIN, SOLUTION_END, partition_solution, read_cells, solution_lines
+from tito.course.notebook import read_cells
+from tito.course.solutions import SOLUTION_BEGIN, SOLUTION_END, partition_solution, solution_lines
 from tito.course.registry import COURSE_ROOT, MODULES, prerequisites, written_modules
 from tito.student.runner import run_notebook
 
@@ -69,7 +70,7 @@ def test_release_leaks_no_solution_line(module, released):
     cells = read_cells(module.source)
     # lines that are legitimately visible: everything outside solution blocks
     given = {line.strip() for c in cells for line in partition_solution(c.source)[0]}
-    secret = {line.strip() for c in cells for line in solution_lines(c)} - given - {""}
+    secret = {line.strip() for c in cells for line in solution_lines(c.source)} - given - {""}
     assert secret, f"{module.dirname} has no solution lines to hide"
     notebook = nbformat.read(released[module.number], as_version=4)
     shown = {line.strip() for cell in notebook.cells for line in cell.source.splitlines()}

@@ -24,9 +24,11 @@ import pytest
 
 from conftest import run_tito
 from tito.grading import sandbox
-from tito.grading.autograde import (
-    Course, metadata_problems, prepare_run, prerequisite_package, static_flags,
-)
+from tito.grading.autograde import prepare_run
+from tito.grading.course import Course
+from tito.grading.flags import static_flags
+from tito.grading.metadata import metadata_problems
+from tito.grading.package import prerequisite_package
 from tito.errors import GradingError
 from tito.course.notebook import read_cells, to_ipynb
 from tito.course.registry import get_module

@@ -17,7 +17,8 @@ import pytest
 import yaml
 from conftest import run_tito
 
-from tito.course.notebook import Cell, partition_solution, read_cells, solution_lines
+from tito.course.notebook import Cell, read_cells
+from tito.course.solutions import partition_solution, solution_lines
 from tito.course.registry import MILESTONES, MODULES, written_modules
 from tito.site.pages import SITE_DIR, check_site, generate, hidden_lines, solution_leaks, write_site
 from tito.site.lesson import _messages, _stubs, message_text
@@ -242,7 +243,7 @@ def test_no_solution_line_appears_on_any_page(rendered, files):
         for cell in cells:
             # by position: a given line may repeat a solution line word for word
             visible, hidden = partition_solution(cell.source)
-            assert set(hidden) <= set(solution_lines(cell)) | set(visible)
+            assert set(hidden) <= set(solution_lines(cell.source)) | set(visible)
             public += visible
             solutions += [(m.dirname, line.strip()) for line in hidden]
     public_text = "\n".join(public)
@@ -461,7 +462,7 @@ def test_module_info_uses_the_registry_fields(files):
 
 
 def test_released_notebooks_are_solution_free_and_current(repo):
-    from tito.course.notebook import SOLUTION_BEGIN
+    from tito.course.solutions import SOLUTION_BEGIN
     from tito.site.pages import notebook_problems
 
     assert notebook_problems() == []

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from test_cli import write_like_a_student
-from tito.course.notebook import partition_solution, read_cells, solution_lines
+from tito.course.notebook import read_cells
+from tito.course.solutions import partition_solution, solution_lines
 from tito.course.registry import get_module, written_modules
 
 pytestmark = pytest.mark.slow
@@ -117,7 +118,7 @@ def test_no_solution_line_is_in_any_installed_file(installed, repo):
     for m in written_modules():
         cells = read_cells(m.source)
         given = {line.strip() for c in cells for line in partition_solution(c.source)[0]}
-        secret = {line.strip() for c in cells for line in solution_lines(c)} - given - {""}
+        secret = {line.strip() for c in cells for line in solution_lines(c.source)} - given - {""}
         assert secret - tooling, f"{m.dirname} has no solution lines to search for"
         for path, content in texts.items():
             if isinstance(content, bytes):

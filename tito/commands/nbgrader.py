@@ -9,9 +9,19 @@ from rich.markup import escape
 from rich.measure import Measurement
 
 from ..course.registry import COURSE_ROOT, Module, get_module, prerequisites, written_modules
-from ..grading import autograde as grading
-from ..grading import sandbox
-from ..grading.autograde import Course
+from ..grading import assignment, sandbox
+from ..grading import autograde as autograding
+from ..grading import collect as collecting
+from ..grading import reports as reporting
+from ..grading.course import (
+    CONFIG_NAME,
+    COURSE_FOLDERS,
+    DEFAULT_COURSE_ID,
+    DEFAULT_TIMEOUT,
+    Course,
+    init_course,
+)
+from ..grading.results import CellScore, StudentResult
 from .ui import Failure, console, table
 
 
@@ -24,8 +34,8 @@ def _module(ref: str) -> Module:
 
 def _course(ctx: click.Context) -> Course:
     start = ctx.obj
-    if start is not None and not (Path(start) / grading.CONFIG_NAME).is_file():
-        raise Failure(f"{start} is not an nbgrader course (no {grading.CONFIG_NAME}); "
+    if start is not None and not (Path(start) / CONFIG_NAME).is_file():
+        raise Failure(f"{start} is not an nbgrader course (no {CONFIG_NAME}); "
                       "make one with `tito nbgrader init DIR`.")
     return Course.require(start)
 
@@ -47,18 +57,18 @@ def nbgrader(ctx, course_dir):
 # ---- init -----------------------------------------------------------------------------------
 @nbgrader.command()
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--course-id", default=grading.DEFAULT_COURSE_ID, show_default=True,
+@click.option("--course-id", default=DEFAULT_COURSE_ID, show_default=True,
               help="nbgrader's course id.")
-@click.option("--timeout", type=click.IntRange(min=1), default=grading.DEFAULT_TIMEOUT,
+@click.option("--timeout", type=click.IntRange(min=1), default=DEFAULT_TIMEOUT,
               show_default=True, help="Per-cell time limit when autograding, in seconds.")
 @click.option("--force", is_flag=True,
               help="Rewrite nbgrader_config.py of an existing course (nothing is deleted).")
 def init(directory, course_id, timeout, force):
     """Create an nbgrader course folder in DIRECTORY."""
-    course = grading.init_course(directory, course_id, timeout, force)
+    course = init_course(directory, course_id, timeout, force)
     console.print(f"[green]✓[/] nbgrader course in {course.root} (course id {course_id})")
-    console.print(f"  {grading.CONFIG_NAME}: root, gradebook.db, per-cell time limit {timeout} s")
-    console.print(f"  folders: {', '.join(f + '/' for f in grading.COURSE_FOLDERS)}")
+    console.print(f"  {CONFIG_NAME}: root, gradebook.db, per-cell time limit {timeout} s")
+    console.print(f"  folders: {', '.join(f + '/' for f in COURSE_FOLDERS)}")
     console.print(f"Next: `cd {directory}` then `tito nbgrader generate 01`")
 
 
@@ -73,7 +83,7 @@ def generate(ctx, number, lesson, force):
     """Source notebook of module NUMBER from its lesson, with its nbgrader metadata checked."""
     m = _module(number)
     course = _course(ctx)
-    made = grading.generate(course, m, lesson, force)
+    made = assignment.generate(course, m, lesson, force)
     origin = lesson or m.source.relative_to(COURSE_ROOT)
     state = " (unchanged)" if made.unchanged else ""
     console.print(f"[green]✓[/] {course.rel(made.path)}{state} from {origin}: "
@@ -91,7 +101,7 @@ def release(ctx, number, force):
     m = _module(number)
     course = _course(ctx)
     console.print(f"nbgrader generate_assignment {m.dirname} ...")
-    run = grading.release(course, m, force)
+    run = assignment.release(course, m, force)
     with course.gradebook() as gb:
         master = gb.find_notebook(m.slug, m.dirname)
         n_tests = len(master.grade_cells)
@@ -118,7 +128,7 @@ def collect(ctx, number, paths, student):
     """
     m = _module(number)
     course = _course(ctx)
-    done, skipped = grading.collect(course, m, list(paths), student)
+    done, skipped = collecting.collect(course, m, list(paths), student)
     if done:
         t = table("student", "from", "to",
                   title=f"Collected {len(done)} submission(s) of {m.dirname}")
@@ -135,7 +145,7 @@ def collect(ctx, number, paths, student):
 
 
 # ---- autograde ------------------------------------------------------------------------------
-def _summary_line(r: grading.StudentResult) -> str:
+def _summary_line(r: StudentResult) -> str:
     if r.status != "graded":
         return f"  [red]✗ {r.student}[/]: {r.status} [dim]({r.seconds:.0f} s)[/]"
     colour = "green" if r.score == r.max_score else ("yellow" if r.score else "red")
@@ -143,7 +153,7 @@ def _summary_line(r: grading.StudentResult) -> str:
             f"{r.passed}/{len(r.tests)} tests passed [dim]({r.seconds:.0f} s)[/]")
 
 
-def _details(r: grading.StudentResult, timeout: int | None = None) -> None:
+def _details(r: StudentResult, timeout: int | None = None) -> None:
     limit = f" ({timeout} s)" if timeout else ""
     tests = {t.name for t in r.tests}
     for name in r.timed_out:
@@ -201,10 +211,10 @@ def autograde(ctx, number, timeout, students, jobs, memory, processes, unsafe):
     if not chosen:
         raise Failure(f"no submissions of {m.dirname} in submitted/: run `tito nbgrader "
                       f"collect {m.key} PATH...` first.")
-    limit = timeout or settings["timeout"] or grading.DEFAULT_TIMEOUT
-    source = "this run's --timeout" if timeout else grading.CONFIG_NAME
+    limit = timeout or settings["timeout"] or DEFAULT_TIMEOUT
+    source = "this run's --timeout" if timeout else CONFIG_NAME
     limits = sandbox.Limits(memory_mb=memory, processes=processes)
-    run = grading.prepare_run(course, m, unsafe, limits)
+    run = autograding.prepare_run(course, m, unsafe, limits)
     provided = ", ".join(f"{n:02d}" for n in prerequisites(m.number)) or "none"
     jobs = min(jobs, len(chosen))
     console.print(f"Autograding {m.dirname} for {len(chosen)} student(s) with nbgrader, "
@@ -218,7 +228,7 @@ def autograde(ctx, number, timeout, students, jobs, memory, processes, unsafe):
         console.print("  [bold red]--unsafe: no sandbox[/]: students' code runs with your "
                       "rights and can read and change the course folder")
     with run:
-        results = grading.autograde_all(
+        results = autograding.autograde_all(
             course, m, chosen, limit, run, jobs,
             done=lambda r: (console.print(_summary_line(r)), _details(r, limit)))
     bad = [r for r in results if r.status != "graded"]
@@ -242,7 +252,7 @@ def feedback(ctx, number):
     m = _module(number)
     course = _course(ctx)
     console.print(f"nbgrader generate_feedback {m.dirname} ...")
-    run, made, ungraded = grading.feedback(course, m)
+    run, made, ungraded = reporting.feedback(course, m)
     for student, path in made.items():
         if path:
             console.print(f"  [green]✓[/] {student}: {course.rel(path)}")
@@ -269,7 +279,7 @@ def _report_table(title: str, headers: list[str], total: float, rows: list[list[
     return t
 
 
-def _cell(score: grading.CellScore | None) -> str:
+def _cell(score: CellScore | None) -> str:
     if score is None:
         return "[dim]-[/]"
     text = _points(score.score) + ("*" if score.needs_manual else "")
@@ -288,8 +298,8 @@ def report(ctx, numbers, csv_path):
     course = _course(ctx)
     chosen = [_module(n) for n in numbers]
     csv_path = (csv_path or course.root / "grades.csv").resolve()
-    grading.export_csv(course, csv_path, chosen)
-    reports = grading.report(course, chosen or written_modules())
+    reporting.export_csv(course, csv_path, chosen)
+    reports = reporting.report(course, chosen or written_modules())
     if not reports:
         console.print("No released module in the gradebook yet: `tito nbgrader release N`.")
     for rep in reports:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ExportError, NotebookError
+from ..files import atomic_write
 from .notebook import Cell, default_exp, read_cells
 from .registry import MODULES, Module
 
@@ -221,10 +222,7 @@ def write_plan(root: Path, plan: dict[Path, str]) -> list[Path]:
         path = root / rel
         if path.is_file() and path.read_text(encoding="utf-8") == text:
             continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text, encoding="utf-8", newline="\n")
-        tmp.replace(path)
+        atomic_write(path, text)
         written.append(rel)
     return written
 

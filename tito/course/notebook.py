@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import NotebookError
+from .solutions import is_marker
 
-SOLUTION_BEGIN = "### BEGIN SOLUTION"
-SOLUTION_END = "### END SOLUTION"
 _DIRECTIVE = re.compile(r"^#\|\s*(\w+)\s*(.*?)\s*$")
 
 
@@ -69,7 +68,7 @@ class Cell:
         for line in self.source.splitlines():
             if _DIRECTIVE.match(line):
                 continue
-            if not keep_solution_markers and line.strip() in (SOLUTION_BEGIN, SOLUTION_END):
+            if not keep_solution_markers and is_marker(line):
                 continue
             lines.append(line)
         return "\n".join(lines).strip("\n")
@@ -167,25 +166,6 @@ def default_exp(cells: list[Cell]) -> str | None:
         if cell.kind == "code" and "default_exp" in cell.directives:
             return cell.directives["default_exp"]
     return None
-
-
-def partition_solution(text: str) -> tuple[list[str], list[str]]:
-    """(visible lines, solution lines) of lesson text; the marker lines are in neither."""
-    visible, hidden, inside = [], [], False
-    for line in text.splitlines():
-        stripped = line.strip()
-        if stripped == SOLUTION_BEGIN:
-            inside = True
-        elif stripped == SOLUTION_END:
-            inside = False
-        else:
-            (hidden if inside else visible).append(line)
-    return visible, hidden
-
-
-def solution_lines(cell: Cell) -> list[str]:
-    """The lines inside ``### BEGIN SOLUTION`` / ``### END SOLUTION`` blocks of a cell."""
-    return partition_solution(cell.source)[1]
 
 
 GRADING_FLAGS = ("grade", "solution", "locked", "task")

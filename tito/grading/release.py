@@ -8,15 +8,13 @@ are the same ones an instructor's nbgrader course would release.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 from ..course.notebook import to_ipynb
 from ..course.registry import Module
 from ..errors import ReleaseError
+from .process import run_nbgrader
 
 ASSIGNMENT = "tinytorch"
 
@@ -25,23 +23,6 @@ def packaged_release(module: Module) -> Path | None:
     """The released notebook shipped inside a student build of the course, if there is one."""
     path = module.packaged_release
     return path if path.is_file() else None
-
-
-def nbgrader_env() -> dict[str, str]:
-    """The environment for running nbgrader: this interpreter's scripts first on PATH.
-
-    nbgrader starts helper programs (``alembic``) by name; in a virtual environment that was
-    not activated they would not be found.
-    """
-    bindir = str(Path(sys.executable).parent)
-    return dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
-
-
-def run_nbgrader(args: list[str], course_root: Path, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "nbgrader", *args, f"--CourseDirectory.root={course_root}"],
-        cwd=course_root, env=nbgrader_env(), capture_output=True, text=True, timeout=timeout,
-    )
 
 
 def release_notebooks(modules: list[Module]) -> dict:
@@ -63,14 +44,16 @@ def release_notebooks(modules: list[Module]) -> dict:
         source.mkdir(parents=True)
         for m in modules:
             nbformat.write(to_ipynb(m.source), source / f"{m.dirname}.ipynb")
-        done = run_nbgrader(["generate_assignment", ASSIGNMENT, "--force", "--no-db"], root)
+        done = run_nbgrader(root, ["generate_assignment", ASSIGNMENT, "--force", "--no-db"],
+                            wall_timeout=600)
         released = {}
         for m in modules:
             path = root / "release" / ASSIGNMENT / f"{m.dirname}.ipynb"
-            if done.returncode != 0 or not path.is_file():
+            if not done.ok or not path.is_file():
                 raise ReleaseError(
                     f"nbgrader could not release module {m.key} ({m.dirname}):\n"
-                    + (done.stderr or done.stdout)[-3000:]
+                    + (done.output[-3000:] if done.returncode is not None
+                       else "it did not finish within 600 s and was stopped")
                 )
             released[m.number] = nbformat.read(path, as_version=4)
         return {**released, **packaged}

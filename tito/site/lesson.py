@@ -14,8 +14,9 @@ import re
 import textwrap
 from dataclasses import dataclass, field
 
-from ..course.notebook import SOLUTION_BEGIN, SOLUTION_END, Cell, read_cells
+from ..course.notebook import Cell, read_cells
 from ..course.registry import Module
+from ..course.solutions import solution_blocks
 from ..errors import LessonError
 
 # The lesson sections a module page shows, by the heading they have in the lesson.
@@ -53,7 +54,6 @@ class Lesson:
     sections: dict[str, str]
     parts: list[Part]
     tests: list[GradedTest]
-    solution_lines: list[str]
 
     @property
     def points(self) -> float:
@@ -95,18 +95,6 @@ def _sections(cells: list[Cell]) -> tuple[dict[str, str], dict[int, str]]:
 
 
 # ---- solution cells -> stubs --------------------------------------------------------------
-def _solution_spans(source: str) -> list[tuple[int, int]]:
-    """1-based line ranges (inclusive) of the solution blocks of a cell, markers included."""
-    spans, start = [], None
-    for number, line in enumerate(source.splitlines(), 1):
-        if line.strip() == SOLUTION_BEGIN:
-            start = number
-        elif line.strip() == SOLUTION_END and start is not None:
-            spans.append((start, number))
-            start = None
-    return spans
-
-
 def _contains(node: ast.AST, spans: list[tuple[int, int]]) -> bool:
     """Whether a solution block starts inside the node (its END marker, a comment, may
     follow the node's last statement)."""
@@ -213,7 +201,7 @@ def _stubs(cell: Cell, label: str) -> list[Stub]:
             f"{label}: solution cell {cell.grade_id!r} is not valid Python ({error.msg}, "
             f"line {error.lineno}); the website reads it with ast."
         ) from None
-    spans = _solution_spans(source)
+    spans = solution_blocks(source)
     stubs = []
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -429,18 +417,9 @@ def read_lesson(module: Module) -> Lesson:
             given.update({n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)})
     parts: list[Part] = []
     tests: list[GradedTest] = []
-    solution = []
     for cell in cells:
         if cell.kind != "code":
             continue
-        inside = False
-        for line in cell.source.splitlines():
-            if line.strip() == SOLUTION_BEGIN:
-                inside = True
-            elif line.strip() == SOLUTION_END:
-                inside = False
-            elif inside:
-                solution.append(line)
         heading = under.get(cell.index, "")
         if cell.nbgrader.get("solution"):
             stubs = _stubs(cell, label)
@@ -450,4 +429,4 @@ def read_lesson(module: Module) -> Lesson:
                 parts[-1].stubs += stubs
         if cell.is_graded:
             tests += _graded(cell, heading, label, given)
-    return Lesson(module, {k: lower[k] for k in SECTIONS}, parts, tests, solution)
+    return Lesson(module, {k: lower[k] for k in SECTIONS}, parts, tests)

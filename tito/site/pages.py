@@ -22,7 +22,6 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..course.exporter import write_plan
-from ..course.notebook import partition_solution
 from ..course.registry import (
     COURSE_ROOT,
     MILESTONES,
@@ -34,6 +33,7 @@ from ..course.registry import (
     get_module,
     prerequisites,
 )
+from ..course.solutions import partition_solution
 from ..errors import FailureSpecError, LessonError, SiteError
 from .failures import Mistake, mistakes, recorded
 from .figures import figures_of

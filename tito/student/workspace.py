@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
-import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,31 +20,14 @@ from pathlib import Path
 from ..course.exporter import PLACEHOLDER, export_names, init_files, placeholder
 from ..course.registry import MODULES, Module, get_module
 from ..errors import WorkspaceError
+from ..files import atomic_write, find_upwards
 
 MARKER = ".tito"
 PROGRESS_FORMAT = 1
 
 
-_UMASK = os.umask(0)
-os.umask(_UMASK)
-
-
 def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write via a temporary file in the same folder and rename: never a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def backup_path(path: Path) -> Path:
@@ -66,11 +47,8 @@ class Workspace:
     # ---- finding ---------------------------------------------------------------------
     @classmethod
     def find(cls, start: Path | None = None) -> "Workspace | None":
-        here = Path(start or Path.cwd()).resolve()
-        for folder in (here, *here.parents):
-            if (folder / MARKER / "progress.json").is_file() or (folder / MARKER).is_dir():
-                return cls(folder)
-        return None
+        root = find_upwards(start, lambda folder: (folder / MARKER).is_dir())
+        return None if root is None else cls(root)
 
     @classmethod
     def require(cls) -> "Workspace":
@@ -97,9 +75,9 @@ class Workspace:
     # ---- progress --------------------------------------------------------------------
     def load_progress(self) -> dict:
         recovery = (
-            f"Your notebooks and package are untouched. To recover, run `tito system "
-            f"repair-progress` (it keeps the damaged file as a backup and rebuilds progress "
-            f"by re-testing your notebooks)."
+            "Your notebooks and package are untouched. To recover, run `tito system "
+            "repair-progress` (it keeps the damaged file as a backup and rebuilds progress "
+            "by re-testing your notebooks)."
         )
         if not self.progress_path.is_file():
             raise WorkspaceError(f"{self.progress_path} is missing. {recovery}")

@@ -1,0 +1,117 @@
+"""After autograde: feedback files, nbgrader's CSV export (honest about what was not graded),
+and the per-test report of every student."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..course.registry import MODULES, Module
+from ..errors import GradingError
+from .course import Course
+from .process import NbgraderRun, run_nbgrader
+from .results import StudentResult, student_result
+
+
+def feedback(course: Course, m: Module) -> tuple[NbgraderRun, dict[str, Path | None], list[str]]:
+    """``nbgrader generate_feedback``: (the run, autograded student -> HTML or None, students
+    with a submission that was not autograded)."""
+    run = run_nbgrader(course.root, ["generate_feedback", m.dirname, "--force"], wall_timeout=1800,
+                       log=f"{m.dirname}/feedback")
+    made, ungraded = {}, []
+    for student in course.students(m):
+        if not course.autograded_notebook(m, student).is_file():
+            ungraded.append(student)
+            continue
+        path = course.feedback_file(m, student)
+        made[student] = path if path.is_file() else None
+    return run, made, ungraded
+
+
+def export_csv(course: Course, target: Path, modules: list[Module] | None = None) -> NbgraderRun:
+    """``nbgrader export`` to CSV: one row per student and assignment (all, or ``modules``).
+
+    nbgrader lists every student of the gradebook under every assignment and scores 0 where
+    it graded nothing; those rows are then marked ``not graded`` (see ``mark_not_graded``).
+    """
+    target = Path(target).resolve()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.unlink(missing_ok=True)
+    only = [f"--ExportPlugin.assignment={m.dirname}" for m in modules or []]
+    run = run_nbgrader(course.root, ["export", f"--to={target}", *only], wall_timeout=600,
+                       log="export")
+    if not run.ok or not target.is_file():
+        raise GradingError(f"nbgrader export failed:\n{run.errors()}")
+    mark_not_graded(course, target)
+    return run
+
+
+NOT_GRADED = "not graded"
+
+
+def mark_not_graded(course: Course, path: Path) -> int:
+    """Rewrite nbgrader's CSV so that a notebook that was never graded does not read as 0.
+
+    nbgrader exports 0 for a student whose notebook it could not grade (it crashed on it,
+    the notebook was unreadable, or there is none). Those rows get ``not graded`` as their
+    score and a ``status`` column says why; a real zero stays 0.0. Returns the rows marked.
+    """
+    by_dir = {m.dirname: m for m in MODULES}
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    if not rows:
+        return 0
+    marked = 0
+    for row in rows:
+        m = by_dir.get(row.get("assignment", ""))
+        if m is None:
+            row["status"] = ""
+            continue
+        student = row.get("student_id", "")
+        if course.autograded_notebook(m, student).is_file():
+            row["status"] = "graded"
+            continue
+        if course.submitted_notebook(m, student).is_file():
+            row["status"] = (f"{NOT_GRADED}: autograde failed or was not run "
+                             f"(logs/{m.dirname}/autograde-{student}.log)")
+        else:
+            row["status"] = f"{NOT_GRADED}: no submission"
+        for key in ("raw_score", "score"):
+            if key in row:
+                row[key] = NOT_GRADED
+        marked += 1
+    fields = [*rows[0].keys()]
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    return marked
+
+
+@dataclass
+class AssignmentReport:
+    module: Module
+    tests: list[tuple[str, float]]  # (grade_id, points) in notebook order
+    students: list[StudentResult]
+
+
+def report(course: Course, modules: list[Module]) -> list[AssignmentReport]:
+    """Per module with an assignment in the gradebook: every student's per-test scores."""
+    from nbgrader.api import MissingEntry
+
+    out = []
+    with course.gradebook() as gb:
+        for m in modules:
+            try:
+                master = gb.find_notebook(m.slug, m.dirname)
+            except MissingEntry:
+                continue
+            max_scores = {c.name: float(c.max_score) for c in master.grade_cells}
+            tests = [(c.name, max_scores[c.name]) for c in master.source_cells
+                     if c.name in max_scores]
+            known = {s.student.id for s in gb.find_assignment(m.dirname).submissions}
+            students = sorted(known | set(course.students(m)))
+            out.append(AssignmentReport(
+                m, tests, [student_result(course, m, s, gb) for s in students]))
+    return out
