@@ -20,7 +20,9 @@ from conftest import run_tito
 from tito.course.notebook import Cell, read_cells
 from tito.course.solutions import partition_solution, solution_lines
 from tito.course.registry import MILESTONES, MODULES, written_modules
-from tito.site.pages import SITE_DIR, check_site, generate, hidden_lines, solution_leaks, write_site
+from tito.site.build import check_site, generate, write_site
+from tito.site.leaks import hidden_lines, solution_leaks
+from tito.site.links import SITE_DIR
 from tito.site.lesson import _messages, _stubs, message_text
 
 CHROMIUM = "/usr/bin/chromium"
@@ -449,7 +451,7 @@ def test_headline_numbers_of_module_13_are_the_models_own(files):
 
 def test_module_info_uses_the_registry_fields(files):
     from tito.course.registry import prerequisites
-    from tito.site.pages import _ranges
+    from tito.site.links import ranges as _ranges
 
     for m in written_modules():
         info = files[f"modules/{m.dirname}.qmd"].split("## Module info", 1)[1].split("\n## ")[0]
@@ -463,7 +465,7 @@ def test_module_info_uses_the_registry_fields(files):
 
 def test_released_notebooks_are_solution_free_and_current(repo):
     from tito.course.solutions import SOLUTION_BEGIN
-    from tito.site.pages import notebook_problems
+    from tito.site.build import notebook_problems
 
     assert notebook_problems() == []
     for m in written_modules():
@@ -472,7 +474,7 @@ def test_released_notebooks_are_solution_free_and_current(repo):
 
 
 def test_reading_order_puts_each_milestone_after_the_module_that_unlocks_it():
-    from tito.site.pages import reading_order
+    from tito.site.links import reading_order
     from tito.site.render import _linear, read_navigation
 
     order = reading_order()

@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from ..course.registry import COURSE_ROOT, get_module, written_modules
-from ..site.pages import SITE_DIR, check_site, generate, write_notebooks, write_site
+from ..site.build import check_site, generate, write_notebooks, write_site
+from ..site.links import SITE_DIR
 from ..site.render import render_with_pandoc, render_with_quarto
 from .ui import Failure, console
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import RenderError
-from .pages import SITE_TITLE, STYLESHEET
+from .links import SITE_TITLE, STYLESHEET
 
 
 @dataclass

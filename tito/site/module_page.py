@@ -1,0 +1,314 @@
+"""A module's page, made from its lesson (``lesson.py``), the registry, its figures and its
+recorded planted mistakes (``failures.py``)."""
+
+from __future__ import annotations
+
+import html
+import textwrap
+
+from ..course.registry import (
+    MILESTONES,
+    MODULES,
+    TIERS,
+    Milestone,
+    Module,
+    get_module,
+    prerequisites,
+)
+from ..errors import FailureSpecError, LessonError, SiteError
+from .failures import Mistake, mistakes, recorded
+from .figures import figures_of
+from .lesson import Lesson, read_lesson
+from .links import (
+    SITE_DIR,
+    milestone_ref,
+    module_page,
+    module_ref,
+    notebook_file,
+    ranges,
+    reading_order,
+    rel_link,
+    span_text,
+    tier_modules,
+)
+from .markdown import code_block, difficulty_md, front_matter, inline, points_text
+
+
+def _module_info(m: Module, lesson: Lesson, page: str) -> list[str]:
+    prereqs = prerequisites(m.number)
+    direct = ", ".join(module_ref(get_module(n), page) for n in m.requires)
+    tier = tier_modules()[m.tier]
+    namespaces = ", ".join(f"`tinytorch{'.' + ns if ns else ''}`" for ns in m.namespaces)
+    lines = []
+    if m.difficulty:
+        lines.append(f"- **Difficulty:** {difficulty_md(m.difficulty)}")
+    if m.hours:
+        lines.append(f"- **Time:** {m.hours} hours")
+    if prereqs:
+        lines.append(f"- **Prerequisites:** {ranges(prereqs)} (directly: {direct})")
+    else:
+        lines.append("- **Prerequisites:** none: this is where the course starts")
+    if m.needs_to_know:
+        lines.append(f"- **You need to know:** {m.needs_to_know}")
+    lines += [
+        f"- **Tier:** {TIERS.get(m.tier, m.tier)} ({span_text(tier)})",
+        f"- **You export:** `tinytorch.{m.target}`"
+        + (f", re-exported by {namespaces}" if namespaces else ""),
+        f"- **Graded tests:** {len(lesson.tests)} tests, {points_text(lesson.points)} points",
+        f"- **Notebook:** [download {m.slug}.ipynb]({rel_link(notebook_file(m), page)})"
+        f'{{download=""}} (solutions removed by nbgrader, the one `tito module start {m.key}` '
+        "hands out)",
+    ]
+    return ["::: {.module-info}", *lines, ":::"]
+
+
+def _commands(m: Module) -> str:
+    notebook = m.notebook_relpath.as_posix()
+    rows = [
+        ("hand out the notebook, solutions cleared", f"tito module start {m.key}"),
+        ("write the code the lesson asks for", f"jupyter lab {notebook}"),
+        (
+            "run the graded tests on YOUR code; if all pass, export it",
+            f"tito module complete {m.key}",
+        ),
+        ("what is done, what is next", "tito module status"),
+        (
+            "start over from a fresh notebook (yours is kept as a backup)",
+            f"tito module reset {m.key}",
+        ),
+    ]
+    return code_block("\n".join(f"# {why}\n{command}" for why, command in rows), "bash")
+
+
+def _what_you_write(lesson: Lesson) -> list[str]:
+    out = [
+        (
+            "The functions and classes you complete, with the signatures and docstrings of the "
+            "notebook; open a part to read them. The bodies are yours to write; `...` marks "
+            "them here."
+        ),
+        "",
+    ]
+    for part in lesson.parts:
+        names = ", ".join(f"<code>{html.escape(s.name)}</code>" for s in part.stubs)
+        title = html.escape(part.heading) if part.heading else "The code you write"
+        out += [
+            '<details class="stubs">',
+            f"<summary><strong>{title}</strong>: {names}</summary>",
+            "",
+            code_block("\n\n\n".join(s.code for s in part.stubs), "python"),
+            "",
+            "</details>",
+            "",
+        ]
+    return out
+
+
+def _how_you_know(lesson: Lesson, curated: set[str]) -> list[str]:
+    out = [
+        (
+            f"`tito module complete {lesson.module.key}` runs these graded tests on your notebook; "
+            f"every one must pass before your code is exported. "
+            f"{len(lesson.tests)} tests, {points_text(lesson.points)} points."
+        ),
+        "",
+        "| Test | Points | What it checks |",
+        "|:---------------|--:|:--------------------------------------------|",
+    ]
+    for t in lesson.tests:
+        name = f"`{t.function}`"
+        if t.grade_id in curated:
+            name = f"[{name}](#fails-{t.grade_id})"
+        out.append(f"| {name} | {points_text(t.points)} | {inline(t.doc, True) or '(no docstring)'} |")
+    return out + [""]
+
+
+def _failures(m: Module) -> list[tuple[Mistake, dict]]:
+    """The curated mistakes of ``m``, each with what its test printed when it was planted."""
+    try:
+        planted = mistakes(m)
+    except FailureSpecError as error:
+        raise SiteError(str(error)) from None
+    found = recorded(m)
+    out = []
+    for mistake in planted:
+        result = found.get(mistake.key)
+        if result is None:
+            raise SiteError(
+                f"site/failures/{m.dirname}.yaml has a mistake that was never run "
+                f"({mistake.key}): run `tito site failures {m.key}` to record what its test "
+                "prints."
+            )
+        out.append((mistake, result))
+    return out
+
+
+def _when_it_fails(lesson: Lesson, failures: list[tuple[Mistake, dict]]) -> list[str]:
+    intro = (
+        "A failing test prints what it expected, what your code gave, and the likely fix; "
+        "nothing is exported until every graded test passes."
+    )
+    if not failures:
+        return [intro, ""]
+    out = [
+        (
+            f"Typical mistakes, each planted in the reference solution and run through "
+            f"`tito module complete {lesson.module.key}`: the message is what that command "
+            f"printed. {intro}"
+        ),
+        "",
+    ]
+    names = {t.grade_id: t.function for t in lesson.tests}
+    done: set[str] = set()
+    for mistake, result in failures:
+        name = names.get(mistake.test, mistake.test)
+        anchor = "" if mistake.test in done else f" {{#fails-{mistake.test}}}"
+        done.add(mistake.test)
+        points = next((t.points for t in lesson.tests if t.grade_id == mistake.test), 0)
+        unit = "point" if points == 1 else "points"
+        out += [
+            f"### `{name}` [{points_text(points)} {unit}]{{.points}}{anchor}",
+            "",
+        ]
+        first, _, rest = mistake.new.strip("\n").partition("\n")
+        code = first + ("\n" + textwrap.dedent(rest) if rest else "")
+        planted = (
+            code_block(code, "python")
+            if mistake.new.strip()
+            else "A line of the reference left out."
+        )
+        out += ["::: {.failure}", "**The mistake:**", "", planted, ""]
+        out += ["**What it prints:**", "", code_block(result["message"], "text"), ""]
+        out += [f"**Why:** {mistake.cause}", "", f"**Fix:** {mistake.fix}", ":::", ""]
+    return out
+
+
+# Each tier's story, told at the end of each of its modules.
+TIER_STORIES = {
+    "foundation": (
+        "The Foundation tier builds a framework that can learn: tensors, activations, layers, "
+        "losses, data loading, automatic differentiation, optimizers and a training loop you "
+        "can trust."
+    ),
+    "architecture": (
+        "The Architecture tier builds the models of the last decades on that framework: "
+        "convolutions for images, then tokenizers, embeddings, attention and the transformer."
+    ),
+    "optimization": (
+        "The Optimization tier measures your models and then makes them faster and smaller: "
+        "profiling, quantization, compression, acceleration, caching and fair benchmarks."
+    ),
+    "capstone": (
+        "The capstone puts it all together: make your TinyGPT fast and small, and prove it."
+    ),
+}
+
+
+def _whats_next(m: Module, lesson: Lesson, page: str) -> list[str]:
+    tier = tier_modules()[m.tier]
+    ends = [ms for ms in MILESTONES if get_module(max(ms.requires)).tier == m.tier]
+    story = TIER_STORIES.get(m.tier, "")
+    if ends:
+        refs = ", ".join(milestone_ref(ms, page) for ms in ends)
+        story += f" On the way it reaches the milestones {refs}."
+    out = [f"{story} This is module {m.key} of {span_text(tier)}.".strip(), ""]
+    order = reading_order()
+    unlocked: list[Milestone] = []
+    upcoming: Module | None = None
+    for item in order[order.index(m) + 1 :]:
+        if isinstance(item, Module):
+            upcoming = item
+            break
+        unlocked.append(item)
+    lines = [
+        f"- **Milestone:** {milestone_ref(ms, page)}: {inline(ms.summary)} "
+        f"Run it: `tito milestone run {ms.name}`."
+        for ms in unlocked
+    ]
+    if upcoming is not None:
+        lines.append(f"- **Module:** {module_ref(upcoming, page)}: {inline(upcoming.summary)}")
+    if lines:
+        out += ["::: {.up-next}", "**Up next**", "", *lines, ":::", ""]
+    out += [lesson.sections["what comes next"], ""]
+    return out
+
+
+def _used_by(m: Module, page: str) -> list[str]:
+    direct = [x for x in MODULES if m.number in x.requires]
+    indirect = [x for x in MODULES if m.number in prerequisites(x.number) and x not in direct]
+    milestones = [ms for ms in MILESTONES if m.number in ms.requires]
+    if not (direct or indirect or milestones):
+        return ["No later module or milestone needs this one.", ""]
+    out = [
+        "| Later | What it builds | How it uses this module |",
+        "|:------------|:--------------------------------|:----------------|",
+    ]
+    for x in direct:
+        out.append(f"| {module_ref(x, page)} | {inline(x.summary, True)} | builds on it directly |")
+    for x in indirect:
+        via = [get_module(n) for n in x.requires if m.number in (n, *prerequisites(n))]
+        through = ", ".join(v.key for v in via)
+        out.append(f"| {module_ref(x, page)} | {inline(x.summary, True)} | through {through} |")
+    for ms in milestones:
+        last = ", the last module it needs" if max(ms.requires) == m.number else ""
+        out.append(
+            f"| {milestone_ref(ms, page)} | {inline(ms.summary, True)} | runs your code{last} |"
+        )
+    return out + [""]
+
+
+def _figures_md(m: Module, page: str) -> list[str]:
+    out = []
+    for fig in figures_of(m):
+        if not (SITE_DIR / fig.path).is_file():
+            raise SiteError(
+                f"site/{fig.path} is missing: run `tito site figures` to draw it "
+                "(tito/site/figures.py)."
+            )
+        alt = fig.alt.replace('"', "'")
+        out += [
+            f'![{fig.caption}]({rel_link(fig.path, page)})'
+            f'{{#fig-{fig.name} fig-alt="{alt}" alt="{alt}"}}',
+            "",
+        ]
+    return out
+
+
+def _read_why(m: Module) -> list[str]:
+    if not m.book:
+        return []
+    title, url = m.book[0], m.book[1]
+    return [
+        "::: {.read-why}",
+        f"**Finished? Read why.** The Machine Learning Systems book explains the systems behind "
+        f"this module in its chapter [{title}]({url}) (mlsysbook.ai).",
+        ":::",
+        "",
+    ]
+
+
+def module_page_text(m: Module) -> str:
+    page = module_page(m)
+    try:
+        lesson = read_lesson(m)
+    except LessonError as error:
+        raise SiteError(str(error)) from None
+    failures = _failures(m)
+    curated = {x.test for x, _ in failures}
+    s = lesson.sections
+    out = [front_matter(f"Module {m.key}: {m.title}", m.summary)]
+    if m.question:
+        out += ["::: {.systems-question}", f"**The systems question.** {m.question}", ":::", ""]
+    out += ["## Overview", "", s["overview"], "", *_figures_md(m, page)]
+    out += ["## Module info", "", *_module_info(m, lesson, page), ""]
+    out += ["## Commands", "", _commands(m), ""]
+    out += ["## Learning objectives", "", s["learning objectives"], ""]
+    out += ["## What you build", "", s["what you build"], ""]
+    out += ["## What you are not building yet", "", s["what you are not building yet"], ""]
+    out += ["## What you write", "", *_what_you_write(lesson)]
+    out += ["## How you know it works", "", *_how_you_know(lesson, curated)]
+    out += ["## When it fails", "", *_when_it_fails(lesson, failures)]
+    out += ["## What's next", "", *_whats_next(m, lesson, page)]
+    out += ["## How later modules use this one", "", *_used_by(m, page)]
+    out += _read_why(m)
+    return "\n".join(out).rstrip("\n") + "\n"
