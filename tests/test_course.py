@@ -92,7 +92,7 @@ def test_release_checksums_are_nbgraders(released):
     to import); both must agree on every cell of every release, and an edit must change it."""
     from nbgrader.utils import compute_checksum
 
-    from tito.student.runner import cell_checksum, verify_release
+    from tito.student.integrity import cell_checksum, verify_release
 
     for number, path in released.items():
         notebook = nbformat.read(path, as_version=4)

@@ -20,16 +20,10 @@ from ..course.registry import (
 )
 from ..errors import NotebookError
 from ..grading.release import packaged_release, release_notebooks
+from ..student.integrity import lesson_authority, release_authority
 from ..student.kernel import set_kernel
-from ..student.runner import (
-    DEFAULT_TIMEOUT,
-    CellResult,
-    RunReport,
-    lesson_authority,
-    release_authority,
-    run_notebook,
-    run_student,
-)
+from ..student.results import CellResult, RunReport
+from ..student.runner import DEFAULT_TIMEOUT, run_notebook, run_student
 from ..student.workspace import Workspace, backup_path
 from .ui import Failure, console, interactive, table
 
