@@ -18,12 +18,14 @@ import yaml
 from conftest import run_tito
 
 from tito.course.notebook import Cell, read_cells
-from tito.course.solutions import partition_solution, solution_lines
 from tito.course.registry import MILESTONES, MODULES, written_modules
+from tito.course.solutions import partition_solution, solution_lines
 from tito.site.build import check_site, generate, write_site
 from tito.site.leaks import hidden_lines, solution_leaks
 from tito.site.links import SITE_DIR
-from tito.site.lesson import _messages, _stubs, message_text
+from tito.site.messages import assertion_messages as _messages
+from tito.site.messages import message_text
+from tito.site.stubs import solution_stubs as _stubs
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -425,8 +427,8 @@ def test_every_planted_mistake_still_fails_its_test_with_the_recorded_message():
 
 
 def test_a_mistake_that_does_not_fit_its_lesson_is_named(tmp_path):
-    from tito.site.failures import Mistake, planted_notebook
     from tito.errors import FailureSpecError
+    from tito.site.failures import Mistake, planted_notebook
 
     m = written_modules()[0]
     bad = Mistake("nope", "nope", "x", "y", "c", "f")
