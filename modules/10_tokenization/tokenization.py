@@ -587,19 +587,13 @@ test_unit_char_unknown()
 # %% nbgrader={"grade": false, "grade_id": "demo-shakespeare-chars", "locked": false, "schema_version": 3, "solution": false, "task": false}
 def find_tiny_shakespeare():
     """The course's Tiny Shakespeare file, or None if it cannot be found from here."""
-    candidates = [Path.cwd().joinpath(*[".."] * up, "milestones", "data", "tinyshakespeare.txt")
-                  for up in range(4)]
-    # The course folder, found without importing the course's command-line tool: beside
-    # the `tito` package's folder, if it is installed.
-    import importlib.util
-
-    spec = importlib.util.find_spec("tito")
-    if spec is not None and spec.origin:
-        candidates.append(Path(spec.origin).resolve().parents[1] / "milestones" / "data"
-                          / "tinyshakespeare.txt")
-    for path in candidates:
-        if path.is_file():
-            return path
+    # The folder named by TINYTORCH_DATA (set by the course's tools where they run this
+    # notebook), else milestones/data in this folder or one above it.
+    folders = [Path(os.environ["TINYTORCH_DATA"])] if os.environ.get("TINYTORCH_DATA") else []
+    folders += [Path.cwd().joinpath(*[".."] * up, "milestones", "data") for up in range(4)]
+    for folder in folders:
+        if (folder / "tinyshakespeare.txt").is_file():
+            return folder / "tinyshakespeare.txt"
     return None
 
 

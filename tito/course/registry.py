@@ -29,6 +29,11 @@ MILESTONES_DIR = (
     COURSE_ROOT / "milestones" if (COURSE_ROOT / "milestones").is_dir()
     else PACKAGED_DIR / "milestones"
 )
+# The data the milestones ship with. Lessons that read it (module 10's Tiny Shakespeare) do
+# not import tito to find it: tito names the folder in this environment variable wherever it
+# runs a notebook (`tito module test/complete`, and the workspace's Jupyter kernel).
+DATA_DIR = MILESTONES_DIR / "data"
+DATA_ENV = "TINYTORCH_DATA"
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ registers a kernel for the workspace and every notebook it hands out names it:
     name:          tinytorch-<first 10 hex digits of sha256(workspace path)>
     display name:  TinyTorch (<folder name>)
     env:           PYTHONPATH=<workspace>   (so `import tinytorch` is the workspace's)
+                   TINYTORCH_DATA=<the course's data folder> (module 10 reads Tiny Shakespeare)
 
 It is installed as a user kernel (``jupyter_data_dir()/kernels``, which follows
 ``JUPYTER_DATA_DIR``), found by any Jupyter the student runs.
@@ -22,6 +23,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from ..course.registry import DATA_DIR, DATA_ENV
 
 
 def kernel_name(root: Path) -> str:
@@ -44,7 +47,7 @@ def install_kernel(root: Path) -> Path:
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": kernelspec(root)["display_name"],
         "language": "python",
-        "env": {"PYTHONPATH": str(root)},
+        "env": {"PYTHONPATH": str(root), DATA_ENV: str(DATA_DIR)},
         "metadata": {"tinytorch_workspace": str(root)},
     }
     with tempfile.TemporaryDirectory(prefix="tito-kernel-") as tmp:

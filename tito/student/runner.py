@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from ..course.notebook import Cell, cells_of, load_notebook
+from ..course.registry import DATA_DIR, DATA_ENV
 from .integrity import compare_with_authority, is_locked, verify_release
 from .plan import plan_cells
 from .results import CellResult, RunReport
@@ -83,6 +84,7 @@ def run_cells(plan: list[Cell], package_root: Path, cwd: Path, timeout: float = 
                        "trusted": c.origin == "release"} for c in plan],
         }
         env = dict(os.environ, MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1")
+        env.setdefault(DATA_ENV, str(DATA_DIR))  # the course's data, for lessons that read it
         with open(Path(tmp) / "stderr.txt", "w") as err:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "tito.student.driver"], cwd=cwd, env=env,
