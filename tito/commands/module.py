@@ -237,13 +237,6 @@ def _print_summary(report: RunReport, label: str) -> None:
                   f"{got:g}/{total:g} points · {report.seconds:.1f} s · {label}")
 
 
-def _print_report(report: RunReport, label: str) -> None:
-    """The whole report at once (for callers that did not stream)."""
-    for r in report.cells:
-        _print_result(r)
-    _print_summary(report, label)
-
-
 def _authority(m: Module):
     """The course's own cells for ``m`` to check a workspace's release against, if at hand."""
     if m.source.is_file():

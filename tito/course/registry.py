@@ -13,7 +13,7 @@ shows the whole course and ``tito`` can say plainly that a module is not written
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UnknownModule
@@ -105,7 +105,6 @@ class Milestone:
     summary: str
     requires: tuple[int, ...]
     script: str  # file under milestones/
-    extra: dict = field(default_factory=dict)
 
 
 MODULES: tuple[Module, ...] = (

@@ -166,12 +166,3 @@ def screenshot(page: Path, out: Path, width: int, height: int, timeout: float = 
     if not Path(out).is_file():
         raise BrowserError(f"chromium wrote no screenshot of {page}:\n{done.stderr[-2000:]}")
     return Path(out)
-
-
-def full_screenshot(page: Path, out: Path, width: int, timeout: float = 120) -> Path:
-    """A PNG of the whole of ``page`` (its measured height) at ``width`` pixels."""
-    height = int(probe(page, width)["before"]["height"])
-    return screenshot(page, out, width, min(height, 16384), timeout)
-
-
-
