@@ -618,10 +618,7 @@ def draw_quant_grid(fig):
     import numpy as np
 
     from tinytorch.perf.quantization import (
-        dequantize_int4,
-        dequantize_int8,
-        quantize_int4,
-        quantize_int8,
+        dequantize_int4, dequantize_int8, quantize_int4, quantize_int8,
     )
 
     w = np.linspace(-1, 1, 400, dtype=np.float32)[None, :]  # one row, max |w| = 1
