@@ -123,8 +123,6 @@ def render(out, force_pandoc, site_dir):
 @SITE_OPTION
 def notebooks(site_dir):
     """Release every written lesson with nbgrader into site/notebooks/ (the download links)."""
-
-
     written = write_notebooks(site_dir)
     where = f"{_shown(site_dir)}/notebooks/"
     console.print(f"[green]✓[/] {len(written)} released notebooks in {where}")

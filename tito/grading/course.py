@@ -68,7 +68,6 @@ c.OverwriteCells.add_missing_cells = False
 '''
 
 
-# ---- the course folder -------------------------------------------------------------------
 @dataclass
 class Course:
     root: Path

@@ -47,7 +47,6 @@ def _readme_sections() -> tuple[str, dict[str, str]]:
     return "\n".join(intro).strip(), {k: "\n".join(v).strip() for k, v in sections.items()}
 
 
-# ---- pages -----------------------------------------------------------------------------------
 def index_page() -> str:
     page = "index.qmd"
     intro, sections = _readme_sections()
