@@ -254,3 +254,14 @@ def test_generate_past_gpt2s_learned_positions_is_a_clear_error(checkpoints):
     assert len(fits) == 3 + n - 2
     with pytest.raises(ValueError, match=f"n_positions = {n}.*at most {n - 2} new tokens"):
         generate(model, [1, 2, 3], n - 1, temperature=0.0)
+
+
+def test_offset_and_cache_together_are_refused(checkpoints):
+    """With a cache the positions come from the cache; an offset as well would be ignored."""
+    model = load_model(checkpoints["llama"])
+    cache = model.create_kv_cache("dense")
+    with pytest.raises(ValueError, match="offset=3 and a cache were both given"):
+        model(IDS[:, :2], offset=3, cache=cache)
+    assert cache.lengths is None  # refused before anything was reserved
+    model(IDS[:, :2], cache=cache)  # the cache alone still works
+    assert np.asarray(cache.lengths).tolist() == [2, 2]

@@ -215,6 +215,11 @@ def test_unit_int8():
     assert qc[1].tolist() == [127, -64, 32, 0], (
         f"row 1 per channel gave {qc[1].tolist()}, expected [127, -64, 32, 0]: divide each row "
         "by its own scale (broadcast the (rows,) scales along axis 0)")
+    qn, _, zn = quantize_int8(np.array([-1.0, 0.0, 1.55], dtype=np.float32), symmetric=False)
+    assert int(zn) == -28 and qn.tolist() == [-128, -28, 127], (
+        f"asymmetric [-1, 0, 1.55] (scale 2.55 / 255 = 0.01): got q {qn.tolist()}, zero point "
+        f"{int(zn)}; expected q [-128, -28, 127] and zero point -28, so that the minimum -1 "
+        "lands on -128: z = -128 - rint(min / scale) (minus: min is negative)")
     rng = np.random.default_rng(0)
     big = rng.standard_normal((8, 64)).astype(np.float32) * rng.uniform(0.1, 3, (8, 1))
     for axis in (None, 0):
@@ -569,8 +574,11 @@ def test_unit_quantized_linear():
         "non-zero change): quantize x with input_scale, multiply in int32, then rescale by "
         "input_scale * scale")
     calibrate(Sequential(q8), [x], method="percentile", percentile=90)
-    assert float(q8.input_scale) < np.abs(x.data).max() / 127, (
-        "percentile calibration should give a smaller scale than min/max (it clips outliers)")
+    p90 = float(np.percentile(np.abs(x.data), 90)) / 127
+    assert abs(float(q8.input_scale) - p90) < 1e-6, (
+        f"percentile calibration (90): input_scale {float(q8.input_scale):.6g}, expected the "
+        f"90th percentile of the observed |x| / 127 = {p90:.6g} (min/max would give "
+        f"{np.abs(x.data).max() / 127:.6g}): clip the outliers with np.percentile")
 
 
 test_unit_quantized_linear()

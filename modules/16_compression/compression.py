@@ -382,7 +382,16 @@ def test_unit_csr():
     assert csr.indices.dtype == np.int32 and csr.indptr.dtype == np.int32, (
         "store indices and indptr as int32 (4 bytes), not int64")
     assert csr.nbytes == 3 * 4 + 3 * 4 + 4 * 4, f"nbytes {csr.nbytes}, expected 40"
-    assert np.array_equal(csr.to_dense(), w), "to_dense() does not give back the matrix"
+    try:
+        dense = csr.to_dense()
+    except (IndexError, ValueError) as e:
+        raise AssertionError(
+            f"to_dense() raised {type(e).__name__}: {e}. Row i owns the entries "
+            "indptr[i]:indptr[i + 1], so repeat each row number np.diff(indptr)[i] times to "
+            "pair it with its columns") from e
+    assert np.array_equal(dense, w), (
+        f"to_dense() gave {dense.tolist()}, expected {w.tolist()}: put data[j] at (row of "
+        "entry j, indices[j]) in a zero matrix of the stored shape")
     rng = np.random.default_rng(0)
     big = rng.standard_normal((64, 96)).astype(np.float32)
     big[big < 0.8] = 0.0  # about 79% zeros

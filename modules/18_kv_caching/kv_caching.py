@@ -385,8 +385,9 @@ def test_unit_rope():
         f"unchanged {want[fast]} (wavelength below L / high_freq_factor)"
     )
     assert np.allclose(scaled[slow], want[slow] / 8, rtol=1e-6), (
-        f"llama3 scaling: slow frequencies should be divided by factor 8, got {scaled[slow]} "
-        f"for {want[slow]}"
+        f"llama3 scaling: frequencies with wavelength above L / low_freq_factor should be "
+        f"divided by factor 8, {want[slow] / 8}, got {scaled[slow]}"
+        + (" (left unscaled)" if np.allclose(scaled[slow], want[slow]) else "")
     )
     mid = ~fast & ~slow
     s = (64 / wavelen[mid] - 1) / 3
@@ -1032,8 +1033,8 @@ def test_unit_dense_cache():
     k1, v1 = rng.standard_normal((2, 2, 2, 4, 5)).astype(np.float32)
     offset, mask = cache.reserve([4, 2])
     assert list(offset) == [0, 0] and mask.shape == (2, 1, 4, 4), (
-        f"first reserve([4, 2]): offsets [0, 0] and a (2, 1, 4, 4) mask, got {list(offset)}, "
-        f"{mask.shape}"
+        f"first reserve([4, 2]): offsets [0, 0] and a (2, 1, 4, 4) mask, got "
+        f"{np.asarray(offset).tolist()}, {mask.shape}"
     )
     K, V = cache.update(0, k1, v1)
     assert K.shape == (2, 2, 4, 5) and np.array_equal(K[0], k1[0]) and np.array_equal(
@@ -1127,6 +1128,12 @@ class ModelForCausalLM:
     def __call__(self, ids, offset=0, cache=None, logits_to_keep=None, lengths=None):
         ids = self._check_ids(ids)
         B, T = ids.shape
+        if cache is not None and np.any(np.asarray(offset) != 0):
+            raise ValueError(
+                f"offset={offset!r} and a cache were both given: with a cache the new tokens' "
+                "positions continue from what the cache holds. Pass the cache alone (or an "
+                "offset without a cache)"
+            )
         with no_grad():
             ### BEGIN SOLUTION
             mask = None
@@ -1468,7 +1475,7 @@ def test_unit_generate():
     for mode in ("dense", "paged", None):
         out = generate(model, prompt, 6, temperature=0, cache=mode, page_size=3)
         assert list(out) == ids, (
-            f"greedy generate (cache={mode!r}) gave {list(out)}, expected {ids}: the prompt "
+            f"greedy generate (cache={mode!r}) gave {np.asarray(out).tolist()}, expected {ids}: the prompt "
             "followed by the argmax of the last logits at each step"
         )
     batch = [[5, 17, 3, 88], [9], [40, 41, 42, 43, 44, 45, 46]]
@@ -1477,8 +1484,8 @@ def test_unit_generate():
         for p, o in zip(batch, outs):
             alone = generate(model, p, 5, temperature=0, cache=None)
             assert list(o) == list(alone), (
-                f"cache={mode!r}: prompt {p} in a batch of unequal prompts gave {list(o)}, but "
-                f"alone {list(alone)}: padding must not be stored or attended, and each row's "
+                f"cache={mode!r}: prompt {p} in a batch of unequal prompts gave "
+                f"{np.asarray(o).tolist()}, but alone {np.asarray(alone).tolist()}: padding must not be stored or attended, and each row's "
                 "positions continue from its own length"
             )
     a = generate(model, prompt, 8, temperature=1.0, top_k=20, seed=3)

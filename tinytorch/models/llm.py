@@ -569,6 +569,12 @@ class ModelForCausalLM:
     def __call__(self, ids, offset=0, cache=None, logits_to_keep=None, lengths=None):
         ids = self._check_ids(ids)
         B, T = ids.shape
+        if cache is not None and np.any(np.asarray(offset) != 0):
+            raise ValueError(
+                f"offset={offset!r} and a cache were both given: with a cache the new tokens' "
+                "positions continue from what the cache holds. Pass the cache alone (or an "
+                "offset without a cache)"
+            )
         with no_grad():
             mask = None
             if cache is not None:
