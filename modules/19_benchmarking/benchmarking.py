@@ -572,13 +572,17 @@ def table(comparisons, title=None):
     first = next(iter(rows.values()), None)
     a, b = first.names if first else ("baseline", "candidate")
     t = Table(title=title)
-    for header, justify in (("benchmark", "left"), (f"{a} (median ± IQR)", "right"),
-                            (f"{b} (median ± IQR)", "right"), (f"{b} / {a}", "right"),
-                            ("95% CI", "right"), ("speed-up", "right"), ("verdict", "left")):
+    for header, justify in (("benchmark", "left"), (f"{a} median ± IQR", "right"),
+                            (f"{b} median ± IQR", "right"), ("n", "right"),
+                            (f"{b} / {a}", "right"), ("95% CI", "right"),
+                            ("speed-up", "right"), ("verdict", "left")):
         t.add_column(header, justify=justify)
     for name, c in rows.items():
         style = {"faster": "green", "slower": "red"}.get(c.verdict, "yellow")
-        t.add_row(name, f"{c.baseline} ", f"{c.candidate}", f"{c.ratio:.3f}",
+        n = str(c.baseline.n) if c.baseline.n == c.candidate.n else \
+            f"{c.baseline.n}/{c.candidate.n}"
+        t.add_row(name, format_seconds(c.baseline.median, c.baseline.iqr),
+                  format_seconds(c.candidate.median, c.candidate.iqr), n, f"{c.ratio:.3f}",
                   f"[{c.ci[0]:.3f}, {c.ci[1]:.3f}]", f"{c.speedup:.2f}x",
                   f"[{style}]{c.verdict}[/{style}]")
     return t
