@@ -114,6 +114,10 @@ def test_quick_conv_benchmark_trains_the_same_cnn_in_both_frameworks(repo):
     assert last_tt < first_tt and abs(last_tt - last_pt) < 1e-4  # 7 Adam steps, in step
     assert result["tinytorch_ms"] > 0 and result["torch_ms"] > 0
     assert result["ratio"] == pytest.approx(result["tinytorch_ms"] / result["torch_ms"])
+    low, high = result["ci"]  # module 19's interval and verdict over the step samples
+    assert low <= high and result["verdict"] in ("faster", "slower",
+                                                 "no difference (within noise)")
+    assert "environment: " in done.stdout
 
 
 def _suite(repo, *flags):
