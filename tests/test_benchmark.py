@@ -92,6 +92,9 @@ def test_quick_decode_benchmark_prints_every_figure(repo, tmp_path):
     assert result["ratio"] == pytest.approx(result["tinytorch_tokens_per_s"]
                                             / result["transformers_tokens_per_s"])
     assert len(result["ratio_per_round"]) == 1
+    low, high = result["ratio_ci"]  # module 19's interval over every decoded token's step
+    assert 0 < low <= high
+    assert result["verdict"] in ("faster", "slower", "no difference (within noise)")
     assert result["weight_bytes"] > 0 and all(v > 0 for v in result["peak_rss_bytes"].values())
     assert set(result["cache_tokens_per_s"]) == {"dense", "paged", "None"}
     kv = result["kv_bytes"]
