@@ -297,7 +297,7 @@ def plot(comparisons, path):
                        fmt="o", color="#1f2328", capsize=6)
         right.axhline(1.0, color="#6b7280", lw=1)
         right.set_xticks([])
-        right.set_title(f"{c.names[1]} / {c.names[0]}: {c.verdict}", fontsize=8)
+        right.set_title(f"{c.names[1]} / {c.names[0]}:\n{c.verdict}", fontsize=8)
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
