@@ -949,7 +949,7 @@ FIGURES["benchmarking"] = [
            "puts on their ratio, paired and unpaired.",
            "Left, two rows of dots between about 8 and 17 ms that wander up across 16 "
            "rounds, each pair joined by a short line, the candidate's dot always below its "
-           "baseline's; dashed lines at each median. Right, two error bars of the ratio near 0.9: the paired one "
-           "narrow and wholly below 1 (faster), the unpaired one wide and crossing 1 (no "
-           "difference).", draw_benchmark_pairs)]
+           "baseline's; dashed lines at each median. Right, two error bars of the ratio "
+           "near 0.9: the paired one narrow and wholly below 1 (faster), the unpaired one "
+           "wide and crossing 1 (no difference).", draw_benchmark_pairs)]
 SIZES["paired-rounds"] = (9.6, 3.6)
