@@ -1,6 +1,6 @@
 """The benchmark suite: your models against the same models in PyTorch, with module 19's harness.
 
-Four benchmarks of the models the course builds, each TinyTorch against PyTorch CPU eager
+Five benchmarks of the models the course builds, each TinyTorch against PyTorch CPU eager
 on the SAME model (PyTorch's copy is given TinyTorch's weights) and the SAME inputs:
 
 1. the `mlp_digits` milestone's MLP (64-128-64-10) on a batch of 8x8 digits: forward;

@@ -418,11 +418,12 @@ test_unit_benchmark_run()
 # (some samples twice, some not at all), compute the ratio of medians of the resampled
 # sets, and repeat a few thousand times. The spread of those ratios is the spread the ratio
 # would have over repeated experiments; the middle 95% of them,
-# $[Q(0.025), Q(0.975)]$, is a **95% percentile bootstrap interval**. There is no formula
-# for the standard error of a ratio of medians, and the bootstrap does not need one.
+# $[Q(0.025), Q(0.975)]$, is a **95% percentile bootstrap interval**. The standard error
+# of a ratio of medians has no simple formula (the asymptotic one needs the density of the
+# timings at their medians, which ten samples cannot estimate); the bootstrap needs none.
 #
-# **Paired or not.** Samples from `compare` (Part 4) come in pairs (round $r$'s A and B met the same
-# machine): resample *rounds*, drawing the same indices for both sides, so a noisy round
+# **Paired or not.** Samples from `compare` (Part 4) come in pairs (round $r$'s A and B met
+# the same machine): resample *rounds*, drawing the same indices for both sides, so a noisy round
 # stays a noisy round on both sides and its noise cancels in the ratio. Samples measured
 # separately (`from_samples` of two processes) are resampled each on its own.
 #
@@ -672,12 +673,17 @@ def environment():
         load = list(os.getloadavg())
     except (AttributeError, OSError):
         load = None
-    try:
-        from importlib.metadata import version
+    package = sys.modules.get("tinytorch")  # whichever tinytorch runs: yours or the course's
+    tinytorch_version = getattr(package, "__version__", None)
+    for dist in ("tinytorch", "tinytorch-course"):
+        if tinytorch_version:
+            break
+        try:
+            from importlib.metadata import version
 
-        tinytorch_version = version("tinytorch-course")
-    except Exception:
-        tinytorch_version = getattr(sys.modules.get("tinytorch"), "__version__", None)
+            tinytorch_version = version(dist)
+        except Exception:
+            pass
     env = {
         "cpu": _cpu_model(),
         "cores": os.cpu_count(),
@@ -691,6 +697,8 @@ def environment():
         "threadpools": _threadpools(),
         "thread_env": {k: os.environ[k] for k in THREAD_VARIABLES if k in os.environ},
         "tinytorch": tinytorch_version,
+        "tinytorch_path": str(Path(package.__file__).parent) if getattr(
+            package, "__file__", None) else None,
     }
     return json.loads(json.dumps(env, default=str))  # JSON-serializable by construction
 

@@ -352,12 +352,17 @@ def environment():
         load = list(os.getloadavg())
     except (AttributeError, OSError):
         load = None
-    try:
-        from importlib.metadata import version
+    package = sys.modules.get("tinytorch")  # whichever tinytorch runs: yours or the course's
+    tinytorch_version = getattr(package, "__version__", None)
+    for dist in ("tinytorch", "tinytorch-course"):
+        if tinytorch_version:
+            break
+        try:
+            from importlib.metadata import version
 
-        tinytorch_version = version("tinytorch-course")
-    except Exception:
-        tinytorch_version = getattr(sys.modules.get("tinytorch"), "__version__", None)
+            tinytorch_version = version(dist)
+        except Exception:
+            pass
     env = {
         "cpu": _cpu_model(),
         "cores": os.cpu_count(),
@@ -371,6 +376,8 @@ def environment():
         "threadpools": _threadpools(),
         "thread_env": {k: os.environ[k] for k in THREAD_VARIABLES if k in os.environ},
         "tinytorch": tinytorch_version,
+        "tinytorch_path": str(Path(package.__file__).parent) if getattr(
+            package, "__file__", None) else None,
     }
     return json.loads(json.dumps(env, default=str))  # JSON-serializable by construction
 
