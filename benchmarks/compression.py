@@ -91,25 +91,34 @@ def train(model, data, steps, schedule, seed, masks=None, teacher=None, temperat
 
 
 def forward_times(models, x, rounds):
-    """{label: {"wall": median s, "cpu": median s}} of model(x) under no_grad, alternating.
+    """{label: {"wall": median s, "cpu": median s, ...}} of model(x) under no_grad.
 
-    CPU time (time.process_time) counts only the time this process ran: with one BLAS thread
-    it is the steadier measure on a shared machine; wall time is what a user waits.
+    Module 19's harness times each pruned model against "dense" in paired rounds (dense,
+    pruned, pruned, dense, ...), once on each clock, and gives the ratio's 95% interval and
+    its verdict. CPU time (time.process_time) counts only the time this process ran: with one
+    BLAS thread it is the steadier measure on a shared machine; wall time is what a user waits.
     """
-    wall = {label: [] for label in models}
-    cpu = {label: [] for label in models}
-    with tt.no_grad():
-        for label, model in models.items():  # warm-up
-            model(x)
-        for r in range(rounds):
-            order = list(models.items()) if r % 2 == 0 else list(models.items())[::-1]
-            for label, model in order:
-                start, start_cpu = time.perf_counter(), time.process_time()
+    from tinytorch.perf.benchmarking import Benchmark
+
+    def forward(model):
+        def fn():
+            with tt.no_grad():
                 model(x)
-                cpu[label].append(time.process_time() - start_cpu)
-                wall[label].append(time.perf_counter() - start)
-    return {label: {"wall": float(np.median(wall[label])), "cpu": float(np.median(cpu[label]))}
-            for label in models}
+        return fn
+
+    times = {}
+    for label, model in models.items():
+        if label == "dense":
+            continue
+        row = times[label] = {}
+        for clock_name, clock in (("cpu", time.process_time), ("wall", time.perf_counter)):
+            c = Benchmark(warmup=1, repeats=rounds, clock=clock).compare(
+                forward(models["dense"]), forward(model), names=("dense", label))
+            row[clock_name] = c.candidate.median
+            row[f"verdict_{clock_name}"] = c.verdict
+            row[f"ci_{clock_name}"] = list(c.ci)
+            times.setdefault("dense", {}).setdefault(clock_name, c.baseline.median)
+    return times
 
 
 def main() -> int:
@@ -201,7 +210,7 @@ def main() -> int:
     times = forward_times(models, idx, args.rounds)
     print(f"   {'model':18s} {'params':>9s} {'pruned':>8s} {'fine-tuned':>11s} {'change':>8s} "
           f"{'vs control':>11s} {'forward CPU':>12s} {'speed-up':>9s} {'wall':>9s} "
-          f"{'speed-up':>9s}")
+          f"{'speed-up':>9s}  verdict (CPU, 95% CI of the time ratio)")
     for label, m in models.items():
         t = times[label]
         speed_cpu, speed_wall = times["dense"]["cpu"] / t["cpu"], times["dense"]["wall"] / t["wall"]
@@ -209,11 +218,16 @@ def main() -> int:
         print(f"   {label:18s} {m.num_parameters():9,d} {row['pruned']:8.4f} "
               f"{row['finetuned']:11.4f} {row['finetuned'] - base:+8.4f} "
               f"{row['finetuned'] - control:+11.4f} {t['cpu'] * 1e3:9.1f} ms {speed_cpu:8.2f}x "
-              f"{t['wall'] * 1e3:6.1f} ms {speed_wall:8.2f}x")
+              f"{t['wall'] * 1e3:6.1f} ms {speed_wall:8.2f}x  "
+              + (f"{t['verdict_cpu']} [{t['ci_cpu'][0]:.2f}, {t['ci_cpu'][1]:.2f}]"
+                 if label != "dense" else "(baseline)"))
         if label != "dense":
             result[label].update({"cpu_ms": t["cpu"] * 1e3, "wall_ms": t["wall"] * 1e3,
-                                  "speedup_cpu": speed_cpu, "speedup_wall": speed_wall})
-    print(f"   forward of a (12, {block}) batch, median of {args.rounds} alternating runs")
+                                  "speedup_cpu": speed_cpu, "speedup_wall": speed_wall,
+                                  "verdict_cpu": t["verdict_cpu"], "ci_cpu": t["ci_cpu"],
+                                  "verdict_wall": t["verdict_wall"], "ci_wall": t["ci_wall"]})
+    print(f"   forward of a (12, {block}) batch, median of {args.rounds} paired rounds against "
+          "dense (module 19's Benchmark.compare; dense's figure from the first comparison)")
     result["dense_times_ms"] = {k: v * 1e3 for k, v in times["dense"].items()}
 
     # 3. distillation

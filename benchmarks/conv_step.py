@@ -10,9 +10,11 @@ different masks, and the losses could no longer be compared step by step.
 Timing: as in `gpt_step.py`, each framework trains in its own fresh process and the
 processes alternate (TinyTorch, PyTorch, PyTorch, TinyTorch, ... for --rounds rounds), so
 a noisy neighbour slows both alike and neither framework's spinning thread pool steals the
-cores from the other. The script prints the median time per step of each framework over
-all its rounds, split into forward, backward and optimizer, and the ratio, overall and per
-round.
+cores from the other. The statistics are module 19's harness (`tinytorch.perf.benchmarking`):
+the median time per step of each framework over all its rounds, split into forward,
+backward and optimizer, the ratio of the step medians with its 95% bootstrap interval
+(over the steps, unpaired: each framework's steps come from its own processes) and the
+harness's verdict, and the ratio per round.
 
     .venv/bin/python benchmarks/conv_step.py            # 4 rounds x 200 steps each
     .venv/bin/python benchmarks/conv_step.py --quick    # 1 round of 5 steps, smoke test
@@ -188,16 +190,17 @@ def run_child(args, framework):
 
 
 # ---- the comparison --------------------------------------------------------------------
-def median(values):
-    values = sorted(values)
-    n = len(values)
-    return values[n // 2] if n % 2 else 0.5 * (values[n // 2 - 1] + values[n // 2])
+def step_samples(times):
+    """Seconds per whole step, from the (forward, backward, optimizer) times of each step."""
+    return [sum(t) for t in times]
 
 
 def summary(times):
-    """Median step time and median forward / backward / optimizer times, in ms."""
-    return (median([sum(t) for t in times]) * 1e3,
-            [median([t[i] for t in times]) * 1e3 for i in range(3)])
+    """Median step time and median forward / backward / optimizer times, in ms (module 19)."""
+    from tinytorch.perf.benchmarking import Measurement
+
+    return (Measurement(step_samples(times)).median * 1e3,
+            [Measurement([t[i] for t in times]).median * 1e3 for i in range(3)])
 
 
 def agreement_check(args):
@@ -209,6 +212,17 @@ def agreement_check(args):
     weights = {name: p.data.copy() for name, p in tt_model.named_parameters()}
     _, pt_step = torch_setup(weights, args.threads)
     return tt_model.num_parameters(), tt_step(*data[0]), pt_step(*data[0]), np.__version__
+
+
+def environment_line():
+    """Where this ran (module 19's environment()): CPU, cores, load, BLAS."""
+    from tinytorch.perf.benchmarking import environment
+
+    env = environment()
+    load = env["load_average"][0] if env["load_average"] else float("nan")
+    return (f"environment: {env['cpu']}, {env['usable_cores']} usable cores, load {load:.2f}, "
+            f"{env['platform']}, {env['blas'].get('name', 'BLAS ?')} "
+            f"{env['blas'].get('version', '')}")
 
 
 def main(argv=None):
@@ -226,6 +240,7 @@ def main(argv=None):
           f"of 1x8x8 digits: {n_params:,} parameters")
     print(f"threads: {args.threads or 'library default (all cores)'}; malloc: {args.malloc}; "
           f"clock: {args.clock}; numpy {np_version}, torch {torch.__version__}")
+    print(environment_line())
     print(f"first-step loss: tinytorch {first_tt:.6f}, torch {first_pt:.6f} "
           f"(same weights, same batch: must agree)")
     if abs(first_tt - first_pt) > 1e-4:
@@ -248,15 +263,25 @@ def main(argv=None):
         results[name] = ms
         print(f"{label:12s}{ms:9.2f}{parts[0]:10.2f}{parts[1]:10.2f}{parts[2]:11.2f}"
               f"{BATCH / ms * 1e3:10,.0f}")
-    ratio = results["tinytorch"] / results["torch"]
+    from tinytorch.perf.benchmarking import Comparison
+
+    comparison = Comparison.from_samples(
+        [s for run in runs["torch"] for s in step_samples(run["times"])],
+        [s for run in runs["tinytorch"] for s in step_samples(run["times"])],
+        names=("pytorch", "tinytorch"))
+    ratio = comparison.ratio
     per_round = [summary(a["times"])[0] / summary(b["times"])[0]
                  for a, b in zip(runs["tinytorch"], runs["torch"])]
     print(f"ratio tinytorch / pytorch: {ratio:.2f}x per step (target <= 2x); per round: "
           + ", ".join(f"{r:.2f}x" for r in per_round))
+    print(f"95% interval of the ratio over the steps [{comparison.ci[0]:.2f}, "
+          f"{comparison.ci[1]:.2f}]: tinytorch {comparison.verdict} (module 19's verdict; "
+          f"rounds differ by more than steps on a busy machine, so read the per-round ratios too)")
     print(f"loss after the last step: tinytorch {runs['tinytorch'][0]['loss']:.6f}, "
           f"pytorch {runs['torch'][0]['loss']:.6f}")
     print("RESULT " + json.dumps({"tinytorch_ms": results["tinytorch"],
                                   "torch_ms": results["torch"], "ratio": ratio,
+                                  "ci": list(comparison.ci), "verdict": comparison.verdict,
                                   "per_round": per_round,
                                   "first_loss": [first_tt, first_pt],
                                   "last_loss": [runs["tinytorch"][0]["loss"],

@@ -7,7 +7,10 @@ Four measurements, printed with their ratios (nothing here is asserted):
 
 1. decode tokens/s, TinyTorch (`tinytorch.models.load_model`, dense cache) and transformers
    (float32, CPU, eager attention, its own DynamicCache), each in its own subprocess, the
-   two sides interleaved round by round; the best round of each side is compared;
+   two sides interleaved round by round; every decoded token's step time of every round is
+   a sample, and module 19's harness (`tinytorch.perf.benchmarking`) gives each side's
+   median, the ratio with its 95% bootstrap interval and the verdict (tokens/s = 1 / median
+   step);
 2. peak resident memory (ru_maxrss) of each serving process against the float32 bytes of
    the weights;
 3. the KV cache's speed-up over recomputing the whole prefix, 256 new tokens after a
@@ -139,7 +142,7 @@ def worker(side, folder, prompt_len, new_tokens, threads, seed=0):
     steps = np.diff(marks)
     return {"side": side, "load_s": load_s, "prefill_s": marks[0] - start,
             "decode_tokens_per_s": len(steps) / float(steps.sum()),
-            "median_step_ms": float(np.median(steps)) * 1e3,
+            "median_step_ms": float(np.median(steps)) * 1e3, "steps_s": steps.tolist(),
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "weight_bytes": weight_bytes, "tokens": tokens}
 
@@ -234,15 +237,22 @@ def main():
                   f"(median step {res['median_step_ms']:.1f} ms), prefill "
                   f"{res['prefill_s'] * 1e3:.0f} ms, load {res['load_s']:.2f} s, peak RSS "
                   f"{res['peak_rss_bytes'] / 2**20:,.0f} MiB")
-    best = {s: max(r["decode_tokens_per_s"] for r in rs) for s, rs in runs.items()}
+    from tinytorch.perf.benchmarking import Comparison
+
+    steps = Comparison.from_samples(  # seconds per decoded token, every token of every round
+        [t for r in runs["transformers"] for t in r["steps_s"]],
+        [t for r in runs["tinytorch"] for t in r["steps_s"]], names=("transformers", "tinytorch"))
+    best = {"tinytorch": 1 / steps.candidate.median, "transformers": 1 / steps.baseline.median}
     rss = {s: max(r["peak_rss_bytes"] for r in rs) for s, rs in runs.items()}
     weights = runs["tinytorch"][0]["weight_bytes"]
-    ratio = best["tinytorch"] / best["transformers"]
+    ratio = steps.speedup  # tokens/s ratio = transformers' step time / tinytorch's
+    ci = (1 / steps.ci[1], 1 / steps.ci[0])
     agree = runs["tinytorch"][0]["tokens"] == runs["transformers"][0]["tokens"]
-    per_round = [t["decode_tokens_per_s"] / h["decode_tokens_per_s"]
+    per_round = [h["median_step_ms"] / t["median_step_ms"]  # tokens/s ratio of each round
                  for t, h in zip(runs["tinytorch"], runs["transformers"])]
     print(f"decode: tinytorch {best['tinytorch']:.2f} tokens/s, transformers "
-          f"{best['transformers']:.2f} tokens/s (best of {rounds}): ratio {ratio:.2f} "
+          f"{best['transformers']:.2f} tokens/s (1 / median token step, {rounds} round(s)): "
+          f"ratio {ratio:.2f} [{ci[0]:.2f}, {ci[1]:.2f}] 95% CI, tinytorch {steps.verdict} "
           f"(target >= 1.0; per round {', '.join(f'{r:.2f}' for r in per_round)}); greedy "
           f"tokens {'identical' if agree else 'DIFFERENT'}")
     print(f"memory: float32 weights {weights / 2**20:,.0f} MiB; peak RSS tinytorch "
@@ -271,7 +281,8 @@ def main():
           f"{mem['needed'] / 2**10:,.0f} KiB")
     print("RESULT " + json.dumps({
         "tinytorch_tokens_per_s": best["tinytorch"], "transformers_tokens_per_s":
-        best["transformers"], "ratio": ratio, "ratio_per_round": per_round,
+        best["transformers"], "ratio": ratio, "ratio_ci": list(ci), "verdict": steps.verdict,
+        "ratio_per_round": per_round,
         "greedy_identical": agree,
         "weight_bytes": weights, "peak_rss_bytes": rss,
         "cache_tokens_per_s": speed, "cache_speedup": speed["dense"] / speed["None"],

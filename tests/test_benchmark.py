@@ -92,6 +92,9 @@ def test_quick_decode_benchmark_prints_every_figure(repo, tmp_path):
     assert result["ratio"] == pytest.approx(result["tinytorch_tokens_per_s"]
                                             / result["transformers_tokens_per_s"])
     assert len(result["ratio_per_round"]) == 1
+    low, high = result["ratio_ci"]  # module 19's interval over every decoded token's step
+    assert 0 < low <= high
+    assert result["verdict"] in ("faster", "slower", "no difference (within noise)")
     assert result["weight_bytes"] > 0 and all(v > 0 for v in result["peak_rss_bytes"].values())
     assert set(result["cache_tokens_per_s"]) == {"dense", "paged", "None"}
     kv = result["kv_bytes"]
@@ -114,3 +117,43 @@ def test_quick_conv_benchmark_trains_the_same_cnn_in_both_frameworks(repo):
     assert last_tt < first_tt and abs(last_tt - last_pt) < 1e-4  # 7 Adam steps, in step
     assert result["tinytorch_ms"] > 0 and result["torch_ms"] > 0
     assert result["ratio"] == pytest.approx(result["tinytorch_ms"] / result["torch_ms"])
+    low, high = result["ci"]  # module 19's interval and verdict over the step samples
+    assert low <= high and result["verdict"] in ("faster", "slower",
+                                                 "no difference (within noise)")
+    assert "environment: " in done.stdout
+
+
+def _suite(repo, *flags):
+    done = subprocess.run([sys.executable, str(repo / "benchmarks" / "suite.py"), "--quick",
+                           *flags], cwd=repo, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout, json.loads(done.stdout.split("RESULT ", 1)[1].splitlines()[0])
+
+
+SUITE = ("MLP digits forward", "MLP digits train step", "TinyGPT forward", "TinyGPT train step",
+         "TinyGPT decode")
+
+
+def test_quick_suite_compares_every_model_with_pytorch(repo, tmp_path):
+    """suite.py --quick: the five benchmarks, each checked for agreement first, each a paired
+    comparison with its ratio, interval and verdict; the environment; the plot."""
+    out, result = _suite(repo, "--plot", str(tmp_path / "suite.png"))
+    assert result["torch"] and result["threads"] == 1
+    assert result["environment"]["numpy"] and result["environment"]["torch"]
+    names = list(result["benchmarks"])
+    assert [n.split(" (")[0] for n in names] == list(SUITE)
+    for name, row in result["benchmarks"].items():
+        assert row["names"] == ["pytorch", "tinytorch"] and row["paired"]
+        assert row["baseline"]["n"] == row["candidate"]["n"] == 3
+        assert row["ratio"] == pytest.approx(row["candidate"]["median"] / row["baseline"]["median"])
+        assert row["ci"][0] <= row["ci"][1]
+        assert row["verdict"] in ("faster", "slower", "no difference (within noise)")
+    assert out.count("check ") == 5 and "greedy tokens identical" in out and "DIFFER" not in out
+    assert "tinytorch / pytorch" in out and (tmp_path / "suite.png").stat().st_size > 5000
+
+
+def test_quick_suite_without_pytorch_prints_tinytorch_alone_with_a_note(repo):
+    out, result = _suite(repo, "--no-torch")
+    assert not result["torch"]
+    assert "the PyTorch column is skipped" in out
+    assert all(row["tinytorch"]["n"] == 3 for row in result["benchmarks"].values())
