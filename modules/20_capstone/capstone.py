@@ -43,10 +43,10 @@
 # baseline time over optimized time, a size ratio that contradicts the bytes, `qualified`
 # that contradicts the loss change: each is rejected, naming the field).
 #
-# **In numbers.** The milestone's TinyGPT holds 3.2 MB of float32 arrays, 3.1 MB of them in
-# its blocks' weights. Decoding token $t$ without a cache recomputes all $t$ positions: 56
-# new tokens after a 6-token prompt cost about $\sum_t t \approx 1{,}900$ token-forwards,
-# against 62 with the cache.
+# **In numbers.** The milestone's TinyGPT holds 3.24 MB of float32 arrays, 3.15 MB of them
+# in its blocks' weights. Decoding without a cache recomputes every position at every step:
+# 56 new tokens after a 6-token prompt cost $6 + 7 + \dots + 61 = 1{,}876$ token-forwards,
+# against $6 + 55 = 61$ with the cache.
 #
 # ## Learning objectives
 #
@@ -123,16 +123,18 @@ from tinytorch.models.llm import Config, ModelForCausalLM, WeightStore
 # they are the contract your code must meet, and they are locked, so the rules are the
 # same for everyone.
 #
-# | field | what |
-# | --- | --- |
-# | `schema_version` | 1 |
-# | `environment` | module 19's `environment()`: CPU, BLAS, threads, versions |
-# | `model` | `checkpoint` (a path or a name), `parameters`, `config` |
-# | `workload` | `prompt_tokens`, `new_tokens`, `val_windows`, `val_tokens` |
-# | `baseline`, `optimized` | `latency` {`median`, `q1`, `q3`, `iqr`, `n`, `unit`: "s"}, `tokens_per_s`, `weight_bytes`, `val_loss` |
-# | `techniques` | a list of {`name`, `settings`}: quantization, pruning, distillation, fast_kernels, kv_cache |
-# | `derived` | `speedup` = baseline latency / optimized latency (medians), `speedup_ci` (95%), `size_ratio` = baseline bytes / optimized bytes, `loss_change` = optimized - baseline |
-# | `rule` | `max_loss_increase`: 0.05, `qualified`: loss_change <= 0.05 |
+# - `schema_version`: 1.
+# - `environment`: module 19's `environment()` (CPU, BLAS, threads, versions).
+# - `model`: `checkpoint` (a path or a name), `parameters`, `config`.
+# - `workload`: `prompt_tokens`, `new_tokens`, `val_windows`, `val_tokens`.
+# - `baseline` and `optimized`: `latency` (`median`, `q1`, `q3`, `iqr`, `n`, `unit`: "s"),
+#   `tokens_per_s`, `weight_bytes`, `val_loss`.
+# - `techniques`: a list of `{name, settings}`, the names among quantization, pruning,
+#   distillation, fast_kernels, kv_cache.
+# - `derived`: `speedup` = baseline latency / optimized latency (medians), `speedup_ci`
+#   (its 95% interval), `size_ratio` = baseline bytes / optimized bytes, `loss_change` =
+#   optimized loss - baseline loss.
+# - `rule`: `max_loss_increase` (0.05) and `qualified` (loss_change <= 0.05).
 
 # %% nbgrader={"grade": false, "grade_id": "rules", "locked": true, "schema_version": 3, "solution": false, "task": false}
 #| export
@@ -446,8 +448,8 @@ def test_unit_weight_nbytes():
     expected = sum(a.nbytes for a in model.weights.tensors.values())
     got = weight_nbytes(model)
     assert got == expected, (
-        f"weight_nbytes of the tiny model: expected {expected:,} bytes (the {len(model.weights.tensors)}"
-        f" arrays of its checkpoint, each once), got {got:,}. "
+        f"weight_nbytes of the tiny model: expected {expected:,} bytes (the "
+        f"{len(model.weights.tensors)} arrays of its checkpoint, each once), got {got:,}. "
         + (f"{got - expected:,} bytes too many: the tied head (model.lm_head is "
            "model.embed_tokens) or the weight store was counted again; count arrays by id()."
            if got > expected else
