@@ -530,10 +530,10 @@ def test_unit_val_loss():
         f"the loss must not depend on the batch size: {got:.6f} with batches of 2, {one:.6f} "
         "with one batch. Sum per-token losses, divide once at the end.")
     big = tiny_model()
-    big.lm_head = big.lm_head * np.float32(400)  # logits of several thousand: exp overflows
+    big.lm_head = big.lm_head * np.float32(400)  # logits of several hundred: exp overflows
     loud = val_loss(big, x, y)
     assert math.isfinite(loud), (
-        f"with logits in the thousands val_loss gave {loud}: subtract each row's maximum "
+        f"with logits of several hundred val_loss gave {loud}: subtract each row's maximum "
         "before np.exp (log-sum-exp).")
     try:
         val_loss(model, x, y[:, :-1])
