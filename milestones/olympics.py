@@ -7,8 +7,9 @@ that `tito milestone run tinygpt` trained and saved in `runs/tinygpt`:
 
 - the baseline: the float32 checkpoint in module 18's engine, decoding without a cache
   (every step recomputes the whole context), module 17's fast kernels off;
-- the optimized model: the same weights quantized (int8 per channel by default, or int4
-  in groups: `--bits 4 --group-size 32`), decoding with the KV cache, fast kernels on;
+- the optimized model: the same weights, optionally with MLP neurons pruned first
+  (`--prune 0.25`), quantized (int8 per channel by default, or int4 in groups: `--bits 4
+  --group-size 32`), decoding with the KV cache, fast kernels on;
 - the events: latency of one greedy decode request (module 19's paired, interleaved runs:
   median, IQR, n, and the 95% interval of the ratio), throughput in tokens/s, the bytes of
   the arrays each model holds, and the exact validation loss over the whole split;
@@ -20,6 +21,7 @@ with module 20's `write_submission` and checks it with the course's validator.
 
     tito milestone run olympics                       # runs/tinygpt, int8 + KV cache + fast kernels
     tito milestone run olympics --bits 4 --group-size 32
+    tito milestone run olympics --prune 0.25          # a quarter of the MLP neurons removed first
     tito milestone run olympics --checkpoint DIR --out my/submission.json
     tito milestone run olympics --quick               # an untrained model, a few windows (tests)
 """
@@ -51,6 +53,9 @@ def arguments(argv=None):
     p.add_argument("--bits", type=int, choices=(8, 4), default=8,
                    help="weight format of the optimized model (default 8)")
     p.add_argument("--group-size", type=int, default=32, help="int4 group size (default 32)")
+    p.add_argument("--prune", type=float, default=0.0,
+                   help="share of every block's MLP neurons to remove first (module 16's "
+                        "structured pruning, no fine-tuning; default 0)")
     p.add_argument("--cache", choices=("dense", "paged", "none"), default="dense",
                    help="the optimized model's KV cache (default dense)")
     p.add_argument("--no-fast-kernels", action="store_true",
@@ -184,7 +189,8 @@ def main(argv=None):
                       f"({'the whole split, exact' if windows is None else 'a subset'})")
         fast = not args.no_fast_kernels
         kind = "int8 per-channel" if args.bits == 8 else f"int4 group {args.group_size}"
-        console.print(f"optimized: {kind} weights, cache={args.cache}, fast kernels "
+        pruned = f"{args.prune:.0%} of the MLP neurons pruned, " if args.prune else ""
+        console.print(f"optimized: {pruned}{kind} weights, cache={args.cache}, fast kernels "
                       f"{'on' if fast else 'off'}; request: {PROMPT!r} + {new_tokens} greedy "
                       f"tokens, {repeats} paired runs")
         start = time.perf_counter()
@@ -192,7 +198,7 @@ def main(argv=None):
             submission, comparison = run_olympics(
                 lambda: load_model(folder), x, y, prompt_ids, new_tokens, args.out,
                 checkpoint=checkpoint, bits=args.bits, group_size=args.group_size,
-                cache=None if args.cache == "none" else args.cache, fast=fast,
+                cache=None if args.cache == "none" else args.cache, fast=fast, prune=args.prune,
                 warmup=1 if args.quick else 2, repeats=repeats)
         except ValueError as error:  # a bad setting, or a submission the validator refused
             console.print(f"[red]The run stopped:[/] {error}")

@@ -198,10 +198,12 @@ def test_run_olympics_writes_a_valid_submission(tmp_path):
     x, y = ids[:-1].reshape(5, 20), ids[1:].reshape(5, 20)
     out = tmp_path / "submission.json"
     s, comparison = run_olympics(random_model, x, y, [1, 2, 3], 10, out, checkpoint="random",
-                                 bits=4, group_size=32, warmup=0, repeats=3)
+                                 bits=4, group_size=32, prune=0.25, warmup=0, repeats=3)
     on_disk = validate_submission(out)
     assert on_disk == json.loads(json.dumps(s))
-    assert {t["name"] for t in s["techniques"]} == {"quantization", "kv_cache", "fast_kernels"}
+    assert [t["name"] for t in s["techniques"]] == ["pruning", "quantization", "kv_cache",
+                                                    "fast_kernels"]
+    assert s["techniques"][0]["settings"]["hidden"] == [128, 96]
     assert s["derived"]["speedup"] == pytest.approx(comparison.baseline.median
                                                     / comparison.candidate.median)
     assert s["workload"]["val_tokens"] == 100 and s["baseline"]["latency"]["n"] == 3

@@ -2,7 +2,7 @@
 # Do not edit: change the lesson and export again.
 """Module 20 (Capstone): Make your TinyGPT fast and small, and prove it with measurements."""
 
-__all__ = ['MAX_LOSS_INCREASE', 'SCHEMA_VERSION', 'TECHNIQUES', 'SUBMISSION_SCHEMA', 'SubmissionError', 'validate_submission', 'weight_nbytes', 'val_loss', 'QuantizedWeight', 'quantize_weights', 'Entry', 'baseline_entry', 'optimize', 'latency_figures', 'run_events', 'make_submission', 'write_submission', 'run_olympics']
+__all__ = ['MAX_LOSS_INCREASE', 'SCHEMA_VERSION', 'TECHNIQUES', 'SUBMISSION_SCHEMA', 'SubmissionError', 'validate_submission', 'weight_nbytes', 'val_loss', 'QuantizedWeight', 'quantize_weights', 'prune_neurons', 'Entry', 'baseline_entry', 'optimize', 'latency_figures', 'run_events', 'make_submission', 'write_submission', 'run_olympics']
 
 import json
 import math
@@ -15,6 +15,7 @@ import numpy as np
 from tinytorch.models.llm import generate
 from tinytorch.perf.acceleration import fast_kernels, use_fast_kernels
 from tinytorch.perf.benchmarking import Benchmark, environment
+from tinytorch.perf.compression import check_amount
 from tinytorch.perf.quantization import (dequantize_int4, dequantize_int8, quantize_int4,
                                          quantize_int8)
 
@@ -327,6 +328,29 @@ def quantize_weights(model, bits=8, group_size=32):
     return names
 
 
+def prune_neurons(model, amount):
+    """Remove the int(amount * H) weakest hidden neurons of every block's MLP; (H, H')."""
+    amount = check_amount(amount)
+    if model.config.model_type != "gpt2":
+        raise ValueError(f"prune_neurons handles GPT-2-layout models (your TinyGPT), got "
+                         f"model_type {model.config.model_type!r}")
+    hidden = kept = None
+    for i, block in enumerate(model.layers):
+        (w_fc, b_fc), (w_proj, b_proj) = block.mlp.c_fc, block.mlp.c_proj
+        if not isinstance(w_fc, np.ndarray) or not isinstance(w_proj, np.ndarray):
+            raise ValueError(f"layer {i}'s MLP is already quantized: prune before quantizing")
+        hidden = w_fc.shape[1]
+        score = np.linalg.norm(w_fc, axis=0) * np.linalg.norm(w_proj, axis=1)  # (H,)
+        n_keep = hidden - int(amount * hidden)
+        keep = np.sort(np.argsort(-score, kind="stable")[:n_keep])  # (H',), in order
+        block.mlp.c_fc = (np.ascontiguousarray(w_fc[:, keep]), b_fc[keep].copy())
+        block.mlp.c_proj = (np.ascontiguousarray(w_proj[keep]), b_proj)
+        for name in ("mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight"):
+            model.weights.tensors.pop(model.weights._key(f"transformer.h.{i}.{name}"), None)
+        kept = n_keep
+    return hidden, kept
+
+
 @dataclass
 class Entry:
     """A contestant: a model, how generate runs it, and the techniques applied to it."""
@@ -352,13 +376,17 @@ def baseline_entry(model):
     return Entry(model, cache=None, fast=False, techniques=[])
 
 
-def optimize(model, bits=8, group_size=32, cache="dense", fast=True):
+def optimize(model, bits=8, group_size=32, cache="dense", fast=True, prune=0.0):
     """Apply the techniques to `model` (in place) and return its Entry."""
     if bits not in (None, 4, 8):
         raise ValueError(f"bits must be 8, 4 or None (no quantization), got {bits!r}")
     if cache not in (None, "dense", "paged"):
         raise ValueError(f"cache must be None, 'dense' or 'paged', got {cache!r}")
     techniques = []
+    if prune:
+        hidden = prune_neurons(model, prune)
+        techniques.append({"name": "pruning", "settings": {
+            "unit": "mlp neurons", "amount": float(prune), "hidden": list(hidden)}})
     if bits is not None:
         names = quantize_weights(model, bits=bits, group_size=group_size)
         techniques.append({"name": "quantization", "settings": {
@@ -427,10 +455,11 @@ def write_submission(path, submission):
 
 
 def run_olympics(load, x, y, prompt_ids, new_tokens, out, checkpoint="model", bits=8,
-                 group_size=32, cache="dense", fast=True, warmup=2, repeats=10):
+                 group_size=32, cache="dense", fast=True, prune=0.0, warmup=2, repeats=10):
     """Baseline vs optimized on a checkpoint: measure, write and validate `out`."""
     base = baseline_entry(load())
-    opt = optimize(load(), bits=bits, group_size=group_size, cache=cache, fast=fast)
+    opt = optimize(load(), bits=bits, group_size=group_size, cache=cache, fast=fast,
+                   prune=prune)
     figures, comparison = run_events(base, opt, x, y, prompt_ids, new_tokens,
                                      Benchmark(warmup=warmup, repeats=repeats))
     c = base.model.config

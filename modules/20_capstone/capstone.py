@@ -67,6 +67,7 @@
 # - `val_loss(model, x, y, batch_size)`: the exact mean cross-entropy over all windows.
 # - `QuantizedWeight` and `quantize_weights(model, bits, group_size)`: int8 or int4 weights
 #   for the engine's GPT-2 layers.
+# - `prune_neurons(model, amount)`: whole MLP neurons removed, both matrices shrunk.
 # - `baseline_entry(model)`, `optimize(model, ...)`: the two contestants and the techniques
 #   used, with their settings.
 # - `run_events(baseline, optimized, x, y, prompt_ids, new_tokens, bench)`: the four events,
@@ -83,8 +84,9 @@
 #   measures them. Where a technique costs time (int8 weights on NumPy, which has no int8
 #   matrix product), the systems analysis shows it.
 # - **Accuracy beyond the rule.** The validation loss is a gate (at most +0.05), not a score
-#   to push down; distillation or pruning can be added as techniques when they pay for
-#   themselves (the schema names them).
+#   to push down. Pruning here is one-shot, without the fine-tuning that would win the loss
+#   back; distillation (module 16) is the way to train a smaller student, and the schema
+#   has a name for it when you add it.
 # - **A leaderboard.** The submission is one machine's result; comparing machines needs
 #   the environment block, which is why it is there.
 
@@ -102,6 +104,7 @@ import numpy as np
 from tinytorch.models.llm import generate
 from tinytorch.perf.acceleration import fast_kernels, use_fast_kernels
 from tinytorch.perf.benchmarking import Benchmark, environment
+from tinytorch.perf.compression import check_amount
 from tinytorch.perf.quantization import (dequantize_int4, dequantize_int8, quantize_int4,
                                          quantize_int8)
 
@@ -730,7 +733,100 @@ def test_unit_quantize_weights():
 test_unit_quantize_weights()
 
 # %% [markdown]
-# ## Part 4: the contestants
+# ## Part 4: pruning whole MLP neurons
+#
+# Module 16 showed that zeroing single weights saves nothing in a dense array, and that
+# removing **whole hidden neurons** of an MLP shrinks both of its matrices and its time. In
+# the engine's GPT-2 layout, hidden neuron $j$ of a block is **column** $j$ of
+# `mlp.c_fc`'s weight (in, out) = (C, H), entry $j$ of its bias, and **row** $j$ of
+# `mlp.c_proj`'s weight (H, C). Score each neuron as module 16 did, by how much it can
+# carry through: $\lVert c\_fc[:, j] \rVert \cdot \lVert c\_proj[j, :] \rVert$.
+#
+# `prune_neurons(model, amount)` removes `int(amount * H)` neurons with the lowest scores
+# in every block (ties: the earlier neuron is kept), keeping the others **in their
+# order**, so that the pruned model computes exactly what the full model computes with
+# the removed neurons' `c_proj` rows set to zero. Store the kept slices as new contiguous
+# arrays (`np.ascontiguousarray`) and drop the originals from `model.weights.tensors`, as
+# Part 3 did. Check the amount with module 16's `check_amount` (a fraction in [0, 1));
+# `amount=0` changes nothing. Return `(H, H')`, the hidden size before and after.
+#
+# Prune **before** quantizing: the scores need the float32 weights. Without fine-tuning,
+# pruning costs loss quickly; the rule will tell you how much you can afford.
+
+# %% nbgrader={"grade": false, "grade_id": "prune-neurons", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
+def prune_neurons(model, amount):
+    """Remove the int(amount * H) weakest hidden neurons of every block's MLP; (H, H')."""
+    amount = check_amount(amount)
+    if model.config.model_type != "gpt2":
+        raise ValueError(f"prune_neurons handles GPT-2-layout models (your TinyGPT), got "
+                         f"model_type {model.config.model_type!r}")
+    ### BEGIN SOLUTION
+    hidden = kept = None
+    for i, block in enumerate(model.layers):
+        (w_fc, b_fc), (w_proj, b_proj) = block.mlp.c_fc, block.mlp.c_proj
+        if not isinstance(w_fc, np.ndarray) or not isinstance(w_proj, np.ndarray):
+            raise ValueError(f"layer {i}'s MLP is already quantized: prune before quantizing")
+        hidden = w_fc.shape[1]
+        score = np.linalg.norm(w_fc, axis=0) * np.linalg.norm(w_proj, axis=1)  # (H,)
+        n_keep = hidden - int(amount * hidden)
+        keep = np.sort(np.argsort(-score, kind="stable")[:n_keep])  # (H',), in order
+        block.mlp.c_fc = (np.ascontiguousarray(w_fc[:, keep]), b_fc[keep].copy())
+        block.mlp.c_proj = (np.ascontiguousarray(w_proj[keep]), b_proj)
+        for name in ("mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight"):
+            model.weights.tensors.pop(model.weights._key(f"transformer.h.{i}.{name}"), None)
+        kept = n_keep
+    return hidden, kept
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_prune_neurons", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
+def test_unit_prune_neurons():
+    x, _ = tiny_windows(count=3)
+    ref = tiny_model()
+    dropped = []
+    for block in ref.layers:  # the expected result: the weakest neurons' c_proj rows zeroed
+        w_fc, w_proj = block.mlp.c_fc[0], block.mlp.c_proj[0]
+        score = np.linalg.norm(w_fc, axis=0) * np.linalg.norm(w_proj, axis=1)
+        gone = np.argsort(score, kind="stable")[:int(0.25 * len(score))]
+        dropped.append(set(gone.tolist()))
+        zeroed = w_proj.copy()
+        zeroed[gone] = 0
+        block.mlp.c_proj = (zeroed, block.mlp.c_proj[1])
+    model = tiny_model()
+    before = weight_nbytes(model)
+    sizes = prune_neurons(model, 0.25)
+    assert tuple(sizes) == (128, 96), f"25% of 128 neurons: expected (128, 96), got {sizes}"
+    w_fc, b_fc = model.layers[0].mlp.c_fc
+    w_proj = model.layers[0].mlp.c_proj[0]
+    assert w_fc.shape == (32, 96) and b_fc.shape == (96,) and w_proj.shape == (96, 32), (
+        f"c_fc should become (32, 96) with a (96,) bias and c_proj (96, 32); got "
+        f"{w_fc.shape}, {b_fc.shape}, {w_proj.shape}. A neuron is a column of c_fc (in, out) "
+        "and a row of c_proj.")
+    diff = np.abs(model(x) - ref(x)).max()
+    assert diff < 1e-4, (
+        f"the pruned model should equal the full one with the weakest neurons' c_proj rows "
+        f"zeroed; logits differ by {diff:.3g}. Score = |c_fc column| * |c_proj row|, drop the "
+        "lowest, keep the others in their order (np.sort the kept indices).")
+    saved = before - weight_nbytes(model)
+    expected = 2 * 32 * (32 * 4 + 32 * 4 + 4)  # per block: 32 columns, 32 rows, 32 biases
+    assert saved == expected, (
+        f"pruning 32 of 128 neurons in 2 blocks should free {expected:,} bytes, freed "
+        f"{saved:,}: store the kept slices as new arrays and drop the originals from "
+        "model.weights.tensors.")
+    assert prune_neurons(tiny_model(), 0.0) == (128, 128), "amount 0 should keep every neuron"
+    try:
+        prune_neurons(tiny_model(), 1.0)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("prune_neurons(model, 1.0) should raise ValueError (check_amount)")
+
+
+test_unit_prune_neurons()
+
+# %% [markdown]
+# ## Part 5: the contestants
 #
 # A contestant is a model plus **how it is run**: which KV cache `generate` uses (`None`
 # recomputes the whole context at every step, module 13's way; `"dense"` is module 18's
@@ -739,11 +835,13 @@ test_unit_quantize_weights()
 # that changes the result, so a reader could reproduce it.
 #
 # - `baseline_entry(model)`: the float32 model, no cache, plain kernels, no techniques.
-# - `optimize(model, bits=8, group_size=32, cache="dense", fast=True)`: quantize in place
-#   when `bits` is 8 or 4 (skip when `None`), then record the techniques actually used:
-#   `quantization` with `bits`, `group_size` (`None` for int8) and the layers replaced
-#   (their count); `kv_cache` with its mode when `cache` is not `None`; `fast_kernels` with
-#   the names of the kernels module 17 turns on. `use_fast_kernels(True)` returns those
+# - `optimize(model, bits=8, group_size=32, cache="dense", fast=True, prune=0.0)`: prune
+#   first when `prune` is above 0 (Part 4), then quantize in place when `bits` is 8 or 4
+#   (skip when `None`), and record the techniques actually used: `pruning` with
+#   `{"unit": "mlp neurons", "amount": prune, "hidden": [H, H']}`; `quantization` with
+#   `bits`, `group_size` (`None` for int8) and the layers replaced (their count);
+#   `kv_cache` with its mode when `cache` is not `None`; `fast_kernels` with the names of
+#   the kernels module 17 turns on. `use_fast_kernels(True)` returns those
 #   names but also switches them on for the whole process; call it inside
 #   `with fast_kernels(True):` so the previous state comes back.
 #
@@ -781,7 +879,7 @@ def baseline_entry(model):
     ### END SOLUTION
 
 
-def optimize(model, bits=8, group_size=32, cache="dense", fast=True):
+def optimize(model, bits=8, group_size=32, cache="dense", fast=True, prune=0.0):
     """Apply the techniques to `model` (in place) and return its Entry."""
     if bits not in (None, 4, 8):
         raise ValueError(f"bits must be 8, 4 or None (no quantization), got {bits!r}")
@@ -789,6 +887,10 @@ def optimize(model, bits=8, group_size=32, cache="dense", fast=True):
         raise ValueError(f"cache must be None, 'dense' or 'paged', got {cache!r}")
     ### BEGIN SOLUTION
     techniques = []
+    if prune:
+        hidden = prune_neurons(model, prune)
+        techniques.append({"name": "pruning", "settings": {
+            "unit": "mlp neurons", "amount": float(prune), "hidden": list(hidden)}})
     if bits is not None:
         names = quantize_weights(model, bits=bits, group_size=group_size)
         techniques.append({"name": "quantization", "settings": {
@@ -829,13 +931,22 @@ def test_unit_optimize():
     assert plain.techniques == [], (
         f"with bits=None, cache=None, fast=False nothing is applied, so nothing is listed; "
         f"got {plain.techniques}")
+    pruned = optimize(tiny_model(), bits=8, prune=0.5)
+    names = [t["name"] for t in pruned.techniques]
+    assert names[:2] == ["pruning", "quantization"], (
+        f"with prune=0.5 pruning comes first (it needs the float32 weights), then "
+        f"quantization; techniques listed: {names}")
+    settings = pruned.techniques[0]["settings"]
+    assert settings.get("amount") == 0.5 and list(settings.get("hidden", [])) == [128, 64], (
+        f"pruning settings should say amount 0.5 and hidden [128, 64], got {settings}")
     json.dumps(entry.techniques)  # the settings go into submission.json
+    json.dumps(pruned.techniques)
 
 
 test_unit_optimize()
 
 # %% [markdown]
-# ## Part 5: the events
+# ## Part 6: the events
 #
 # `run_events(baseline, optimized, x, y, prompt_ids, new_tokens, bench)` measures both
 # contestants and returns `(figures, comparison)`:
@@ -912,7 +1023,7 @@ def test_unit_run_events():
 test_unit_run_events()
 
 # %% [markdown]
-# ## Part 6: the submission
+# ## Part 7: the submission
 #
 # `make_submission(figures, comparison, techniques, model_info, workload, env)` assembles
 # the JSON object of the table at the top, and computes the derived figures **from the
@@ -1026,7 +1137,7 @@ def test_unit_submission():
 test_unit_submission()
 
 # %% [markdown]
-# ## Part 7: the pipeline
+# ## Part 8: the pipeline
 #
 # `run_olympics(load, x, y, prompt_ids, new_tokens, out, ...)` runs the whole event on a
 # checkpoint, the way the `olympics` milestone does:
@@ -1034,7 +1145,7 @@ test_unit_submission()
 # 1. `load()` returns a **fresh** float32 model each time it is called (quantization changes
 #    a model in place, so the two contestants need two copies);
 # 2. the baseline entry and the optimized entry (`optimize(load(), bits, group_size, cache,
-#    fast)`);
+#    fast, prune)`);
 # 3. the events with `Benchmark(warmup, repeats)`;
 # 4. the submission: `model_info` is `{"checkpoint": checkpoint, "parameters":
 #    baseline model's num_parameters(), "config": {"n_layer", "n_head", "n_embd",
@@ -1048,11 +1159,12 @@ test_unit_submission()
 # %% nbgrader={"grade": false, "grade_id": "pipeline", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 def run_olympics(load, x, y, prompt_ids, new_tokens, out, checkpoint="model", bits=8,
-                 group_size=32, cache="dense", fast=True, warmup=2, repeats=10):
+                 group_size=32, cache="dense", fast=True, prune=0.0, warmup=2, repeats=10):
     """Baseline vs optimized on a checkpoint: measure, write and validate `out`."""
     ### BEGIN SOLUTION
     base = baseline_entry(load())
-    opt = optimize(load(), bits=bits, group_size=group_size, cache=cache, fast=fast)
+    opt = optimize(load(), bits=bits, group_size=group_size, cache=cache, fast=fast,
+                   prune=prune)
     figures, comparison = run_events(base, opt, x, y, prompt_ids, new_tokens,
                                      Benchmark(warmup=warmup, repeats=repeats))
     c = base.model.config
