@@ -436,7 +436,7 @@ def make_submission(figures, comparison, techniques, model_info, workload, env):
         "techniques": techniques,
         "derived": {
             "speedup": b["latency"]["median"] / o["latency"]["median"],
-            "speedup_ci": [1.0 / high, 1.0 / low],
+            "speedup_ci": [1.0 / float(high), 1.0 / float(low)],
             "size_ratio": b["weight_bytes"] / o["weight_bytes"],
             "loss_change": change,
         },

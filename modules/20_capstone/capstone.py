@@ -992,7 +992,8 @@ def run_events(baseline, optimized, x, y, prompt_ids, new_tokens, bench):
 def test_unit_run_events():
     x, y = tiny_windows(count=3)
     base, opt = baseline_entry(tiny_model()), optimize(tiny_model(), bits=8)
-    figures, comparison = run_events(base, opt, x, y, [1, 2, 3], 6, Benchmark(0, 3))
+    figures, comparison = run_events(base, opt, x, y, [1, 2, 3], 6,
+                                     Benchmark(warmup=0, repeats=3))
     assert set(figures) == {"baseline", "optimized"}, (
         f"figures should have 'baseline' and 'optimized', got {sorted(figures)}")
     for side, entry in (("baseline", base), ("optimized", opt)):
@@ -1059,7 +1060,7 @@ def make_submission(figures, comparison, techniques, model_info, workload, env):
         "techniques": techniques,
         "derived": {
             "speedup": b["latency"]["median"] / o["latency"]["median"],
-            "speedup_ci": [1.0 / high, 1.0 / low],
+            "speedup_ci": [1.0 / float(high), 1.0 / float(low)],
             "size_ratio": b["weight_bytes"] / o["weight_bytes"],
             "loss_change": change,
         },
@@ -1267,16 +1268,46 @@ print(f"(measured in {time.perf_counter() - start:.1f} s on {os.cpu_count()} cor
 # scoreboard and writes `runs/olympics/submission.json`:
 #
 # ```
-# tito milestone run tinygpt        # once: trains and saves runs/tinygpt
-# tito milestone run olympics       # the events, the rule, the scoreboard, the submission
-# tito milestone run olympics --bits 4
+# tito milestone run tinygpt                  # once: trains and saves runs/tinygpt
+# tito milestone run olympics --threads 1     # the events, the rule, the scoreboard
+# tito milestone run olympics --threads 1 --bits 4
+# tito milestone run olympics --threads 1 --prune 0.2
 # ```
+#
+# Measured on one machine (two shared cores, loaded by other jobs), on the milestone's
+# checkpoint (2,000 steps; the engine's exact validation loss, 1.9095, is the milestone's
+# own to four digits), 1,742 validation windows, a 56-token request:
+#
+# ```
+# optimized                     bytes held   vs float32   val loss   change   rule
+# float32 (the baseline)          3.09 MiB        1.00x     1.9095
+# int8                            0.86 MiB   3.61x less     1.9093  -0.0002   qualified
+# int4 group 32                   0.56 MiB   5.54x less     1.9197  +0.0102   qualified
+# prune 10% of MLP neurons + int8 0.81 MiB   3.83x less     1.9213  +0.0118   qualified
+# prune 20% + int8                0.75 MiB   4.10x less     1.9540  +0.0445   qualified
+# prune 25% + int8                0.73 MiB   4.24x less     1.9679  +0.0584   DISQUALIFIED
+# prune 50% + int8                0.60 MiB   5.16x less     2.2405  +0.3310   DISQUALIFIED
+# ```
+#
+# With the KV cache, the int8 and pruned contestants decoded 1.6x to 2.3x faster than the
+# baseline in different runs (each run prints its own 95% interval, e.g. 1.64x [1.33,
+# 2.10]); int4 with the cache was no faster at all (1.06x [0.74, 1.96], "no difference
+# (within noise)"), because unpacking every weight on every step eats what the cache saves.
+# The bytes and losses are exact and repeat to the digit; the times do not, which is why
+# the submission carries the interval and the environment.
+#
+# **Why `--threads 1` on a shared machine.** In one run with NumPy's default (a BLAS thread
+# per core) while other jobs held the cores, the baseline's multi-token products waited on
+# busy threads: 1.66 s for a 24-token request that takes 0.11 s with one thread, and a
+# "speed-up" of 17x for the cache, most of it the baseline's bad luck. Paired runs cannot fix a handicap that only
+# one contestant suffers; a fixed thread count, recorded in the environment, can.
 #
 # ## What comes next
 #
 # This is the last module. What you have is a framework you wrote, a model you trained
 # with it, and a measured, machine-checked claim about how fast and small you made it.
-# Directions from here: error-correcting quantization (GPTQ, AWQ) to take int4 under the
-# rule with room to spare; integer kernels (a C extension or Numba) so that int8 saves time
+# Directions from here: fine-tuning after pruning (or distilling into the pruned model)
+# to win back the loss that disqualified 25%; error-correcting quantization (GPTQ, AWQ)
+# for int4's +0.01; integer kernels (a C extension or Numba) so that int8 saves time
 # as well as bytes; speculative decoding with a distilled student (module 16) as the draft
 # model; and the same scoreboard on a Qwen or Llama checkpoint through module 18's engine.
