@@ -1283,7 +1283,7 @@ print(f"(measured in {time.perf_counter() - start:.1f} s on {os.cpu_count()} cor
 # float32 (the baseline)          3.09 MiB        1.00x     1.9095
 # int8                            0.86 MiB   3.61x less     1.9093  -0.0002   qualified
 # int4 group 32                   0.56 MiB   5.54x less     1.9197  +0.0102   qualified
-# prune 10% of MLP neurons + int8 0.81 MiB   3.83x less     1.9213  +0.0118   qualified
+# prune 10% + int8                0.81 MiB   3.83x less     1.9213  +0.0118   qualified
 # prune 20% + int8                0.75 MiB   4.10x less     1.9540  +0.0445   qualified
 # prune 25% + int8                0.73 MiB   4.24x less     1.9679  +0.0584   DISQUALIFIED
 # prune 50% + int8                0.60 MiB   5.16x less     2.2405  +0.3310   DISQUALIFIED
@@ -1299,8 +1299,9 @@ print(f"(measured in {time.perf_counter() - start:.1f} s on {os.cpu_count()} cor
 # **Why `--threads 1` on a shared machine.** In one run with NumPy's default (a BLAS thread
 # per core) while other jobs held the cores, the baseline's multi-token products waited on
 # busy threads: 1.66 s for a 24-token request that takes 0.11 s with one thread, and a
-# "speed-up" of 17x for the cache, most of it the baseline's bad luck. Paired runs cannot fix a handicap that only
-# one contestant suffers; a fixed thread count, recorded in the environment, can.
+# "speed-up" of 17x for the cache, most of it the baseline's bad luck. Paired runs cannot
+# fix a handicap that only one contestant suffers; a fixed thread count, recorded in the
+# environment, can.
 #
 # ## What comes next
 #
