@@ -218,7 +218,7 @@ def test_zero_repeats_is_an_error():
 def test_olympics_quick_run_prints_the_scoreboard_and_writes_the_submission(tmp_path):
     """`tito milestone run olympics --quick` (the script itself until 17 and 19 are written)."""
     out = tmp_path / "sub" / "submission.json"
-    args = ["--quick", "--threads", "1", "--out", str(out)]
+    args = ["--quick", "--out", str(out)]
     written = {m.number for m in written_modules()}
     if set(get_milestone("olympics").requires) <= written:
         done = run_tito("milestone", "run", "olympics", *args, cwd=tmp_path, timeout=300)
