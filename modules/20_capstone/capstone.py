@@ -249,7 +249,8 @@ def _schema_problems(submission):
             "(it is a dependency of the course: pip install -e . installs it)") from error
     validator = jsonschema.Draft202012Validator(SUBMISSION_SCHEMA)
     problems = []
-    for error in sorted(validator.iter_errors(submission), key=lambda e: list(e.path)):
+    errors = validator.iter_errors(submission)
+    for error in sorted(errors, key=lambda e: [str(p) for p in e.path]):
         path = list(error.absolute_path)
         if error.validator == "required":
             missing = [k for k in error.validator_value if k not in error.instance]
