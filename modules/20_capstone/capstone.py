@@ -563,8 +563,9 @@ test_unit_val_loss()
 #   columns. Quantize the transpose, `quantize_int8(w.T, axis=0)`: an int8 `(out, in)`
 #   array `q` and one float32 scale per output, `s`. Then
 #   $x W = x (q^\top \mathrm{diag}(s)) = (x q^\top)\, s$: multiply by the integers, scale the
-#   **outputs**. That never makes a float32 copy of the weight (NumPy converts the int8
-#   operand inside the product, one temporary per call, freed at once).
+#   **outputs**. The model then holds no float32 copy of the weight; NumPy converts the
+#   int8 operand to a float32 temporary inside each product (freed at once), and that
+#   conversion is the time int8 costs here.
 # - **int4, groups of `group_size` along the inputs**: `quantize_int4(w.T, group_size)`
 #   gives packed bytes `(out, in / 2)` and scales `(out, in / group_size)`. The scale varies
 #   along the inputs here, so it cannot move to the outputs: dequantize
