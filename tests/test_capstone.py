@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import run_tito
-from tito.core.registry import COURSE_ROOT, get_milestone, written_modules
+from tito.course.registry import COURSE_ROOT, get_milestone, written_modules
 
 # The capstone imports modules 17 and 19 (acceleration, benchmarking): until those are in
 # the package there is nothing to test here.
