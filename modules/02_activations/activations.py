@@ -164,7 +164,6 @@ def test_unit_relu():
 
 test_unit_relu()
 
-
 # %% [markdown]
 # ## Part 2: sigmoid and tanh
 #
@@ -263,7 +262,6 @@ def test_unit_sigmoid():
 
 test_unit_sigmoid()
 
-
 # %% nbgrader={"grade": true, "grade_id": "test_unit_tanh", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 def test_unit_tanh():
     """tanh matches hand-computed values and saturates at +-1 without warnings."""
@@ -276,7 +274,6 @@ def test_unit_tanh():
 
 
 test_unit_tanh()
-
 
 # %% [markdown]
 # ## Part 3: the error function, vectorized
@@ -518,7 +515,6 @@ def test_unit_gelu():
 
 test_unit_gelu()
 
-
 # %% nbgrader={"grade": true, "grade_id": "test_unit_silu", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 def test_unit_silu():
     """silu(x) = x * sigmoid(x), finite at +-1000, float32 kept."""
@@ -531,7 +527,6 @@ def test_unit_silu():
 
 
 test_unit_silu()
-
 
 # %% [markdown]
 # ## Part 5: softmax and log-softmax
@@ -646,7 +641,6 @@ def test_unit_softmax():
 
 test_unit_softmax()
 
-
 # %% nbgrader={"grade": true, "grade_id": "test_unit_log_softmax", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_log_softmax():
     """log_softmax equals log(softmax) where that is finite, and stays finite where it is not."""
@@ -664,7 +658,6 @@ def test_unit_log_softmax():
 
 
 test_unit_log_softmax()
-
 
 # %% [markdown]
 # ## Part 6: activations as objects

@@ -151,7 +151,6 @@ def test_unit_parameter():
 
 test_unit_parameter()
 
-
 # %% [markdown]
 # ## Part 2: Module, a registry of parameters and sub-modules
 #
@@ -918,7 +917,6 @@ def test_unit_linear():
 
 
 test_unit_linear()
-
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_linear_init", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
 def test_unit_linear_init():

@@ -525,13 +525,16 @@ def expect_close(what, got, want, fix, rtol=1e-6, atol=1e-7):
     assert got.shape == want.shape, f"{what} has shape {got.shape}, expected {want.shape}: {fix}"
     if np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True):
         return
-    err = np.abs(got.astype(np.float64) - want.astype(np.float64))
+    err = np.asarray(np.abs(got.astype(np.float64) - want.astype(np.float64)))  # 0-d too
     err[np.isnan(err) & ~(np.isnan(got) & np.isnan(want))] = np.inf
     err[np.isnan(err)] = 0.0
-    at = np.unravel_index(np.argmax(err), err.shape) if err.ndim else ()
+    worst = ""
+    if got.size > 1:
+        at = np.unravel_index(np.argmax(err), err.shape)
+        worst = (f" (worst at index {tuple(map(int, at))}: {float(got[at]):.7g} instead of "
+                 f"{float(want[at]):.7g})")
     raise AssertionError(
-        f"{what} gave {short_repr(got)}, expected {short_repr(want)} (worst at index "
-        f"{tuple(map(int, at))}: {got[at]!r} instead of {want[at]!r}): {fix}"
+        f"{what} gave {short_repr(got)}, expected {short_repr(want)}{worst}: {fix}"
     )
 
 
