@@ -1026,7 +1026,8 @@ def best_time(fn, repeat=5, warmup=1, min_time=0.0):
 # %% [markdown]
 # The course's **test helpers** are given as well, exported beside `best_time` (`from
 # tinytorch.core.tensor import expect_close, expect_error, no_fp_errors`; `short_repr` shows
-# an array in a message). From module 02 on, a graded test is a table: each row is a case,
+# an array in a message; `explain` adds the likely fix to a generic check such as module 06's
+# `gradcheck`, and `float64_inputs` makes its inputs). From module 02 on, a graded test is a table: each row is a case,
 # what it should give, and the likely mistake when it does not. These helpers turn a row into
 # an assertion whose message says what was expected, what came out and what to fix, so the
 # tests stay short and the messages stay good.
@@ -1074,6 +1075,23 @@ def expect_error(what, fn, kind, words=(), fix=""):
         )
         return error
     raise AssertionError(f"{what} must raise {kind.__name__}: {fix}")
+
+
+def explain(what, check, fix):
+    """Run check() (a gradcheck, say); an AssertionError from it is raised again with `what`
+    in front and the likely `fix` after, so a generic check still teaches."""
+    try:
+        return check()
+    except AssertionError as error:
+        raise AssertionError(f"{what}: {str(error).rstrip('.')}. {fix}") from None
+
+
+def float64_inputs(rng, *shapes):
+    """Float64 Tensors that require grad, drawn N(0, 1) from `rng`, one per shape: the inputs
+    a central-difference gradient check needs (float32 would drown the differences)."""
+    made = [Tensor(rng.standard_normal(shape), dtype=np.float64, requires_grad=True)
+            for shape in shapes]
+    return made[0] if len(made) == 1 else made
 
 
 def no_fp_errors(what, fn, fix):

@@ -551,6 +551,23 @@ def expect_error(what, fn, kind, words=(), fix=""):
     raise AssertionError(f"{what} must raise {kind.__name__}: {fix}")
 
 
+def explain(what, check, fix):
+    """Run check() (a gradcheck, say); an AssertionError from it is raised again with `what`
+    in front and the likely `fix` after, so a generic check still teaches."""
+    try:
+        return check()
+    except AssertionError as error:
+        raise AssertionError(f"{what}: {str(error).rstrip('.')}. {fix}") from None
+
+
+def float64_inputs(rng, *shapes):
+    """Float64 Tensors that require grad, drawn N(0, 1) from `rng`, one per shape: the inputs
+    a central-difference gradient check needs (float32 would drown the differences)."""
+    made = [Tensor(rng.standard_normal(shape), dtype=np.float64, requires_grad=True)
+            for shape in shapes]
+    return made[0] if len(made) == 1 else made
+
+
 def no_fp_errors(what, fn, fix):
     """fn() with NumPy's overflow, invalid-value (0/0, inf/inf) and divide-by-zero errors
     raised; one becomes an assertion naming `what` and the `fix`. Underflow to 0 is fine."""
