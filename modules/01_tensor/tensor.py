@@ -1025,12 +1025,17 @@ def best_time(fn, repeat=5, warmup=1, min_time=0.0):
 
 # %% [markdown]
 # The course's **test helpers** are given as well, exported beside `best_time` (`from
-# tinytorch.core.tensor import expect_close, expect_error, no_fp_errors`; `short_repr` shows
-# an array in a message; `explain` adds the likely fix to a generic check such as module 06's
-# `gradcheck`, and `float64_inputs` makes its inputs). From module 02 on, a graded test is a table: each row is a case,
-# what it should give, and the likely mistake when it does not. These helpers turn a row into
-# an assertion whose message says what was expected, what came out and what to fix, so the
-# tests stay short and the messages stay good.
+# tinytorch.core.tensor import expect_close, expect_error, ...`). From module 02 on, a graded
+# test is a table: each row is a case, what it should give, and the likely mistake when it
+# does not. These helpers turn a row into an assertion whose message says what was expected,
+# what came out and what to fix, so the tests stay short and the messages stay good:
+#
+# - `expect_close(what, got, want, fix)`: values (and shape) within a tolerance;
+# - `expect_error(what, fn, kind, words, fix)`: `fn()` raises `kind` naming every word;
+# - `no_fp_errors(what, fn, fix)`: `fn()` overflows nowhere and divides no 0 by 0;
+# - `explain(what, check, fix)`: a generic check (module 06's `gradcheck`) with the fix added;
+# - `float64_inputs(rng, *shapes)`: the float64 inputs a gradient check needs;
+# - `short_repr(a)`: an array, short, for a message.
 
 # %% nbgrader={"grade": false, "grade_id": "test-helpers", "locked": true, "schema_version": 3, "solution": false, "task": false}
 #| exporti

@@ -114,7 +114,9 @@ import tracemalloc
 
 from tinytorch.core.attention import scaled_dot_product_attention
 from tinytorch.core.autograd import gradcheck
-from tinytorch.core.tensor import manual_seed
+from tinytorch.core.tensor import (  # module 01's test helpers
+    expect_error, explain, float64_inputs, manual_seed,
+)
 
 # %% [markdown]
 # ## Part 1: layer normalization
@@ -371,19 +373,17 @@ test_unit_layer_norm()
 def test_unit_layer_norm_backward():
     """The fused rule passes gradcheck and gives weight and bias their gradients."""
     rng = np.random.default_rng(1)
-    x = Tensor(rng.standard_normal((2, 3, 5)), dtype=np.float64, requires_grad=True)
-    w = Tensor(rng.standard_normal(5) + 1.0, dtype=np.float64, requires_grad=True)
-    b = Tensor(rng.standard_normal(5), dtype=np.float64, requires_grad=True)
-    try:
-        gradcheck(lambda x, w, b: layer_norm(x, w, b), [x, w, b])
-    except AssertionError as error:
-        raise AssertionError(
-            f"layer norm's derivative rule disagrees with finite differences: {error}. "
-            "Input 0 is x: dx = rstd * (g_hat - mean(g_hat) - x_hat * mean(g_hat * x_hat)) "
+    x, w, b = float64_inputs(rng, (2, 3, 5), (5,), (5,))
+    w.data += 1.0  # weights around 1, as after initialization
+    rule = ("Input 0 is x: dx = rstd * (g_hat - mean(g_hat) - x_hat * mean(g_hat * x_hat)) "
             "with g_hat = grad * weight; input 1 is weight: sum of grad * x_hat over every "
-            "axis but the last; input 2 is bias: the sum of grad over those axes"
-        ) from None
-    gradcheck(lambda x, w: layer_norm(x, w), [x, w])
+            "axis but the last; input 2 is bias: the sum of grad over those axes")
+    cases = [  # (what, fn, inputs)
+        ("layer_norm(x, weight, bias)", lambda x, w, b: layer_norm(x, w, b), [x, w, b]),
+        ("layer_norm(x, weight), no bias", lambda x, w: layer_norm(x, w), [x, w]),
+    ]
+    for what, fn, inputs in cases:
+        explain(f"the derivative rule of {what}", lambda: gradcheck(fn, inputs), rule)
     x32 = Tensor(rng.standard_normal((4, 6)).astype(np.float32), requires_grad=True)
     ln = LayerNorm(6)
     (ln(x32) * Tensor(rng.standard_normal((4, 6)).astype(np.float32))).sum().backward()
@@ -521,15 +521,12 @@ def test_unit_rms_norm():
     assert np.allclose(fused, composed, atol=1e-5), (
         f"fused RMSNorm differs from the composed twin by {np.abs(fused - composed).max():.3g}"
     )
-    x64 = Tensor(rng.standard_normal((2, 4, 5)), dtype=np.float64, requires_grad=True)
-    w64 = Tensor(rng.standard_normal(5) + 1.0, dtype=np.float64, requires_grad=True)
-    try:
-        gradcheck(lambda x, w: rms_norm(x, w), [x64, w64])
-    except AssertionError as error:
-        raise AssertionError(
-            f"RMSNorm's derivative rule disagrees with finite differences: {error}. dx = rstd * "
-            "(g_hat - x_hat * mean(g_hat * x_hat)), dweight = sum of grad * x_hat over rows"
-        ) from None
+    x64, w64 = float64_inputs(rng, (2, 4, 5), (5,))
+    w64.data += 1.0
+    explain("RMSNorm's derivative rule",
+            lambda: gradcheck(lambda x, w: rms_norm(x, w), [x64, w64]),
+            "dx = rstd * (g_hat - x_hat * mean(g_hat * x_hat)), dweight = sum of grad * x_hat "
+            "over rows")
     norm = RMSNorm(5)
     norm(Tensor(rng.standard_normal((4, 5)).astype(np.float32))).sum().backward()
     assert norm.weight.grad is not None and norm.weight.grad.shape == (5,), (
@@ -832,37 +829,19 @@ def test_unit_config():
     config = GPTConfig()
     assert (config.n_layer, config.n_head, config.n_embd, config.block_size) == (4, 4, 128, 64)
     assert config.head_dim == 32, (
-        f"head_dim of 128 wide, 4 heads should be 32, got {config.head_dim}"
+        f"head_dim of 128 wide, 4 heads should be 32, got {config.head_dim}: n_embd // n_head"
     )
-    try:
-        GPTConfig(n_embd=100, n_head=3)
-    except ValueError as error:
-        assert "n_head" in str(error) and "100" in str(error), (
-            f"the error for n_embd=100, n_head=3 should name both: {error}"
-        )
-    else:
-        raise AssertionError(
-            "GPTConfig(n_embd=100, n_head=3) must raise ValueError: 100 features cannot be "
-            "split into 3 heads (check n_embd % n_head in __post_init__)"
-        )
-    try:
-        GPTConfig(n_layer=0, dropout=1.5, norm="batchnorm")
-    except ValueError as error:
-        text = str(error)
-        missing = [k for k in ("n_layer", "dropout", "norm") if k not in text]
-        assert not missing, (
-            f"one ValueError should list every problem; it does not mention {missing}: {text}"
-        )
-    else:
-        raise AssertionError(
-            "GPTConfig(n_layer=0, dropout=1.5, norm='batchnorm') must raise ValueError"
-        )
-    try:
-        GPTConfig(block_size=64.0)
-    except ValueError:
-        pass
-    else:
-        raise AssertionError("block_size=64.0 must be rejected: sizes are integers")
+    listing = ("raise one ValueError listing every line of gpt_config_problems(self), not just "
+               "the first")
+    cases = [  # (fields, words the one ValueError must hold, fix)
+        ({"n_embd": 100, "n_head": 3}, ["n_head", "100"],
+         "100 features cannot be split into 3 heads: " + listing),
+        ({"n_layer": 0, "dropout": 1.5, "norm": "batchnorm"}, ["n_layer", "dropout", "norm"],
+         listing),
+        ({"block_size": 64.0}, ["block_size"], "sizes are integers: " + listing),
+    ]
+    for fields, words, fix in cases:
+        expect_error(f"GPTConfig({fields})", lambda: GPTConfig(**fields), ValueError, words, fix)
     assert GPTConfig.from_dict(config.to_dict()) == config, "to_dict/from_dict must round-trip"
 
 
