@@ -16,6 +16,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from tito.datasets import DATA, load_digits  # noqa: F401  (moved there; these names stay valid)
+
 console = Console(highlight=False)
 
 
