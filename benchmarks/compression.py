@@ -34,10 +34,13 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path[:0] = [str(HERE), str(ROOT / "milestones")]
+# keep_freed_memory and set_blas_threads are still functions of the milestone script.
+sys.path[:0] = [str(ROOT / "milestones")]
 
-import tinygpt as milestone  # noqa: E402  (milestones/tinygpt.py: data, split_loss)
+import tinygpt as milestone  # noqa: E402  (milestones/tinygpt.py: its process settings)
 from quantization import load_model, open_checkpoint  # noqa: E402  (one checkpoint reader)
+from tito.datasets import (  # noqa: E402
+    encode_splits, get_batch, load_text, split_loss, tiled_windows)
 
 import tinytorch as tt  # noqa: E402
 from tinytorch.core.optimizers import AdamW, clip_grad_norm_  # noqa: E402
@@ -70,7 +73,7 @@ def train(model, data, steps, schedule, seed, masks=None, teacher=None, temperat
     for step in range(steps):
         for opt in optimizers:
             set_lr(opt.optimizer if masks is not None else opt, schedule(step))
-        x, y = milestone.get_batch(data, batch_size, block, rng)
+        x, y = get_batch(data, batch_size, block, rng)
         if teacher is None:
             _, loss = model(x, y)
         else:
@@ -156,10 +159,10 @@ def main() -> int:
         model.load_state_dict(trained)
         return model.eval()
 
-    train_data, val_data = milestone.encode_splits(milestone.load_text(), tokenizer)
+    train_data, val_data = encode_splits(load_text(), tokenizer)
     block = teacher.config.block_size
-    x, y = milestone.tiled_windows(val_data, block, 24 if args.quick else args.windows)
-    loss = lambda m: milestone.split_loss(m, tt, x, y)  # noqa: E731
+    x, y = tiled_windows(val_data, block, 24 if args.quick else args.windows)
+    loss = lambda m: split_loss(m, tt, x, y)  # noqa: E731
     base = loss(teacher)
     print(f"{path}: {teacher.num_parameters():,} parameters, validation loss {base:.4f} over "
           f"{len(x):,} windows; fine-tune: {args.finetune_steps} steps, lr {args.finetune_lr:g}")

@@ -69,8 +69,8 @@ def setup_process(args):
     if args.threads:
         for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ[name] = str(args.threads)
-    sys.path.insert(0, str(MILESTONES))
     if args.malloc == "keep":
+        sys.path.insert(0, str(MILESTONES))  # keep_freed_memory is still the milestones' own
         from _common import keep_freed_memory  # imported after the thread settings above
 
         keep_freed_memory()
@@ -79,7 +79,8 @@ def setup_process(args):
 def batches(n, seed=0):
     """n (x, y) batches of 64 training digits, (64, 1, 8, 8) float32 and (64,) int64."""
     import numpy as np
-    from _common import load_digits
+
+    from tito.datasets import load_digits
 
     x_train, y_train, _, _ = load_digits(seed)
     rng = np.random.default_rng(seed)

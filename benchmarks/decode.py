@@ -42,7 +42,6 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 QWEN_05B = dict(model_type="qwen2", vocab_size=151936, hidden_size=896, num_hidden_layers=24,
                 num_attention_heads=14, num_key_value_heads=2, intermediate_size=4864,

@@ -31,9 +31,12 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+# The milestone's checkpoint reader/writer (load_pretrained, save_pretrained) and its process
+# settings (keep_freed_memory, set_blas_threads) are still functions of the script.
 sys.path[:0] = [str(ROOT / "milestones")]
 
-import tinygpt as milestone  # noqa: E402  (milestones/tinygpt.py: data and split_loss)
+import tinygpt as milestone  # noqa: E402  (milestones/tinygpt.py: its checkpoint folder)
+from tito.datasets import encode_splits, load_text, split_loss, tiled_windows  # noqa: E402
 
 import tinytorch as tt  # noqa: E402
 from tinytorch.perf.quantization import (  # noqa: E402
@@ -82,7 +85,7 @@ def quick_checkpoint(folder):
     from tinytorch.models.transformer import GPT, GPTConfig
     from tinytorch.text.tokenization import CharTokenizer
 
-    tokenizer = CharTokenizer.train(milestone.load_text())
+    tokenizer = CharTokenizer.train(load_text())
     tt.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size))
     path = Path(folder) / "tinygpt"
@@ -139,11 +142,11 @@ def main() -> int:
             return 2
         model, tokenizer = load_model(path)
         fresh = lambda: load_model(path)[0]  # noqa: E731  a float32 copy per format
-        _, val_data = milestone.encode_splits(milestone.load_text(), tokenizer)
+        _, val_data = encode_splits(load_text(), tokenizer)
         windows = 24 if args.quick else args.windows
         act_windows = 8 if args.quick else args.act_windows
         block = model.config.block_size
-        x, y = milestone.tiled_windows(val_data, block, windows)
+        x, y = tiled_windows(val_data, block, windows)
         print(f"{path}: {model.num_parameters():,} parameters; {len(x):,} validation windows of "
               f"{block} ({'the whole split' if windows is None else 'a subset'})")
 
@@ -155,7 +158,7 @@ def main() -> int:
             if bits:
                 quantize_model(m, bits=bits, group_size=group or 32)
             start = time.perf_counter()
-            loss = milestone.split_loss(m, tt, x, y)
+            loss = split_loss(m, tt, x, y)
             seconds = time.perf_counter() - start
             rows.append({"format": label, "model_bytes": model_nbytes(m),
                          "linear_share": quantized_share(m, head, float_linear),
@@ -187,7 +190,7 @@ def main() -> int:
         # Which layers carry the int4 error: one layer at a time in int4 group 32, the rest
         # float32, on the first --act-windows windows.
         xs, ys = x[:act_windows], y[:act_windows]
-        sub_base = milestone.split_loss(model, tt, xs, ys)
+        sub_base = split_loss(model, tt, xs, ys)
         names = quantize_model(fresh(), bits=4, group_size=32)
         print(f"\nint4 group 32 one layer at a time (the others float32), first {len(xs)} "
               "validation windows:")
@@ -196,7 +199,7 @@ def main() -> int:
             m = fresh()
             quantize_model(m, bits=4, group_size=32, skip=[n for n in names if n != name]
                            + ["lm_head"])
-            sensitivity[name] = milestone.split_loss(m, tt, xs, ys) - sub_base
+            sensitivity[name] = split_loss(m, tt, xs, ys) - sub_base
         worst = sorted(sensitivity, key=sensitivity.get, reverse=True)
         for name in worst[:4]:
             print(f"  {name:22s} {sensitivity[name]:+.4f}")
@@ -209,14 +212,14 @@ def main() -> int:
         setattr(parent, child, QuantizedLinear.from_linear(getattr(parent, child), bits=8))
         mixed = {"format": f"int4 g32, {worst[0]} int8", "model_bytes": model_nbytes(m),
                  "linear_share": quantized_share(m, head, float_linear),
-                 "val_loss": milestone.split_loss(m, tt, x, y)}
+                 "val_loss": split_loss(m, tt, x, y)}
         print(f"whole split, {mixed['format']}: val loss {mixed['val_loss']:.4f} "
               f"({mixed['val_loss'] - base:+.4f}), {mixed['model_bytes']:,} bytes, Linear W "
               f"{mixed['linear_share']:.1%}")
 
         xa, ya = x[:act_windows], y[:act_windows]
-        calib = milestone.tiled_windows(
-            milestone.encode_splits(milestone.load_text(), tokenizer)[0], block, 16)[0]
+        calib = tiled_windows(
+            encode_splits(load_text(), tokenizer)[0], block, 16)[0]
         act_rows = [("float32", None), ("int8 weights only", None),
                     ("W8A8 min/max", "minmax"), ("W8A8 percentile 99.99", "percentile")]
         print(f"\nint8 activations (int32 accumulation), first {len(xa)} validation windows; "
@@ -228,7 +231,7 @@ def main() -> int:
                 quantize_model(m, bits=8)
             if method:
                 calibrate(m, [calib], method=method, percentile=99.99)
-            act[label] = milestone.split_loss(m, tt, xa, ya)
+            act[label] = split_loss(m, tt, xa, ya)
             print(f"  {label:24s} val loss {act[label]:.4f} ({act[label] - act['float32']:+.4f})")
 
         plot(rows + [mixed], args.plot)

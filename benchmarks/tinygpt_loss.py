@@ -77,9 +77,9 @@ def torch_run(args):
     import numpy as np
     import torch
 
-    sys.path[:0] = [str(HERE), str(ROOT / "milestones")]
-    import tinygpt  # the milestone: its data split, batches and evaluation windows
-    from gpt_step import torch_setup
+    from gpt_step import torch_setup  # beside this script
+
+    from tito.datasets import encode_splits, get_batch, load_text, tiled_windows
 
     from tinytorch.core.tensor import manual_seed
     from tinytorch.models.transformer import GPT, GPTConfig
@@ -87,10 +87,11 @@ def torch_run(args):
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    text = tinygpt.load_text()
+    text = load_text()
     tokenizer = CharTokenizer.train(text)
-    train, val = tinygpt.encode_splits(text, tokenizer)
-    config = dict(tinygpt.DEFAULTS, vocab_size=tokenizer.vocab_size)
+    train, val = encode_splits(text, tokenizer)
+    # The milestone's sizes are GPTConfig's defaults, nanoGPT's CPU model (tests/test_tinygpt.py).
+    config = GPTConfig(vocab_size=tokenizer.vocab_size).to_dict()
     block, batch = config["block_size"], 12
 
     if args.child == "paired":  # TinyTorch's initial weights and batch stream for this seed
@@ -100,7 +101,7 @@ def torch_run(args):
         rng = np.random.default_rng(args.seed)
 
         def next_batch():
-            return tinygpt.get_batch(train, batch, block, rng)
+            return get_batch(train, batch, block, rng)
     else:  # nanoGPT: PyTorch's generator draws both
         torch.manual_seed(args.seed)
         weights = None
@@ -120,7 +121,7 @@ def torch_run(args):
             raise SystemExit(f"step {s}: PyTorch's loss is {loss}")
     seconds = time.perf_counter() - began
 
-    x, y = tinygpt.tiled_windows(val, block, args.windows)
+    x, y = tiled_windows(val, block, args.windows)
     model.eval()
     total = 0.0
     with torch.no_grad():

@@ -2,7 +2,8 @@
 
 Milestones run with the student's own `tinytorch` first on the path (`tito milestone run`
 arranges that). If a module they need is missing, the package's own placeholder explains
-which module to complete; we show that message instead of a traceback.
+which module to complete; we show that message instead of a traceback. The data sets and
+their splits are in `tito.datasets` (shared with the tests and benchmarks).
 """
 
 from __future__ import annotations
@@ -12,12 +13,11 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-HERE = Path(__file__).resolve().parent
-DATA = HERE / "data"
+from tito.datasets import DATA, load_digits  # noqa: F401  (moved there; these names stay valid)
+
 console = Console(highlight=False)
 
 
@@ -41,18 +41,6 @@ def need_tinytorch():
 
     console.print(f"[dim]using tinytorch from {Path(tinytorch.__file__).parent}[/]")
     return tinytorch
-
-
-def load_digits(seed: int, test_fraction: float = 0.2):
-    """The 8x8 digits (see data/README.md): features in [0, 1], a seeded held-out split."""
-    with np.load(DATA / "digits.npz", allow_pickle=False) as data:
-        images, labels = data["images"], data["labels"]
-    x = (images.reshape(len(images), -1) / 16.0).astype(np.float32)
-    y = labels.astype(np.int64)
-    order = np.random.default_rng(seed).permutation(len(x))
-    n_test = int(round(len(x) * test_fraction))
-    test, train = order[:n_test], order[n_test:]
-    return x[train], y[train], x[test], y[test]
 
 
 class Timer:

@@ -26,7 +26,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402  (after the thread setting, which numpy reads at import)
 
 from _common import (  # noqa: E402
-    Timer, console, curve_table, epoch_rows, load_digits, need_tinytorch, parser)
+    Timer, console, curve_table, epoch_rows, need_tinytorch, parser)
+from tito.datasets import load_digits  # noqa: E402
 
 TARGET = 0.98
 LR = 3e-3

@@ -44,7 +44,8 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import DATA, console, curve_table, keep_freed_memory, need_tinytorch, parser
+from _common import console, curve_table, keep_freed_memory, need_tinytorch, parser
+from tito.datasets import encode_splits, get_batch, load_text, split_loss, tiled_windows
 
 DEFAULTS = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64}
 
@@ -139,24 +140,7 @@ class Failure(Exception):
     """A bad input: printed in red, exit code 2, no traceback."""
 
 
-# ---- data -------------------------------------------------------------------------------
-def load_text():
-    return (DATA / "tinyshakespeare.txt").read_text(encoding="utf-8")
-
-
-def encode_splits(text, tokenizer):
-    data = np.asarray(tokenizer.encode(text), dtype=np.int64)
-    n = int(0.9 * len(data))
-    return data[:n], data[n:]
-
-
-def get_batch(data, batch_size, block_size, rng):
-    """(x, y) of shape (batch_size, block_size): random windows and the same shifted by one."""
-    ix = rng.integers(0, len(data) - block_size, size=batch_size)
-    window = data[ix[:, None] + np.arange(block_size + 1)]  # (B, T + 1)
-    return window[:, :-1], window[:, 1:]
-
-
+# ---- data: tito.datasets (load_text, encode_splits, get_batch, tiled_windows, split_loss) ---
 # ---- sampling ---------------------------------------------------------------------------
 def encode_prompt(tokenizer, prompt, block_size):
     """The prompt's ids; a clear error for characters outside the vocabulary."""
@@ -412,33 +396,6 @@ def load_npz(path, args):
         return load_gpt(path, **requested_sizes(args))
     except CheckpointError as error:
         raise Failure(f"cannot sample from {path}: {error}") from None
-
-
-def tiled_windows(data, block_size, count=None):
-    """(x, y) for `count` windows of block_size spread evenly over `data` (default: tile it all).
-
-    With count=None the windows tile the split end to end, so every character but the
-    last is predicted exactly once: the split's loss with no sampling noise at all.
-    """
-    fits = (len(data) - 1) // block_size
-    if count is None or count >= fits:
-        starts = np.arange(fits) * block_size
-    else:
-        starts = np.linspace(0, len(data) - block_size - 1, count).astype(np.int64)
-    window = data[starts[:, None] + np.arange(block_size + 1)]  # (N, T + 1)
-    return window[:, :-1], window[:, 1:]
-
-
-def split_loss(model, tt, x, y, batch_size=64):
-    """Mean loss per character over the windows (x, y), in eval mode, no graph."""
-    model.eval()
-    total = 0.0
-    with tt.no_grad():
-        for i in range(0, len(x), batch_size):
-            xb, yb = x[i:i + batch_size], y[i:i + batch_size]
-            total += model(xb, yb)[1].item() * len(xb)
-    model.train()
-    return total / len(x)
 
 
 class Progress:

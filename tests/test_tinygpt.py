@@ -11,6 +11,7 @@ import pytest
 
 from conftest import run_tito
 from tito.course.registry import MILESTONES, MILESTONES_DIR, written_modules
+from tito.datasets import char_ids, encode_splits, get_batch, load_text, tiled_windows
 
 MILESTONE = next(m for m in MILESTONES if m.name == "tinygpt")
 READY = (MILESTONES_DIR / MILESTONE.script).is_file() and set(MILESTONE.requires) <= {
@@ -127,9 +128,11 @@ def test_quick_run_checkpoint_loads_in_transformers(quick_run, milestone):
     assert np.abs(ours(idx)[0].data - theirs).max() < 1e-4
 
 
-# ---- the final evaluation and the verdict (the milestone's own functions) ------------------
+# ---- the final evaluation and the verdict -------------------------------------------------
 @pytest.fixture(scope="module")
 def milestone():
+    """The milestone script as a module, to test its own functions (verdict, checkpoint
+    folder). Its data helpers are importable on their own: tito.datasets."""
     import importlib.util
     import sys
 
@@ -144,15 +147,38 @@ def milestone():
     return module
 
 
-def test_whole_split_windows_predict_every_character_once(milestone):
+def test_whole_split_windows_predict_every_character_once():
     data = np.arange(1000) % 65
-    x, y = milestone.tiled_windows(data, 64)
+    x, y = tiled_windows(data, 64)
     assert x.shape == y.shape == (15, 64)  # (1000 - 1) // 64 windows fit
     assert np.array_equal(x.ravel(), data[:960]) and np.array_equal(y.ravel(), data[1:961])
     # Fewer windows: spread from the start to the very end, each still a true (x, y) pair.
-    x, y = milestone.tiled_windows(data, 64, count=4)
+    x, y = tiled_windows(data, 64, count=4)
     assert x.shape == (4, 64) and x[0, 0] == data[0] and y[-1, -1] == data[-1]
     assert np.array_equal(x[:, 1:], y[:, :-1])
+
+
+def test_shakespeare_splits_and_batches():
+    """The data helpers the milestone and the benchmarks share (tito.datasets)."""
+    from tinytorch.text.tokenization import CharTokenizer
+
+    text = load_text()
+    tokenizer = CharTokenizer.train(text)
+    ids, chars = char_ids(text)
+    assert chars == tokenizer.chars and len(chars) == 65 and ids.dtype == np.int64
+    train, val = encode_splits(text, tokenizer)
+    assert len(train) == int(0.9 * len(text)) and len(train) + len(val) == len(text)
+    np.testing.assert_array_equal(np.concatenate([train, val]), ids)
+    x, y = get_batch(train, 12, 64, np.random.default_rng(0))
+    assert x.shape == y.shape == (12, 64) and np.array_equal(x[:, 1:], y[:, :-1])
+
+
+def test_milestone_sizes_are_gpt_configs_defaults(milestone):
+    """benchmarks/tinygpt_loss.py builds PyTorch's model from GPTConfig's defaults."""
+    from tinytorch.models.transformer import GPTConfig
+
+    defaults = GPTConfig().to_dict()
+    assert {k: defaults[k] for k in milestone.DEFAULTS} == milestone.DEFAULTS
 
 
 def test_verdict_is_measured_against_pytorch(milestone):

@@ -13,6 +13,10 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
+from torch_reference import (  # noqa: E402  (the one PyTorch twin of our GPT)
+    TorchBlock, TorchGPT, TorchMLP, TorchRMSNorm, TorchSwiGLU, copy_to_tinytorch, copy_to_torch,
+    init_like_nanogpt_, torch_gpt_from,
+)
 
 from tinytorch.core.autograd import gradcheck, no_grad  # noqa: E402
 from tinytorch.core.tensor import Tensor, manual_seed  # noqa: E402
@@ -34,112 +38,9 @@ def f64_tensor(*shape, shift=0.0):
     return Tensor(RNG.standard_normal(shape) + shift, dtype=np.float64, requires_grad=True)
 
 
-# ---- PyTorch reference models (same names as ours, so weights copy by name) ---------------
-class TorchRMSNorm(nn.Module):
-    def __init__(self, dim, eps=1e-6):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
-
-
-class TorchMLP(nn.Module):
-    def __init__(self, dim, hidden, bias=True, approximate="tanh"):
-        super().__init__()
-        self.fc = nn.Linear(dim, hidden, bias=bias)
-        self.proj = nn.Linear(hidden, dim, bias=bias)
-        self.approximate = approximate
-
-    def forward(self, x):
-        return self.proj(F.gelu(self.fc(x), approximate=self.approximate))
-
-
-class TorchSwiGLU(nn.Module):
-    def __init__(self, dim, hidden, bias=False):
-        super().__init__()
-        self.gate_proj = nn.Linear(dim, hidden, bias=bias)
-        self.up_proj = nn.Linear(dim, hidden, bias=bias)
-        self.down_proj = nn.Linear(hidden, dim, bias=bias)
-
-    def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
-class TorchAttention(nn.Module):
-    """nanoGPT's CausalSelfAttention with the softmax written out (no fused kernel)."""
-
-    def __init__(self, dim, heads, bias=True):
-        super().__init__()
-        self.heads = heads
-        self.qkv = nn.Linear(dim, 3 * dim, bias=bias)
-        self.proj = nn.Linear(dim, dim, bias=bias)
-
-    def forward(self, x):
-        B, T, C = x.shape
-        H = self.heads
-        q, k, v = self.qkv(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(C // H)
-        att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
-        y = F.softmax(att, dim=-1) @ v
-        return self.proj(y.transpose(1, 2).reshape(B, T, C))
-
-
-def torch_norm(config):
-    if config.norm == "rmsnorm":
-        return TorchRMSNorm(config.n_embd)
-    return nn.LayerNorm(config.n_embd, bias=config.bias)
-
-
-class TorchBlock(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.ln1 = torch_norm(config)
-        self.attn = TorchAttention(config.n_embd, config.n_head, bias=config.bias)
-        self.ln2 = torch_norm(config)
-        if config.mlp == "swiglu":
-            self.mlp = TorchSwiGLU(config.n_embd, swiglu_hidden(config.n_embd), bias=config.bias)
-        else:
-            self.mlp = TorchMLP(config.n_embd, 4 * config.n_embd, config.bias,
-                                config.gelu_approximate)
-
-    def forward(self, x):
-        x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
-
-
-class TorchGPT(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
-        self.wpe = nn.Embedding(config.block_size, config.n_embd)
-        self.blocks = nn.Sequential(*[TorchBlock(config) for _ in range(config.n_layer)])
-        self.ln_f = torch_norm(config)
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        if config.tie_weights:
-            self.lm_head.weight = self.wte.weight
-
-    def forward(self, idx, targets=None):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
-        logits = self.lm_head(self.ln_f(self.blocks(x)))
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-        return logits, loss
-
-
 def copy_weights(ours, theirs):
-    """Copy our parameters into the torch module by name; every name must exist in both."""
-    ours_named = dict(ours.named_parameters(remove_duplicate=False))
-    theirs_named = dict(theirs.named_parameters(remove_duplicate=False))
-    assert set(ours_named) == set(theirs_named), (
-        sorted(set(ours_named) ^ set(theirs_named))
-    )
-    with torch.no_grad():
-        for name, p in theirs_named.items():
-            p.copy_(torch.from_numpy(ours_named[name].data))
+    """Copy our parameters into the torch twin by name; every name must exist in both."""
+    copy_to_torch(ours, theirs)
 
 
 def compare_grads(ours, theirs, rtol=2e-4, atol=2e-5):
@@ -348,6 +249,34 @@ def test_gpt_matches_torch_forward_loss_and_every_gradient(variant):
     if config.tie_weights:
         assert ours.lm_head.weight is ours.wte.weight
         assert sum(1 for _ in ours.parameters()) == len(dict(theirs.named_parameters()))
+
+
+def test_torch_twin_copies_both_ways_and_its_fused_attention_agrees():
+    """The shared twin (torch_reference): weights go PyTorch -> TinyTorch too, tied ones stay
+    tied, the SDPA path gives the written-out path's logits, mismatched names are named."""
+    manual_seed(8)
+    config = GPTConfig(vocab_size=17, block_size=8, n_layer=2, n_head=2, n_embd=16)
+    theirs = init_like_nanogpt_(TorchGPT(config), torch.Generator().manual_seed(3))
+    ours = copy_to_tinytorch(theirs, GPT(config))
+    assert ours.lm_head.weight is ours.wte.weight
+    np.testing.assert_array_equal(ours.wte.weight.data, theirs.wte.weight.detach().numpy())
+    assert ours.wte.weight.data.dtype == np.float32
+    idx = np.random.default_rng(2).integers(0, 17, size=(3, 8))
+    with no_grad():
+        logits, _ = ours(idx)
+    sdpa = torch_gpt_from(ours, attention="sdpa")
+    with torch.no_grad():
+        for twin in (theirs, sdpa):
+            np.testing.assert_allclose(twin(torch.from_numpy(idx))[0].numpy(), logits.data,
+                                       rtol=1e-4, atol=1e-5)
+    std = float(theirs.blocks[0].attn.proj.weight.std())
+    assert abs(std - 0.02 / math.sqrt(4)) < 0.004, std
+    with pytest.raises(ValueError, match=r"only in PyTorch \['blocks\.1\."):
+        copy_to_torch(GPT(GPTConfig(**{**config.to_dict(), "n_layer": 1})), theirs)
+    with pytest.raises(ValueError, match=r"wte.weight: TinyTorch \(18, 16\), PyTorch \(17, 16\)"):
+        copy_to_torch(GPT(GPTConfig(**{**config.to_dict(), "vocab_size": 18})), theirs)
+    with pytest.raises(ValueError, match="no dropout"):
+        TorchGPT({**config.to_dict(), "dropout": 0.1})
 
 
 def test_gpt_initialization_follows_nanogpt():

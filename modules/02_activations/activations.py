@@ -78,6 +78,31 @@ import numpy as np
 
 from tinytorch.core.tensor import Function, Tensor, reduction_args
 
+# %% nbgrader={"grade": false, "grade_id": "test-helpers", "locked": true, "schema_version": 3, "solution": false, "task": false}
+from tinytorch.core.tensor import (  # the course's test helpers, given in module 01
+    expect_close, expect_error, no_fp_errors, short_repr,
+)
+
+
+def check_elementwise(name, fn, cases, rtol=1e-6, atol=1e-7):
+    """The tests below are tables; this runs one. A case is (x, expected, fix): x is float32
+    unless it is already an array of another dtype. fn(Tensor(x)) must return a Tensor of x's
+    shape and dtype, raise no overflow or 0/0 (underflow to 0 is fine), and hold `expected`."""
+    for x, want, fix in cases:
+        x = x if isinstance(x, np.ndarray) else np.asarray(x, dtype=np.float32)
+        what = f"{name}({short_repr(x)}) in {x.dtype}"
+        y = no_fp_errors(what, lambda: fn(Tensor(x, dtype=x.dtype)), fix)
+        assert isinstance(y, Tensor), (
+            f"{what} returned a {type(y).__name__}, not a Tensor: return an array from forward "
+            "and let Function.apply wrap it"
+        )
+        assert y.dtype == x.dtype, (
+            f"{what} gave {y.dtype}: keep the input's dtype; build constants with "
+            "x.dtype.type(value)"
+        )
+        expect_close(what, y.data, np.asarray(want, dtype=np.float64), fix, rtol, atol)
+
+
 # %% [markdown]
 # ## Part 1: ReLU
 #
@@ -126,29 +151,15 @@ def relu(x):
 # %% nbgrader={"grade": true, "grade_id": "test_unit_relu", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
 def test_unit_relu():
     """relu zeroes negatives, keeps positives, keeps the dtype and lets NaN through."""
-    x = np.array([[-2.0, -0.5, 0.0], [0.5, 3.0, -1e-8]], dtype=np.float32)
-    y = relu(Tensor(x))
-    assert isinstance(y, Tensor), (
-        f"relu should return a Tensor, got {type(y).__name__}: return an array from forward "
-        "and let Function.apply wrap it"
-    )
-    want = np.array([[0.0, 0.0, 0.0], [0.5, 3.0, 0.0]], dtype=np.float32)
-    assert y.shape == (2, 3), f"relu changed the shape (2, 3) into {y.shape}: it is element-wise"
-    assert np.array_equal(y.data, want), (
-        f"relu({x.tolist()}) gave {y.data.tolist()}, expected {want.tolist()}: keep x where "
-        "x > 0, else 0; np.maximum(x, 0) does exactly that"
-    )
-    assert y.dtype == np.float32, (
-        f"relu of float32 gave {y.dtype}: build the constant with x.dtype.type(0)"
-    )
-    y64 = relu(Tensor([-1.0, 2.0], dtype=np.float64))
-    assert y64.dtype == np.float64, f"relu of float64 gave {y64.dtype}: keep the input's dtype"
-    assert np.array_equal(relu([-3.0, 4.0]).data, [0.0, 4.0]), "relu should accept a plain list"
-    out = relu(Tensor([np.nan, -1.0])).data
-    assert np.isnan(out[0]), (
-        f"relu(nan) gave {out[0]}, expected nan: np.where(x > 0, x, 0) turns NaN into 0 and "
-        "hides a diverged run; use np.maximum, which propagates NaN"
-    )
+    fix = "keep x where x > 0, else 0: np.maximum(x, x.dtype.type(0)) does exactly that"
+    check_elementwise("relu", relu, [
+        ([[-2.0, -0.5, 0.0], [0.5, 3.0, -1e-8]], [[0, 0, 0], [0.5, 3, 0]], fix),
+        (np.array([-1.0, 2.0]), [0.0, 2.0], fix),
+        ([np.nan, -1.0], [np.nan, 0.0], "relu(nan) must be nan: np.where(x > 0, x, 0) turns "
+         "NaN into 0 and hides a diverged run; use np.maximum, which propagates NaN"),
+    ])
+    expect_close("relu([-3, 4]) of a list", relu([-3.0, 4.0]).data, [0.0, 4.0],
+                 "relu should accept anything Tensor() accepts")
 
 
 test_unit_relu()
@@ -231,38 +242,22 @@ def tanh(x):
 # %% nbgrader={"grade": true, "grade_id": "test_unit_sigmoid", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 def test_unit_sigmoid():
     """sigmoid matches hand-computed values, keeps float32 and never overflows."""
-    ln3 = math.log(3.0)
-    x = np.array([0.0, ln3, -ln3, 2.0, -2.0], dtype=np.float32)
-    want = np.array([0.5, 0.75, 0.25, 1 / (1 + math.exp(-2)), 1 / (1 + math.exp(2))])
-    y = sigmoid(Tensor(x))
-    assert y.shape == x.shape, f"sigmoid changed the shape {x.shape} into {y.shape}"
-    assert np.allclose(y.data, want, rtol=1e-6, atol=1e-7), (
-        f"sigmoid([0, ln 3, -ln 3, 2, -2]) gave {y.data}, expected {want}: for x >= 0 use "
-        "1 / (1 + exp(-x)); for x < 0 use exp(x) / (1 + exp(x)); check the sign inside exp"
-    )
-    assert y.dtype == np.float32, (
-        f"sigmoid of float32 gave {y.dtype}: build constants with x.dtype.type(1)"
-    )
-    big = np.array([-1000.0, -100.0, 100.0, 1000.0], dtype=np.float32)
-    # Underflow to 0 is harmless; overflow, 0/0 and inf/inf are bugs.
-    with np.errstate(over="raise", invalid="raise", divide="raise"):
-        try:
-            out = sigmoid(Tensor(big)).data
-        except FloatingPointError as error:
-            raise AssertionError(
-                f"sigmoid([-1000, -100, 100, 1000]) raised '{error}': exp of a large positive "
-                "number overflowed. Only exponentiate numbers <= 0: exp(min(x, 0)) and exp(-|x|)"
-            ) from None
-    assert np.all(np.isfinite(out)) and np.allclose(out, [0.0, 0.0, 1.0, 1.0]), (
-        f"sigmoid([-1000, -100, 100, 1000]) gave {out}, expected [0, 0, 1, 1]: inf / inf "
-        "makes nan; choose the formula by the sign of x"
-    )
-    rng = np.random.default_rng(0)
-    v = (rng.standard_normal(1000) * 10).astype(np.float32)
-    s, s_neg = sigmoid(Tensor(v)).data, sigmoid(Tensor(-v)).data
-    assert np.allclose(s + s_neg, 1.0, atol=1e-6), (
-        "sigmoid(x) + sigmoid(-x) should be 1 for every x: one of your two branches is wrong"
-    )
+    ln3, e2 = math.log(3.0), math.exp(2.0)
+    fix = ("for x >= 0 use 1 / (1 + exp(-x)); for x < 0 use exp(x) / (1 + exp(x)); check the "
+           "sign inside exp")
+    stable = ("exp of a large positive number overflowed, or inf / inf made nan: only "
+              "exponentiate numbers <= 0, exp(min(x, 0)) and exp(-|x|)")
+    check_elementwise("sigmoid", sigmoid, [
+        ([0.0, ln3, -ln3], [0.5, 0.75, 0.25], fix),
+        ([2.0, -2.0], [e2 / (1 + e2), 1 / (1 + e2)], fix),
+        (np.array([0.0, -ln3]), [0.5, 0.25], fix),
+        ([-1000.0, -100.0, 100.0, 1000.0], [0.0, 0.0, 1.0, 1.0], stable),
+        (np.array([-1000.0, 1000.0]), [0.0, 1.0], stable),
+    ])
+    v = (np.random.default_rng(0).standard_normal(1000) * 10).astype(np.float32)
+    expect_close("sigmoid(x) + sigmoid(-x) over 1,000 random x",
+                 sigmoid(Tensor(v)).data + sigmoid(Tensor(-v)).data, np.ones(1000),
+                 "it should be 1 for every x: one of your two branches is wrong", atol=1e-6)
 
 
 test_unit_sigmoid()
@@ -270,18 +265,12 @@ test_unit_sigmoid()
 # %% nbgrader={"grade": true, "grade_id": "test_unit_tanh", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 def test_unit_tanh():
     """tanh matches hand-computed values and saturates at +-1 without warnings."""
-    x = np.array([0.0, math.log(2.0), -math.log(2.0)], dtype=np.float32)
-    y = tanh(Tensor(x))
-    assert np.allclose(y.data, [0.0, 0.6, -0.6], atol=1e-6), (
-        f"tanh([0, ln 2, -ln 2]) gave {y.data}, expected [0, 0.6, -0.6]: use np.tanh"
-    )
-    assert y.dtype == np.float32, f"tanh of float32 gave {y.dtype}"
-    with np.errstate(over="raise", invalid="raise", divide="raise"):
-        out = tanh(Tensor([-1000.0, 1000.0])).data
-    assert np.array_equal(out, [-1.0, 1.0]), (
-        f"tanh([-1000, 1000]) gave {out}, expected [-1, 1]: (e^x - e^-x) / (e^x + e^-x) "
-        "overflows to inf / inf; np.tanh does not"
-    )
+    ln2 = math.log(2.0)
+    check_elementwise("tanh", tanh, [
+        ([0.0, ln2, -ln2], [0.0, 0.6, -0.6], "use np.tanh"),
+        ([-1000.0, 1000.0], [-1.0, 1.0], "(e^x - e^-x) / (e^x + e^-x) overflows to inf / inf; "
+         "np.tanh does not"),
+    ], atol=1e-6)
 
 
 test_unit_tanh()
@@ -497,45 +486,31 @@ def test_unit_gelu():
     """Both GELU forms match their formulas, keep float32 and survive +-1000."""
     x = np.linspace(-8.0, 8.0, 321)
     exact = np.array([v * 0.5 * math.erfc(-v / math.sqrt(2)) for v in x])
-    got = gelu(Tensor(x, dtype=np.float64)).data
-    assert got.shape == x.shape, f"gelu changed the shape {x.shape} into {got.shape}"
-    err = np.abs(got - exact) / np.maximum(np.abs(exact), 1e-300)
-    assert err.max() < 1e-6, (
-        f"gelu(x) is off by a relative {err.max():.2g} at x = {x[err.argmax()]:.2f}: the exact "
-        "form is x * erfc(-x / sqrt(2)) / 2. Writing it as x * (1 + erf(x / sqrt(2))) / 2 "
-        "loses the small values for negative x"
-    )
-    assert abs(gelu([1.0]).data[0] - 0.8413447) < 1e-6, (
-        f"gelu(1) gave {gelu([1.0]).data[0]}, expected Phi(1) = 0.8413447"
-    )
     k = math.sqrt(2 / math.pi)
     approx = np.array([0.5 * v * (1 + math.tanh(k * (v + 0.044715 * v**3))) for v in x])
-    got_tanh = gelu(Tensor(x, dtype=np.float64), approximate="tanh").data
-    assert np.allclose(got_tanh, approx, rtol=1e-12, atol=1e-12), (
-        "gelu(x, approximate='tanh') differs from x/2 * (1 + tanh(sqrt(2/pi) * "
-        "(x + 0.044715 * x**3))): check the constant 0.044715 and the cube"
-    )
-    x32 = Tensor(x.astype(np.float32))
-    for mode in ("none", "tanh"):
-        out = gelu(x32, approximate=mode)
-        assert out.dtype == np.float32, (
-            f"gelu(float32, approximate={mode!r}) gave {out.dtype}: wrap constants such as "
-            "sqrt(2/pi) with x.dtype.type(...)"
-        )
-        with np.errstate(over="raise", invalid="raise", divide="raise"):
-            far = gelu(Tensor([-1000.0, 1000.0]), approximate=mode).data
-        assert np.allclose(far, [0.0, 1000.0]), (
-            f"gelu([-1000, 1000], approximate={mode!r}) gave {far}, expected [0, 1000]"
-        )
-    try:
-        gelu(x32, approximate="exact")
-    except ValueError as error:
-        assert "none" in str(error) and "tanh" in str(error), (
-            f"the error for approximate='exact' should list the choices 'none' and 'tanh': {error}"
-        )
-    else:
-        raise AssertionError("gelu(x, approximate='exact') must raise ValueError: only 'none' "
-                             "and 'tanh' exist")
+    exact_gelu = gelu
+
+    def tanh_gelu(t):
+        return gelu(t, approximate="tanh")
+
+    # Relative error only (atol=0): the tiny values of x < 0 must be right too.
+    check_elementwise("gelu", exact_gelu, [
+        (x, exact, "the exact form is x * erfc(-x / sqrt(2)) / 2; written as "
+         "x * (1 + erf(x / sqrt(2))) / 2 it loses the small values for negative x"),
+        (np.array([1.0]), [0.8413447460685429], "gelu(1) is Phi(1) = 0.8413447"),
+    ], rtol=1e-6, atol=0.0)
+    check_elementwise("gelu(approximate='tanh')", tanh_gelu, [
+        (x, approx, "x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3))): check the constant "
+         "0.044715 and the cube"),
+    ], rtol=1e-12, atol=1e-12)
+    far = "wrap constants such as sqrt(2/pi) with x.dtype.type(...); exp must not overflow"
+    for fn in (exact_gelu, tanh_gelu):
+        check_elementwise(f"gelu({fn.__name__})", fn, [
+            (x.astype(np.float32), approx if fn is tanh_gelu else exact, far),
+            ([-1000.0, 1000.0], [0.0, 1000.0], far),
+        ], rtol=1e-5, atol=1e-6)
+    expect_error("gelu(x, approximate='exact')", lambda: gelu(Tensor(x), approximate="exact"),
+                 ValueError, ["none", "tanh"], "only 'none' and 'tanh' exist")
 
 
 test_unit_gelu()
@@ -543,22 +518,12 @@ test_unit_gelu()
 # %% nbgrader={"grade": true, "grade_id": "test_unit_silu", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 def test_unit_silu():
     """silu(x) = x * sigmoid(x), finite at +-1000, float32 kept."""
-    x = np.array([-3.0, -1.0, 0.0, 1.0, 3.0], dtype=np.float32)
-    want = x.astype(np.float64) / (1 + np.exp(-x.astype(np.float64)))
-    got = silu(Tensor(x))
-    assert np.allclose(got.data, want, rtol=1e-6, atol=1e-7), (
-        f"silu({x.tolist()}) gave {got.data}, expected {want}: silu is x * sigmoid(x)"
-    )
-    assert got.dtype == np.float32, f"silu of float32 gave {got.dtype}"
-    with np.errstate(over="raise", invalid="raise", divide="raise"):
-        try:
-            far = silu(Tensor([-1000.0, 1000.0])).data
-        except FloatingPointError as error:
-            raise AssertionError(
-                f"silu([-1000, 1000]) raised '{error}': reuse SigmoidFunction.forward, which "
-                "never overflows, instead of writing 1 / (1 + exp(-x)) again"
-            ) from None
-    assert np.allclose(far, [0.0, 1000.0]), f"silu([-1000, 1000]) gave {far}, expected [0, 1000]"
+    x = np.array([-3.0, -1.0, 0.0, 1.0, 3.0])
+    check_elementwise("silu", silu, [
+        (x.astype(np.float32), x / (1 + np.exp(-x)), "silu is x * sigmoid(x)"),
+        ([-1000.0, 1000.0], [0.0, 1000.0], "reuse SigmoidFunction.forward, which never "
+         "overflows, instead of writing 1 / (1 + exp(-x)) again"),
+    ])
 
 
 test_unit_silu()
@@ -641,49 +606,32 @@ def log_softmax(x, axis=None, *, dim=None):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_softmax", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
+def softmax_reference(x, axis):
+    """softmax and log_softmax in float64, from the formula, for the tests' tables."""
+    x = np.asarray(x, dtype=np.float64)
+    shifted = x - x.max(axis=axis, keepdims=True)
+    log_p = shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+    return np.exp(log_p), log_p
+
+
 def test_unit_softmax():
     """softmax gives probabilities along the chosen axis, stably, in float32."""
     x = np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]], dtype=np.float32)
-    e = np.exp(x.astype(np.float64))
-    want = e / e.sum(axis=-1, keepdims=True)
-    y = softmax(Tensor(x))
-    assert y.shape == (2, 3), f"softmax changed the shape (2, 3) into {y.shape}"
-    assert np.allclose(y.data, want, atol=1e-6), (
-        f"softmax([[1, 2, 3], [0, 0, 0]]) gave {y.data.tolist()}, expected about "
-        "[[0.090, 0.245, 0.665], [1/3, 1/3, 1/3]]: divide exp(x - max) by its sum over axis"
-    )
-    assert y.dtype == np.float32, f"softmax of float32 gave {y.dtype}"
-    rows = y.data.sum(axis=-1)
-    assert np.allclose(rows, 1.0, atol=1e-6), (
-        f"rows of softmax sum to {rows}, expected 1: reduce with axis=axis, keepdims=True, "
-        "so the (N, 1) sums broadcast against (N, C)"
-    )
-    cols = softmax(Tensor(x), axis=0).data
-    assert np.allclose(cols.sum(axis=0), 1.0, atol=1e-6) and cols.shape == (2, 3), (
-        f"softmax(x, axis=0) columns sum to {cols.sum(axis=0)}: pass axis to max and sum"
-    )
-    rng = np.random.default_rng(0)
-    t = rng.standard_normal((2, 3, 4)).astype(np.float32)
-    mid = softmax(Tensor(t), axis=1).data
-    et = np.exp(t.astype(np.float64))
-    assert np.allclose(mid, et / et.sum(axis=1, keepdims=True), atol=1e-6), (
-        "softmax(x, axis=1) on a (2, 3, 4) tensor is wrong: the reductions must use keepdims=True"
-    )
+    t = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
     big = np.array([[1000.0, 1000.0], [-1000.0, 0.0], [1000.0, -1000.0]], dtype=np.float32)
-    with np.errstate(over="raise", invalid="raise", divide="raise"):
-        try:
-            out = softmax(Tensor(big)).data
-        except FloatingPointError as error:
-            raise AssertionError(
-                f"softmax of logits +-1000 raised '{error}': subtract the maximum along axis "
-                "(keepdims=True) before exp"
-            ) from None
-    assert np.allclose(out, [[0.5, 0.5], [0.0, 1.0], [1.0, 0.0]]), (
-        f"softmax([[1000, 1000], [-1000, 0], [1000, -1000]]) gave {out.tolist()}, expected "
-        "[[0.5, 0.5], [0, 1], [1, 0]]"
-    )
-    shifted = softmax(Tensor(x + 50)).data
-    assert np.allclose(shifted, y.data, atol=1e-6), "softmax(x + 50) must equal softmax(x)"
+    cases = [  # (x, axis, fix)
+        (x, -1, "divide exp(x - max) by its sum over axis; [[1, 2, 3]] gives about "
+         "[0.090, 0.245, 0.665]"),
+        (x, 0, "pass axis to both max and sum"),
+        (t, 1, "reduce with axis=axis, keepdims=True, so the sums broadcast against x"),
+        (big, -1, "subtract the maximum along axis (keepdims=True) before exp"),
+        (x + np.float32(50), -1, "softmax(x + 50) must equal softmax(x): subtract the maximum"),
+    ]
+    for x_, axis, fix in cases:
+        what = f"softmax({short_repr(x_)}, axis={axis})"
+        y = no_fp_errors(what, lambda: softmax(Tensor(x_), axis=axis), fix)
+        assert y.dtype == np.float32, f"{what} gave {y.dtype}, expected float32"
+        expect_close(what, y.data, softmax_reference(x_, axis)[0], fix, atol=1e-6)
     before = x.copy()
     softmax(Tensor(x))
     assert np.array_equal(x, before), (
@@ -696,44 +644,17 @@ test_unit_softmax()
 # %% nbgrader={"grade": true, "grade_id": "test_unit_log_softmax", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_log_softmax():
     """log_softmax equals log(softmax) where that is finite, and stays finite where it is not."""
-    rng = np.random.default_rng(1)
-    x = (rng.standard_normal((4, 7)) * 3).astype(np.float32)
-    x64 = x.astype(np.float64)
-    want = x64 - np.log(np.exp(x64).sum(axis=-1, keepdims=True))
-    y = log_softmax(Tensor(x))
-    assert y.shape == (4, 7), f"log_softmax changed the shape (4, 7) into {y.shape}"
-    assert y.dtype == np.float32, f"log_softmax of float32 gave {y.dtype}"
-    assert np.allclose(y.data, want, atol=1e-5), (
-        f"log_softmax(x) row 0 starts {np.round(y.data[0, :3], 4)}, expected "
-        f"{np.round(want[0, :3], 4)} (x - log(sum(exp(x))), over the last axis): subtract "
-        "m + log(sum(exp(x - m))) with m the maximum of each row"
-    )
-    ref = np.log(softmax(Tensor(x)).data)
-    assert np.allclose(ref, want, atol=1e-5) or np.allclose(y.data, ref, atol=1e-5), (
-        "log_softmax is right but log(softmax(x)) is not: your softmax is wrong, "
-        "see test_unit_softmax"
-    )
-    assert np.allclose(np.exp(y.data).sum(axis=-1), 1.0, atol=1e-5), (
-        "exp(log_softmax(x)) rows should sum to 1"
-    )
+    x = (np.random.default_rng(1).standard_normal((4, 7)) * 3).astype(np.float32)
     big = np.array([[0.0, -1000.0], [1000.0, 1000.0]], dtype=np.float32)
-    with np.errstate(over="raise", invalid="raise", divide="raise"):
-        try:
-            out = log_softmax(Tensor(big)).data
-        except FloatingPointError as error:
-            raise AssertionError(
-                f"log_softmax of +-1000 raised '{error}': do not take log(softmax(x)); "
-                "use x - max - log(sum(exp(x - max)))"
-            ) from None
-    want_big = [[0.0, -1000.0], [-math.log(2), -math.log(2)]]
-    assert np.all(np.isfinite(out)) and np.allclose(out, want_big), (
-        f"log_softmax([[0, -1000], [1000, 1000]]) gave {out.tolist()}, expected "
-        f"{want_big}: -inf means you took the log of an underflowed softmax"
-    )
-    cols = log_softmax(Tensor(x), axis=0).data
-    assert np.allclose(np.exp(cols).sum(axis=0), 1.0, atol=1e-5), (
-        "log_softmax(x, axis=0) should normalize columns: pass axis to max and sum"
-    )
+    fix = ("subtract m + log(sum(exp(x - m))), with m the maximum along axis; never take "
+           "log(softmax(x)), which is -inf where softmax underflows")
+    for x_, axis in ((x, -1), (x, 0), (big, -1)):
+        what = f"log_softmax({short_repr(x_)}, axis={axis})"
+        y = no_fp_errors(what, lambda: log_softmax(Tensor(x_), axis=axis), fix)
+        assert y.dtype == np.float32, f"{what} gave {y.dtype}, expected float32"
+        expect_close(what, y.data, softmax_reference(x_, axis)[1], fix, rtol=1e-6, atol=1e-5)
+    expect_close("log(softmax(x))", np.log(softmax(Tensor(x)).data), softmax_reference(x, -1)[1],
+                 "log_softmax is right but softmax is not: see test_unit_softmax", atol=1e-5)
 
 
 test_unit_log_softmax()

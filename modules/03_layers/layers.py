@@ -73,12 +73,18 @@ from tinytorch.core.tensor import ShapeError, Tensor, default_generator
 
 # %% [markdown]
 # The lesson itself (tests and measurements, not the package) also uses the seed function of
-# module 01:
+# module 01 and the course's test helpers, given there:
 
 # %% nbgrader={"grade": false, "grade_id": "lesson-imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import time
 
-from tinytorch.core.tensor import manual_seed
+from tinytorch.core.tensor import expect_close, expect_error, manual_seed, short_repr
+
+
+def expect_names(what, got, want, fix):
+    """Assert that the names (or values) `got` are the list `want`, in order."""
+    got = list(got)
+    assert got == list(want), f"{what} gave {got}, expected {list(want)}: {fix}"
 
 # %% [markdown]
 # ## Part 1: parameters
@@ -116,29 +122,31 @@ class Parameter(Tensor):
 # %% nbgrader={"grade": true, "grade_id": "test_unit_parameter", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 def test_unit_parameter():
     """Parameters are float32 Tensors that require grad; ops on them record a graph."""
-    p = Parameter(np.arange(6).reshape(2, 3))
-    assert isinstance(p, Tensor), "Parameter must subclass Tensor so every op accepts it"
-    assert p.requires_grad, (
-        "Parameter(...).requires_grad is False: pass requires_grad=True to Tensor.__init__ "
-        "(super().__init__(data, dtype=dtype, requires_grad=True))"
-    )
-    assert p.shape == (2, 3) and p.dtype == np.float32, (
-        f"Parameter of int data should be float32 with shape (2, 3), got {p.dtype} {p.shape}: "
-        "let Tensor.__init__ do the conversion"
-    )
+    fix = "call Tensor.__init__: super().__init__(data, dtype=dtype, requires_grad=True)"
     a = np.ones(3, dtype=np.float32)
+    cases = [  # (data, dtype, expected dtype)
+        (np.arange(6).reshape(2, 3), None, np.float32),
+        (a, None, np.float32),
+        ([1.0], np.float64, np.float64),
+    ]
+    for data, dtype, want in cases:
+        p = Parameter(data, dtype=dtype)
+        what = f"Parameter({short_repr(data)}, dtype={dtype and dtype.__name__})"
+        assert isinstance(p, Tensor), f"{what} is not a Tensor: Parameter must subclass Tensor"
+        assert p.requires_grad, f"{what}.requires_grad is False: {fix}"
+        assert p.dtype == want and p.shape == np.shape(data), (
+            f"{what} is {p.dtype} {p.shape}, expected {np.dtype(want)} {np.shape(data)}: let "
+            "Tensor.__init__ do the conversion, and pass dtype through"
+        )
     assert np.shares_memory(Parameter(a).data, a), (
         "Parameter(float32_array) copied the array: Tensor.__init__ already avoids the copy, "
         "call it instead of building the array yourself"
     )
-    assert Parameter([1.0], dtype=np.float64).dtype == np.float64, (
-        "Parameter(..., dtype=np.float64) must stay float64: pass dtype through to Tensor"
-    )
-    y = p * 2
+    y = Parameter(a) * 2
     assert type(y) is Tensor and y.requires_grad and y._ctx is not None, (
         "p * 2 should be an ordinary Tensor that requires grad and records its parent"
     )
-    assert "Parameter" in repr(p), f"repr(Parameter) should say Parameter, got {repr(p)!r}"
+    assert "Parameter" in repr(Parameter(a)), "repr(Parameter) should say Parameter"
 
 
 test_unit_parameter()
@@ -529,23 +537,11 @@ def test_unit_module_registry():
         def __init__(self):
             self.w = Parameter([1.0])  # no super().__init__()
 
-    try:
-        Forgot()
-    except AttributeError as error:
-        assert "super().__init__()" in str(error), (
-            f"the error for a missing super().__init__() should name the fix: {error}"
-        )
-    else:
-        raise AssertionError(
-            "assigning a Parameter before super().__init__() must raise AttributeError naming "
-            "super().__init__(), instead of failing later with a confusing message"
-        )
-    try:
-        Module()(Tensor([1.0]))
-    except NotImplementedError as error:
-        assert "forward" in str(error), "the base forward's error should mention forward"
-    else:
-        raise AssertionError("Module().forward must raise NotImplementedError")
+    expect_error("assigning a Parameter before super().__init__()", Forgot, AttributeError,
+                 ["super().__init__()"], "raise it in __setattr__ when the registries are "
+                 "missing, instead of failing later with a confusing message")
+    expect_error("Module()(x)", lambda: Module()(Tensor([1.0])), NotImplementedError,
+                 ["forward"], "the base class's forward raises it")
 
 
 test_unit_module_registry()
@@ -573,27 +569,25 @@ def test_unit_named_parameters():
             self.head = Leaf(2)
 
     net = Net()
-    names = [name for name, _ in net.named_parameters()]
-    want = ["scale", "encoder.fc.weight", "encoder.fc.bias", "head.weight", "head.bias"]
-    assert names == want, (
-        f"named_parameters() gave {names}, expected {want}. Walk named_modules() (the module "
-        "itself first, then children depth-first in assignment order) and yield each module's "
-        "own _parameters with the module's dotted prefix"
-    )
-    module_names = [name for name, _ in net.named_modules()]
-    assert module_names == ["", "encoder", "encoder.fc", "head"], (
-        f"named_modules() gave {module_names}, expected ['', 'encoder', 'encoder.fc', 'head']"
-    )
-    assert [p.shape for p in net.parameters()] == [(4,), (4, 4), (4,), (2, 2), (2,)], (
-        "parameters() should yield the same parameters, in the same order, as named_parameters()"
-    )
-    assert [name for name, _ in net.named_children()] == ["encoder", "head"], (
-        "named_children() yields only the direct sub-modules"
-    )
-    assert len(list(net.modules())) == 4, "modules() yields the module itself and its 3 descendants"
-    assert net.num_parameters() == 4 + 16 + 4 + 4 + 2, (
-        f"num_parameters() is {net.num_parameters()}, expected 30"
-    )
+    walk = ("walk named_modules() (the module itself first, then children depth-first in "
+            "assignment order) and yield each module's own _parameters with its dotted prefix")
+    cases = [  # (what, got, expected, fix)
+        ("named_parameters()", [n for n, _ in net.named_parameters()],
+         ["scale", "encoder.fc.weight", "encoder.fc.bias", "head.weight", "head.bias"], walk),
+        ("named_modules()", [n for n, _ in net.named_modules()],
+         ["", "encoder", "encoder.fc", "head"], "the module itself is '', then its descendants"),
+        ("shapes of parameters()", [p.shape for p in net.parameters()],
+         [(4,), (4, 4), (4,), (2, 2), (2,)], "the same parameters in the same order as "
+         "named_parameters()"),
+        ("named_children()", [n for n, _ in net.named_children()], ["encoder", "head"],
+         "only the direct sub-modules"),
+        ("modules()", [type(m).__name__ for m in net.modules()],
+         ["Net", "Encoder", "Leaf", "Leaf"], "the module itself and its 3 descendants"),
+        ("num_parameters()", [net.num_parameters()], [4 + 16 + 4 + 4 + 2],
+         "the sum of p.size over parameters()"),
+    ]
+    for what, got, want, fix in cases:
+        expect_names(what, got, want, fix)
 
 
 test_unit_named_parameters()
@@ -616,14 +610,12 @@ def test_unit_tied_parameters():
             self.head.weight = self.embed.weight  # one matrix, two names
 
     model = Tied()
-    names = [name for name, _ in model.named_parameters()]
-    assert names == ["embed.weight", "embed.bias", "head.bias"], (
-        f"with head.weight tied to embed.weight, named_parameters() gave {names}: yield each "
-        "Parameter once, by identity (keep a set of id(p) already yielded)"
-    )
-    assert len(list(model.parameters())) == 3 and model.num_parameters() == 9 + 3 + 3, (
-        "a tied weight must be counted once: otherwise the optimizer updates it twice"
-    )
+    expect_names("named_parameters() with head.weight tied to embed.weight",
+                 [n for n, _ in model.named_parameters()], ["embed.weight", "embed.bias",
+                                                            "head.bias"],
+                 "yield each Parameter once, by identity (keep a set of id(p) already yielded)")
+    expect_names("num_parameters() of the tied model", [model.num_parameters()], [9 + 3 + 3],
+                 "a tied weight must be counted once: otherwise the optimizer updates it twice")
 
     class Twice(Module):
         def __init__(self):
@@ -632,11 +624,11 @@ def test_unit_tied_parameters():
             self.again = self.block  # the same module under two names
 
     twice = Twice()
-    assert [n for n, _ in twice.named_parameters()] == ["block.weight", "block.bias"], (
-        "a module reachable twice should be visited once (named_modules skips modules seen "
-        f"before, by identity); got {[n for n, _ in twice.named_parameters()]}"
-    )
-    assert len(list(twice.modules())) == 2, "modules() should yield a shared sub-module once"
+    once = "named_modules skips modules seen before, by identity"
+    expect_names("named_parameters() of a module reachable twice",
+                 [n for n, _ in twice.named_parameters()], ["block.weight", "block.bias"], once)
+    expect_names("modules() of a module reachable twice",
+                 [type(m).__name__ for m in twice.modules()], ["Twice", "Leaf"], once)
 
 
 test_unit_tied_parameters()
@@ -770,23 +762,14 @@ def test_unit_load_state_dict_errors():
         "extra": np.ones(1),  # unexpected
         # out.weight and out.bias are missing
     }
-    caught = None
-    try:
-        net.load_state_dict(bad)
-    except KeyError as error:
-        caught = error
-        message = str(error)
-        for key in ("out.weight", "out.bias", "head.weight", "extra", "fc.weight"):
-            assert key in message, (
-                f"the error should name every problem key, {key!r} is missing from:\n{message}\n"
-                "collect all missing, unexpected and mis-shaped keys first, then raise once"
-            )
-        assert "(5, 3)" in message and "(4, 3)" in message, (
-            f"a shape mismatch should show both shapes, (5, 3) and (4, 3):\n{message}"
-        )
-        assert "fc.bias" not in message, f"fc.bias is fine and should not be listed:\n{message}"
-    else:
-        raise AssertionError("load_state_dict with missing/unexpected/mis-shaped keys must raise")
+    caught = expect_error(
+        "load_state_dict with missing, unexpected and mis-shaped keys",
+        lambda: net.load_state_dict(bad), KeyError,
+        ["out.weight", "out.bias", "head.weight", "extra", "fc.weight", "(5, 3)", "(4, 3)"],
+        "collect all missing, unexpected and mis-shaped keys (with both shapes) first, then "
+        "raise once",
+    )
+    assert "fc.bias" not in str(caught), f"fc.bias is fine and should not be listed:\n{caught}"
     assert isinstance(caught, ValueError), (
         "raise StateDictError (a KeyError and a ValueError), so either except clause catches it"
     )
@@ -802,12 +785,9 @@ def test_unit_load_state_dict_errors():
     assert list(result.unexpected_keys) == ["extra"], (
         f"strict=False should return the unexpected keys, got {result.unexpected_keys}"
     )
-    try:
-        net.load_state_dict({"fc.bias": np.ones(7)}, strict=False)
-    except ValueError as error:
-        assert "(7,)" in str(error), f"the shape error should name both shapes: {error}"
-    else:
-        raise AssertionError("a wrong shape is an error even with strict=False")
+    expect_error("load_state_dict({'fc.bias': (7,)}, strict=False)",
+                 lambda: net.load_state_dict({"fc.bias": np.ones(7)}, strict=False), ValueError,
+                 ["(7,)", "(4,)"], "a wrong shape is an error even with strict=False")
 
 
 test_unit_load_state_dict_errors()
@@ -901,59 +881,36 @@ class Linear(Module):
 def test_unit_linear():
     """Linear's parameters, output shapes and values match x @ W.T + b in NumPy."""
     layer = Linear(5, 3)
-    assert [name for name, _ in layer.named_parameters()] == ["weight", "bias"], (
-        f"Linear's parameters are {[n for n, _ in layer.named_parameters()]}: assign "
-        "self.weight and self.bias as Parameters"
-    )
-    assert layer.weight.shape == (3, 5), (
-        f"Linear(5, 3).weight has shape {layer.weight.shape}, expected (3, 5) = "
-        "(out_features, in_features), PyTorch's layout"
-    )
-    assert layer.bias.shape == (3,), (
-        f"Linear(5, 3).bias has shape {layer.bias.shape}, expected (3,)"
-    )
-    assert layer.weight.dtype == np.float32 and layer.bias.dtype == np.float32, (
-        f"Linear's parameters are {layer.weight.dtype}/{layer.bias.dtype}: NumPy's uniform() "
-        "returns float64, convert with .astype(np.float32)"
-    )
-    x = np.random.default_rng(0).standard_normal((4, 5)).astype(np.float32)
-    y = layer(Tensor(x))
-    want = x @ layer.weight.data.T + layer.bias.data
-    assert y.shape == (4, 3), f"Linear(5, 3) on (4, 5) gave {y.shape}, expected (4, 3)"
-    if not np.allclose(y.data, want, atol=1e-5):
-        no_bias = np.allclose(y.data, x @ layer.weight.data.T, atol=1e-5)
-        hint = ("it equals x @ W.T without the bias: add self.bias" if no_bias else
-                "did you use W instead of W.T, or add the bias to the wrong axis?")
-        raise AssertionError(
-            f"Linear(5, 3): row 0 of the output is {np.round(y.data[0], 4)}, expected "
-            f"{np.round(want[0], 4)} (x @ W.T + b): {hint}"
-        )
-    assert y.dtype == np.float32, f"Linear on float32 input gave {y.dtype}"
+    no_bias = Linear(5, 3, bias=False)
+    expect_names("Linear(5, 3)'s parameters",
+                 [(n, p.shape, p.dtype) for n, p in layer.named_parameters()],
+                 [("weight", (3, 5), np.float32), ("bias", (3,), np.float32)],
+                 "weight is (out_features, in_features), PyTorch's layout; bias (out_features,); "
+                 "both float32 (NumPy's uniform() returns float64: .astype(np.float32))")
+    expect_names("Linear(5, 3, bias=False)'s parameters",
+                 [n for n, _ in no_bias.named_parameters()], ["weight"],
+                 "with bias=False set self.bias = None")
+    rng = np.random.default_rng(0)
+    cases = [  # (layer, input shape, fix)
+        (layer, (4, 5), "y = x @ W.T + b: did you use W instead of W.T, or forget the bias?"),
+        (layer, (2, 6, 5), "the same map at every position: @ broadcasts over leading axes"),
+        (layer, (5,), "one sample of 5 features gives 3 outputs"),
+        (no_bias, (4, 5), "without a bias, y = x @ W.T"),
+    ]
+    for lin, shape, fix in cases:
+        x = rng.standard_normal(shape).astype(np.float32)
+        what = f"{lin!r} on {shape}"
+        y = lin(Tensor(x))
+        want = x @ lin.weight.data.T + (0 if lin.bias is None else lin.bias.data)
+        assert y.dtype == np.float32, f"{what} gave {y.dtype}, expected float32"
+        expect_close(what, y.data, want, fix, rtol=1e-5, atol=1e-5)
+    y = layer(Tensor(np.ones((4, 5), dtype=np.float32), requires_grad=True))
     assert y.requires_grad and y._ctx is not None, (
         "Linear's output does not record a graph: build forward from Tensor operations "
         "(x @ self.weight.T + self.bias), not NumPy on .data, so autograd can reach the weights"
     )
-    seq = np.random.default_rng(1).standard_normal((2, 6, 5)).astype(np.float32)
-    y3 = layer(Tensor(seq))
-    assert y3.shape == (2, 6, 3), f"Linear(5, 3) on (2, 6, 5) gave {y3.shape}, expected (2, 6, 3)"
-    assert np.allclose(y3.data, seq @ layer.weight.data.T + layer.bias.data, atol=1e-5), (
-        "Linear on a 3-D input should apply the same map to every position"
-    )
-    no_bias = Linear(5, 3, bias=False)
-    assert no_bias.bias is None and [n for n, _ in no_bias.named_parameters()] == ["weight"], (
-        "Linear(..., bias=False) should set self.bias = None and have only a weight parameter"
-    )
-    assert np.allclose(no_bias(Tensor(x)).data, x @ no_bias.weight.data.T, atol=1e-5), (
-        "Linear without bias should compute x @ W.T"
-    )
-    try:
-        layer(Tensor(np.ones((4, 6), dtype=np.float32)))
-    except ShapeError as error:
-        assert "(4, 6)" in str(error) and "5" in str(error), (
-            f"the error should name the input shape (4, 6) and in_features=5: {error}"
-        )
-    else:
-        raise AssertionError("Linear(5, 3) on an input of shape (4, 6) must raise ShapeError")
+    expect_error("Linear(5, 3) on (4, 6)", lambda: layer(Tensor(np.ones((4, 6), np.float32))),
+                 ShapeError, ["(4, 6)", "5"], "name the input shape and in_features")
     assert "in_features=5, out_features=3, bias=True" in repr(layer), (
         f"repr(Linear(5, 3)) is {repr(layer)!r}"
     )
@@ -1150,14 +1107,8 @@ def test_unit_dropout():
     )
     assert np.array_equal(Dropout(0.0)(x).data, x.data), "Dropout(0.0) must be the identity"
     for bad in (1.0, -0.1, 1.5):
-        try:
-            Dropout(bad)
-        except ValueError as error:
-            assert repr(bad) in str(error), (
-                f"the error for Dropout({bad}) should name the value it got: {error}"
-            )
-        else:
-            raise AssertionError(f"Dropout({bad}) must raise ValueError: p must be in [0, 1)")
+        expect_error(f"Dropout({bad})", lambda: Dropout(bad), ValueError, [repr(bad)],
+                     "p must be in [0, 1)")
     assert repr(Dropout(0.25)) == "Dropout(p=0.25)", f"repr is {repr(Dropout(0.25))!r}"
 
 
@@ -1269,13 +1220,9 @@ def test_unit_sequential():
     text = repr(model)
     for part in ("(0): Linear(in_features=4", "(1): Double()", "(3): Dropout(p=0.5)"):
         assert part in text, f"repr(model) should contain {part!r}; it is:\n{text}"
-    try:
-        Sequential(Linear(2, 2), [Linear(2, 2)])
-    except TypeError as error:
-        assert "1" in str(error), f"the error should say which layer is wrong: {error}"
-    else:
-        raise AssertionError("Sequential(Linear(2, 2), [ ... ]) must raise TypeError: a list "
-                             "is not callable")
+    expect_error("Sequential(Linear(2, 2), [Linear(2, 2)])",
+                 lambda: Sequential(Linear(2, 2), [Linear(2, 2)]), TypeError, ["layer 1"],
+                 "a list is not callable; say which layer is wrong")
 
 
 test_unit_sequential()

@@ -73,7 +73,22 @@ from tinytorch.core.tensor import Tensor, default_generator
 # %% nbgrader={"grade": false, "grade_id": "lesson-imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import time
 
-from tinytorch.core.tensor import manual_seed
+from tinytorch.core.tensor import expect_error, manual_seed  # expect_error: module 01's helper
+
+
+def check_fields(what, got, want, fix):
+    """Assert that a batch (or example) `got`, a tuple of Tensors, holds the `want` fields: a
+    tuple of (values, dtype), compared value for value with the dtype exact."""
+    assert isinstance(got, tuple) and len(got) == len(want), (
+        f"{what} should be a tuple of {len(want)} Tensors, got {type(got).__name__}: {fix}"
+    )
+    for k, (field, (values, dtype)) in enumerate(zip(got, want)):
+        assert isinstance(field, Tensor), f"{what}: field {k} is a {type(field).__name__}: {fix}"
+        assert field.dtype == dtype, f"{what}: field {k} is {field.dtype}, expected {dtype}: {fix}"
+        assert np.array_equal(field.data, values), (
+            f"{what}: field {k} is {field.data.tolist()}, expected {np.asarray(values).tolist()}: "
+            f"{fix}"
+        )
 
 # %% [markdown]
 # ## Part 1: datasets
@@ -189,52 +204,28 @@ def test_unit_tensor_dataset():
     y = np.arange(10, dtype=np.int64) % 3
     ds = TensorDataset(x, y)
     assert len(ds) == 10, f"len(TensorDataset(x, y)) is {len(ds)}, expected 10 (rows of x)"
-    item = ds[3]
-    assert isinstance(item, tuple) and len(item) == 2, (
-        f"ds[3] should be a tuple (x[3], y[3]), got {type(item).__name__}"
-    )
-    xi, yi = item
-    assert isinstance(xi, Tensor) and isinstance(yi, Tensor), "each field of an example is a Tensor"
-    assert np.array_equal(xi.data, [6.0, 7.0]) and int(yi.item()) == 0, (
-        f"ds[3] is ({xi.data}, {yi.data}), expected ([6, 7], 0): index every array with the same i"
-    )
-    assert xi.dtype == np.float32, (
-        f"float64 input rows came out as {xi.dtype}: convert raw float arrays to float32 once, "
-        "in __init__"
-    )
-    assert yi.dtype == np.int64, (
-        f"the integer label came out as {yi.dtype}: wrap with Tensor(a[i], dtype=a.dtype), "
-        "otherwise Tensor turns labels into float32"
-    )
-    kept = Tensor(x, dtype=np.float64)
-    assert TensorDataset(kept, y)[0][0].dtype == np.float64, (
-        "a Tensor's dtype was chosen by its maker: keep it (unwrap with .data, no conversion)"
-    )
-    labels = np.array([1, 2, 3], dtype=np.uint8)
-    assert TensorDataset(np.zeros((3, 2)), labels)[2][1].dtype == np.uint8, (
-        "uint8 labels must stay uint8"
-    )
-    xs, ys = ds.get_batch(np.array([4, 0, 4]))
-    assert xs.shape == (3, 2) and ys.shape == (3,), (
-        f"get_batch([4, 0, 4]) gave shapes {xs.shape}, {ys.shape}, expected (3, 2), (3,)"
-    )
-    assert np.array_equal(xs.data, x[[4, 0, 4]]) and ys.dtype == np.int64, (
-        "get_batch(indices) should index every array with the whole index array, keeping dtypes"
-    )
-    try:
-        TensorDataset(np.zeros((5, 2)), np.zeros(5), np.zeros(4))
-    except ValueError as error:
-        assert "5" in str(error) and "4" in str(error) and "[5, 5, 4]" in str(error), (
-            f"the error should list every length, [5, 5, 4]: {error}"
-        )
-    else:
-        raise AssertionError("arrays with 5, 5 and 4 rows must raise ValueError")
-    try:
-        TensorDataset()
-    except ValueError:
-        pass
-    else:
-        raise AssertionError("TensorDataset() with no arrays must raise ValueError")
+    f32, i64 = np.float32, np.int64
+    label = ("integer labels keep their dtype: wrap with Tensor(a[i], dtype=a.dtype), "
+             "otherwise Tensor turns labels into float32")
+    cases = [  # (what, got, expected fields, fix)
+        ("ds[3]", ds[3], [([6.0, 7.0], f32), (0, i64)], "index every array with the same i; "
+         "raw float64 arrays become float32 once, in __init__; " + label),
+        ("ds.get_batch([4, 0, 4])", ds.get_batch(np.array([4, 0, 4])),
+         [(x[[4, 0, 4]], f32), (y[[4, 0, 4]], i64)], "index every array with the whole index "
+         "array, keeping dtypes"),
+        ("ds[0] of a float64 Tensor", TensorDataset(Tensor(x, dtype=np.float64), y)[0],
+         [(x[0], np.float64), (y[0], i64)], "a Tensor's dtype was chosen by its maker: keep it "
+         "(unwrap with .data, no conversion)"),
+        ("ds[2] with uint8 labels",
+         TensorDataset(np.zeros((3, 2)), np.array([1, 2, 3], dtype=np.uint8))[2],
+         [([0.0, 0.0], f32), (3, np.uint8)], label),
+    ]
+    for what, got, want, fix in cases:
+        check_fields(what, got, want, fix)
+    expect_error("TensorDataset of 5, 5 and 4 rows",
+                 lambda: TensorDataset(np.zeros((5, 2)), np.zeros(5), np.zeros(4)), ValueError,
+                 ["[5, 5, 4]"], "list every array's length")
+    expect_error("TensorDataset()", TensorDataset, ValueError, fix="it needs one array at least")
 
 
 test_unit_tensor_dataset()
@@ -312,26 +303,18 @@ def default_collate(items):
 def test_unit_default_collate():
     """Tuples of fields become tuples of stacked Tensors; dtypes follow the rules."""
     items = [(np.array([i, i + 0.5]), i) for i in range(4)]  # float64 rows, int labels
-    xs, ys = default_collate(items)
-    assert isinstance(xs, Tensor) and xs.shape == (4, 2), (
-        f"4 examples with 2-value inputs should stack to a Tensor of shape (4, 2), got "
-        f"{getattr(xs, 'shape', xs)}: stack field k of every example, "
-        "[item[k] for item in items], none left out"
-    )
-    assert xs.dtype == np.float32, (
-        f"stacked float64 inputs are {xs.dtype}: raw float data becomes float32 in a batch"
-    )
-    assert ys.shape == (4,) and np.issubdtype(ys.dtype, np.integer), (
-        f"integer labels should stack to an integer Tensor of shape (4,), got {ys.dtype} "
-        f"{ys.shape}: use Tensor(batch, dtype=batch.dtype), not Tensor(batch)"
-    )
-    assert np.array_equal(ys.data, [0, 1, 2, 3]), (
-        f"labels stacked to {ys.data.tolist()}, expected [0, 1, 2, 3]: keep the examples' order"
-    )
-    kept = default_collate([(Tensor([1.0], dtype=np.float64),), (Tensor([2.0], dtype=np.float64),)])
-    assert isinstance(kept, tuple) and kept[0].dtype == np.float64, (
-        "a field of Tensors keeps their dtype (here float64)"
-    )
+    f64 = [(Tensor([1.0], dtype=np.float64),), (Tensor([2.0], dtype=np.float64),)]
+    stack = ("stack field k of every example, [item[k] for item in items], in order; raw "
+             "float data becomes float32, integers stay integers: Tensor(batch, "
+             "dtype=batch.dtype) for them, not Tensor(batch)")
+    cases = [  # (what, examples, expected fields, fix)
+        ("4 (float64 row, int label) examples", items,
+         [([[i, i + 0.5] for i in range(4)], np.float32), ([0, 1, 2, 3], np.int64)], stack),
+        ("2 examples of one float64 Tensor field", f64, [([[1.0], [2.0]], np.float64)],
+         "a field of Tensors keeps their dtype"),
+    ]
+    for what, examples, want, fix in cases:
+        check_fields(f"default_collate of {what}", default_collate(examples), want, fix)
     single = default_collate([Tensor([1.0, 2.0]), Tensor([3.0, 4.0])])
     assert isinstance(single, Tensor) and single.shape == (2, 2), (
         "examples that are single Tensors should collate to one stacked Tensor"
@@ -340,14 +323,9 @@ def test_unit_default_collate():
     assert set(as_dict) == {"x", "y"} and as_dict["x"].shape == (2, 3), (
         "dict examples should collate to a dict of stacked Tensors"
     )
-    try:
-        default_collate([(np.ones(3), 0), (np.ones(4), 1)])
-    except ValueError as error:
-        assert "(3,)" in str(error) and "(4,)" in str(error), (
-            f"the error should name two of the different shapes: {error}"
-        )
-    else:
-        raise AssertionError("collating examples of shapes (3,) and (4,) must raise ValueError")
+    expect_error("collating examples of shapes (3,) and (4,)",
+                 lambda: default_collate([(np.ones(3), 0), (np.ones(4), 1)]), ValueError,
+                 ["(3,)", "(4,)"], "name two of the different shapes")
 
 
 test_unit_default_collate()
@@ -473,33 +451,29 @@ def test_unit_dataloader_batches():
     """Batches in order, the right sizes, len() that agrees, drop_last, any dataset."""
     x = np.arange(10, dtype=np.float32).reshape(10, 1)
     y = np.arange(10, dtype=np.int64)
-    loader = DataLoader(TensorDataset(x, y), batch_size=4)
-    batches = list(loader)
-    sizes = [len(b[1]) for b in batches]
-    assert sizes == [4, 4, 2], (
-        f"10 examples in batches of 4 gave sizes {sizes}, expected [4, 4, 2]: slice the order "
-        "in steps of batch_size and keep the short last batch"
-    )
-    assert len(loader) == 3, f"len(loader) is {len(loader)}, expected ceil(10 / 4) = 3"
+    ds = TensorDataset(x, y)
+    slicing = "slice the order in steps of batch_size"
+    cases = [  # (batch_size, drop_last, expected batch sizes, fix)
+        (4, False, [4, 4, 2], f"{slicing} and keep the short last batch: len is ceil(10 / 4)"),
+        (4, True, [4, 4], "with drop_last=True stop before the short last batch: floor(10 / 4)"),
+        (3, True, [3, 3, 3], "10 examples, batch 3, drop_last: 3 batches"),
+        (20, False, [10], "a batch_size larger than the data set gives one batch"),
+    ]
+    for batch_size, drop_last, want, fix in cases:
+        loader = DataLoader(ds, batch_size=batch_size, drop_last=drop_last)
+        sizes = [len(b[1]) for b in loader]
+        what = f"10 examples, batch_size={batch_size}, drop_last={drop_last}"
+        assert sizes == want, f"{what}: batch sizes {sizes}, expected {want}: {fix}"
+        assert len(loader) == len(want), (
+            f"{what}: len(loader) is {len(loader)}, expected {len(want)}: {fix}"
+        )
+    batches = list(DataLoader(ds, batch_size=4))
+    check_fields("the first batch of 4", batches[0], [(x[:4], np.float32), (y[:4], np.int64)],
+                 "without shuffle the order is np.arange(n); keep the arrays' dtypes")
     got_order = np.concatenate([b[1].data for b in batches]).tolist()
     assert got_order == y.tolist(), (
         f"without shuffle, the batches visited {got_order}, expected 0, 1, ..., 9 in order: "
         "order(epoch) is np.arange(n) when shuffle=False"
-    )
-    xb, yb = batches[0]
-    assert xb.shape == (4, 1) and xb.dtype == np.float32 and yb.dtype == np.int64, (
-        f"the first batch is {xb.shape} {xb.dtype} / {yb.dtype}, expected (4, 1) float32 / int64"
-    )
-    dropped = DataLoader(TensorDataset(x, y), batch_size=4, drop_last=True)
-    assert len(dropped) == 2 and [len(b[1]) for b in dropped] == [4, 4], (
-        f"with drop_last=True, len should be floor(10 / 4) = 2 and the batches [4, 4]; got "
-        f"len {len(dropped)}: stop before the short last batch"
-    )
-    assert len(DataLoader(TensorDataset(x, y), batch_size=3, drop_last=True)) == 3, (
-        "10 examples, batch 3, drop_last: 3 batches"
-    )
-    assert len(DataLoader(TensorDataset(x, y), batch_size=20)) == 1, (
-        "a batch_size larger than the data set gives one batch"
     )
 
     class Squares(Dataset):  # a dataset of your own: only __len__ and __getitem__
@@ -519,16 +493,11 @@ def test_unit_dataloader_batches():
         "a collate_fn, when given, receives the list of examples and its result is the batch"
     )
     for bad in (0, -1, 2.5):
-        try:
-            DataLoader(Squares(), batch_size=bad)
-        except ValueError as error:
-            assert "batch_size" in str(error), f"the error should name batch_size: {error}"
-        else:
-            raise AssertionError(f"batch_size={bad} must raise ValueError")
-    try:
-        Dataset()[0]
-    except NotImplementedError as error:
-        assert "__getitem__" in str(error), "the base Dataset error should name __getitem__"
+        expect_error(f"DataLoader(..., batch_size={bad})",
+                     lambda: DataLoader(Squares(), batch_size=bad), ValueError, ["batch_size"],
+                     "batch_size must be a positive integer")
+    expect_error("Dataset()[0]", lambda: Dataset()[0], NotImplementedError, ["__getitem__"],
+                 "the base class leaves __getitem__ to subclasses")
 
 
 test_unit_dataloader_batches()

@@ -75,6 +75,31 @@ import numpy as np
 from tinytorch.core.tensor import Tensor
 
 # %% [markdown]
+# The lesson's tests are tables of short optimization runs: start from a weight, feed a few
+# gradients, compare the weight after every step with the value worked out by hand. The
+# helper that runs one row is given (with module 01's `expect_close` and `expect_error`).
+
+# %% nbgrader={"grade": false, "grade_id": "test-helpers", "locked": true, "schema_version": 3, "solution": false, "task": false}
+from tinytorch.core.tensor import expect_close, expect_error  # module 01's test helpers
+
+
+def check_steps(what, make, start, grads, wants, fix, dtype=np.float32, atol=1e-6):
+    """Run `make([w])` on w = Tensor(start, dtype); before each step set w.grad to the next of
+    `grads`, after it compare w with the next of `wants`. Returns (w, optimizer)."""
+    w = Tensor(start, dtype=dtype)
+    opt = make([w])
+    for t, (g, want) in enumerate(zip(grads, wants), start=1):
+        w.grad = Tensor(g, dtype=dtype)
+        opt.step()
+        expect_close(f"{what}: w after step {t}", w.data, want, fix, rtol=1e-6, atol=atol)
+        assert w.dtype == dtype, (
+            f"{what}: w became {w.dtype}, expected {np.dtype(dtype)}: update in place "
+            "(param -= ...) and avoid float64 constants"
+        )
+    return w, opt
+
+
+# %% [markdown]
 # ## Part 1: what every optimizer does
 #
 # Every optimizer has the same skeleton; only the update rule changes:
@@ -416,12 +441,8 @@ def test_unit_optimizer_base():
         "two different tensors holding equal values are two parameters: compare with id(p), "
         "not with == or by value"
     )
-    try:
-        PlainGD([], lr=0.1)
-    except ValueError:
-        pass
-    else:
-        raise AssertionError("an empty parameter list must raise ValueError")
+    expect_error("PlainGD([], lr=0.1)", lambda: PlainGD([], lr=0.1), ValueError,
+                 fix="an optimizer with no parameters is a mistake in the caller")
     w.grad = Tensor([1.0, -1.0])
     b.grad = None  # b took no part in this loss
     data_before = w.data
@@ -445,12 +466,8 @@ def test_unit_optimizer_base():
         "step() with no gradients must change nothing (but still counts the step)"
     )
     w.grad = Tensor([1.0, 2.0, 3.0])
-    try:
-        opt.step()
-    except ValueError as error:
-        assert "(2,)" in str(error) and "(3,)" in str(error), f"name both shapes: {error}"
-    else:
-        raise AssertionError("a gradient of shape (3,) for a (2,) parameter must raise ValueError")
+    expect_error("step() with a (3,) gradient for a (2,) parameter", opt.step, ValueError,
+                 ["(2,)", "(3,)"], "check the shapes and name both")
 
 
 test_unit_optimizer_base()
@@ -540,27 +557,16 @@ class SGD(Optimizer):
 # %% nbgrader={"grade": true, "grade_id": "test_unit_sgd", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 def test_unit_sgd():
     """One plain SGD step, with and without weight decay, in float32."""
-    w = Tensor([1.0, 2.0])
-    w.grad = Tensor([0.5, -1.0])
-    SGD([w], lr=0.1).step()
-    assert np.allclose(w.data, [0.95, 2.1]), (
-        f"SGD(lr=0.1) on w=[1, 2], grad=[0.5, -1] gave {w.data}, expected [0.95, 2.1] "
-        "= w - lr * grad: step against the gradient"
-    )
-    assert w.dtype == np.float32, (
-        f"w became {w.dtype}: float32 parameters must stay float32 (update in place, "
-        "param -= ..., and avoid float64 constants)"
-    )
-    grad_before = np.array([0.5, -1.0], dtype=np.float32)
-    w = Tensor([1.0, 2.0])
-    w.grad = Tensor(grad_before)
-    SGD([w], lr=0.1, weight_decay=0.5).step()
-    # grad + wd * w = [0.5 + 0.5, -1 + 1] = [1, 0]
-    assert np.allclose(w.data, [0.9, 2.0]), (
-        f"SGD(lr=0.1, weight_decay=0.5) on w=[1, 2], grad=[0.5, -1] gave {w.data}, expected "
-        "[0.9, 2.0]: add weight_decay * w to the gradient before stepping"
-    )
-    assert np.allclose(w.grad.data, grad_before), (
+    cases = [  # (what, optimizer, gradients, expected weights, fix)
+        ("SGD(lr=0.1) from w=[1, 2]", lambda p: SGD(p, lr=0.1), [[0.5, -1.0]], [[0.95, 2.1]],
+         "w - lr * grad: step against the gradient"),
+        ("SGD(lr=0.1, weight_decay=0.5) from w=[1, 2]",
+         lambda p: SGD(p, lr=0.1, weight_decay=0.5), [[0.5, -1.0]], [[0.9, 2.0]],
+         "add weight_decay * w to the gradient before stepping: [0.5 + 0.5, -1 + 1] = [1, 0]"),
+    ]
+    for what, make, grads, wants, fix in cases:
+        w, _ = check_steps(what, make, [1.0, 2.0], grads, wants, fix)
+    assert np.allclose(w.grad.data, [0.5, -1.0]), (
         f"p.grad changed to {w.grad.data}: weight decay must build a new array "
         "(grad = grad + wd * param), not modify the gradient in place"
     )
@@ -571,37 +577,22 @@ test_unit_sgd()
 # %% nbgrader={"grade": true, "grade_id": "test_unit_sgd_momentum", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_sgd_momentum():
     """Momentum and Nesterov momentum follow the table above, step by step."""
-    w = Tensor([1.0])
-    opt = SGD([w], lr=0.1, momentum=0.9)
-    expected = [0.9, 0.71, 0.439]  # v = 1, 1.9, 2.71
-    for step, want in enumerate(expected, start=1):
-        w.grad = Tensor([1.0])
-        opt.step()
-        assert np.allclose(w.data, [want], atol=1e-6), (
-            f"momentum step {step}: w is {w.data[0]:.6f}, expected {want}. The velocity "
-            "starts as a copy of the first gradient (not zeros) and then v = mu * v + g; "
-            "step along v"
-        )
+    ones = [[1.0]] * 3
+    _, opt = check_steps(
+        "SGD(lr=0.1, momentum=0.9), grad 1 each step", lambda p: SGD(p, lr=0.1, momentum=0.9),
+        [1.0], ones, [[0.9], [0.71], [0.439]],  # v = 1, 1.9, 2.71
+        "the velocity starts as a copy of the first gradient (not zeros), then "
+        "v = mu * v + g; step along v")
     buf = opt.state[0]["momentum_buffer"]
     assert buf.dtype == np.float32 and buf.shape == (1,), (
         "the momentum buffer should have the parameter's shape and dtype"
     )
-    assert np.allclose(buf, [2.71]), f"the velocity after 3 steps should be 2.71, got {buf}"
-
-    w = Tensor([1.0])
-    opt = SGD([w], lr=0.1, momentum=0.9, nesterov=True)
-    for step, want in enumerate([0.81, 0.539], start=1):
-        w.grad = Tensor([1.0])
-        opt.step()
-        assert np.allclose(w.data, [want], atol=1e-6), (
-            f"Nesterov step {step}: w is {w.data[0]:.6f}, expected {want}: step along "
-            "g + mu * v, with v already updated"
-        )
-
-    plain = Tensor([3.0])
-    opt = SGD([plain], lr=0.1)
-    plain.grad = Tensor([1.0])
-    opt.step()
+    expect_close("the velocity after 3 steps", buf, [2.71], "v = mu * v + g, kept in the state")
+    check_steps("SGD(lr=0.1, momentum=0.9, nesterov=True), grad 1 each step",
+                lambda p: SGD(p, lr=0.1, momentum=0.9, nesterov=True), [1.0], ones[:2],
+                [[0.81], [0.539]], "step along g + mu * v, with v already updated")
+    _, opt = check_steps("SGD(lr=0.1)", lambda p: SGD(p, lr=0.1), [3.0], [[1.0]], [[2.9]],
+                         "w - lr * grad")
     assert opt.state[0] == {}, (
         "SGD without momentum should keep no state (no buffer): memory matters"
     )
@@ -733,39 +724,28 @@ def test_unit_adam():
     )
     w.grad = Tensor([-1.0], dtype=np.float64)
     opt.step()
-    assert abs(w.data[0] - 0.873366) < 1e-5, (
-        f"Adam's second step (grad -1) should give 0.873366 (see the table), got {w.data[0]:.6f}: "
-        "keep m and v from the first step in the state (update them in place or store them "
-        "back) and count t per step, so the second bias correction uses t = 2"
-    )
+    expect_close("Adam's second step (grad -1)", w.data, [0.873366],
+                 "keep m and v from the first step in the state (update them in place or store "
+                 "them back) and count t per step, so the second bias correction uses t = 2",
+                 atol=1e-5)
     state = opt.state[0]
     assert state["step"] == 2, f"the state's step count is {state['step']}, expected 2"
-    assert np.allclose(state["exp_avg"], [0.08]) and np.allclose(state["exp_avg_sq"], [0.004996]), (
-        f"after two steps m, v should be 0.08, 0.004996; got {state['exp_avg']}, "
-        f"{state['exp_avg_sq']}"
-    )
-
-    # The first step is about lr per weight, whatever the gradient's scale.
-    big = Tensor([0.0, 0.0, 0.0])
-    big.grad = Tensor([1e-4, -3.0, 5e3])
-    opt = Adam([big], lr=0.01)
-    opt.step()
-    assert np.allclose(big.data, [-0.01, 0.01, -0.01], rtol=1e-3), (
-        f"Adam's first step for gradients [1e-4, -3, 5e3] should be about -lr * sign(g) = "
-        f"[-0.01, 0.01, -0.01], got {big.data}: each weight's step is normalized by sqrt(v_hat)"
-    )
-    assert big.dtype == np.float32 and opt.state[0]["exp_avg"].dtype == np.float32, (
-        "float32 parameters must keep float32 parameters and buffers (np.zeros_like(param))"
-    )
-
-    # weight_decay is L2: it joins the gradient, so it is normalized like the gradient.
-    w = Tensor([2.0], dtype=np.float64)
-    w.grad = Tensor([0.0], dtype=np.float64)
-    Adam([w], lr=0.1, weight_decay=0.01).step()
-    assert abs(w.data[0] - 1.9) < 1e-6, (
-        f"Adam(weight_decay=0.01) with a zero gradient at w=2 should step by lr to 1.9 (the "
-        f"decay 0.02 becomes the gradient, and Adam normalizes it), got {w.data[0]:.6f}: "
-        "add weight_decay * param to the gradient before updating m and v"
+    expect_close("m, v after two steps", [state["exp_avg"][0], state["exp_avg_sq"][0]],
+                 [0.08, 0.004996], "m = b1*m + (1-b1)*g, v = b2*v + (1-b2)*g*g", atol=1e-8)
+    cases = [  # (what, optimizer, start, gradients, expected weights, fix)
+        ("Adam(lr=0.01), first step for gradients [1e-4, -3, 5e3]",
+         lambda p: Adam(p, lr=0.01), [0.0, 0.0, 0.0], [[1e-4, -3.0, 5e3]],
+         [[-0.01, 0.01, -0.01]], "about -lr * sign(g): each weight's step is normalized by "
+         "sqrt(v_hat), whatever the gradient's scale"),
+        ("Adam(lr=0.1, weight_decay=0.01) at w=2 with a zero gradient",
+         lambda p: Adam(p, lr=0.1, weight_decay=0.01), [2.0], [[0.0]], [[1.9]],
+         "weight_decay is L2: add weight_decay * param to the gradient before updating m and "
+         "v (the decay 0.02 becomes the gradient, and Adam normalizes it to a step of lr)"),
+    ]
+    for what, make, start, grads, wants, fix in cases:
+        _, opt = check_steps(what, make, start, grads, wants, fix, atol=1e-5)
+    assert opt.state[0]["exp_avg"].dtype == np.float32, (
+        "float32 parameters must keep float32 buffers (np.zeros_like(param))"
     )
 
 
@@ -907,12 +887,10 @@ def test_unit_optimizer_state():
     momentum_state = SGD([Tensor(start.copy())], lr=0.1, momentum=0.9)
     momentum_state.params[0].grad = Tensor(grads[0])
     momentum_state.step()
-    try:
-        AdamW([Tensor(start.copy())]).load_state_dict(momentum_state.state_dict())
-    except ValueError as error:
-        assert "momentum_buffer" in str(error), f"the error should name the unexpected key: {error}"
-    else:
-        raise AssertionError("loading SGD's state into AdamW must raise ValueError")
+    expect_error("loading SGD's state into AdamW",
+                 lambda: AdamW([Tensor(start.copy())]).load_state_dict(
+                     momentum_state.state_dict()), ValueError, ["momentum_buffer"],
+                 "name the unexpected key")
 
 
 test_unit_optimizer_state()

@@ -92,7 +92,7 @@ from tinytorch.core.activations import ReLU
 from tinytorch.core.layers import Dropout, Linear, Module, Parameter, Sequential
 from tinytorch.core.losses import cross_entropy, mse_loss
 from tinytorch.core.optimizers import SGD, Adam, AdamW
-from tinytorch.core.tensor import manual_seed
+from tinytorch.core.tensor import expect_error, manual_seed  # expect_error: module 01 gives it
 from tinytorch.data.loader import DataLoader, TensorDataset
 
 # %% [markdown]
@@ -612,32 +612,22 @@ def test_unit_checkpoint_errors():
     broken = os.path.join(folder, "broken.npz")
     with open(broken, "wb") as handle:
         handle.write(data[: len(data) // 2])
-    try:
-        load_checkpoint(broken, model)
-    except CheckpointError as error:
-        assert "broken.npz" in str(error), f"the error should name the file: {error}"
-    else:
-        raise AssertionError("a truncated checkpoint must raise CheckpointError")
-
     wider = Sequential(Linear(3, 5), ReLU(), Linear(5, 2))
     before = wider.state_dict()
-    try:
-        load_checkpoint(path, wider)
-    except CheckpointError as error:
-        assert "0.weight" in str(error), (
-            f"a model that does not fit should show load_state_dict's listing of keys: {error}"
-        )
-    else:
-        raise AssertionError("loading weights of shape (4, 3) into Linear(3, 5) must raise CheckpointError")
+    cases = [  # (what, load, words the CheckpointError must hold, fix)
+        ("a truncated checkpoint", lambda: load_checkpoint(broken, model), ["broken.npz"],
+         "catch the reader's error and raise CheckpointError naming the file"),
+        ("weights of shape (4, 3) loaded into Linear(3, 5)", lambda: load_checkpoint(path, wider),
+         ["0.weight"], "raise CheckpointError with load_state_dict's listing of keys"),
+        ("optimizer state asked of a weights-only checkpoint",
+         lambda: load_checkpoint(path, model, AdamW(model.parameters())), ["optimizer"],
+         "say that the checkpoint has no optimizer state"),
+    ]
+    for what, load, words, fix in cases:
+        expect_error(what, load, CheckpointError, words, fix)
     assert all(np.array_equal(before[k], v) for k, v in wider.state_dict().items()), (
         "a failed load must leave the model unchanged"
     )
-    try:
-        load_checkpoint(path, model, AdamW(model.parameters()))
-    except CheckpointError as error:
-        assert "optimizer" in str(error), f"say that the checkpoint has no optimizer state: {error}"
-    else:
-        raise AssertionError("asking for optimizer state from a weights-only checkpoint must raise")
 
 
 test_unit_checkpoint_errors()
@@ -862,12 +852,9 @@ def test_unit_train_step():
         f"expected w = 1.5 - 0.1 * 1 = 1.4 and norm 2.5, got w = {w.data[0, 0]}, norm {norm}"
     )
     before = w.data.copy()
-    try:
-        train_step(model, mse_loss, opt, (Tensor([[np.nan], [1.0]]), y), step=42)
-    except TrainingError as error:
-        assert "step 42" in str(error), f"the error must name the step, 'step 42': {error}"
-    else:
-        raise AssertionError("a nan loss must raise TrainingError naming the step")
+    expect_error("train_step on a nan loss",
+                 lambda: train_step(model, mse_loss, opt, (Tensor([[np.nan], [1.0]]), y), step=42),
+                 TrainingError, ["step 42"], "check the loss is finite and name the step")
     assert np.array_equal(w.data, before), (
         "after a nan loss the weights must not change: check the loss before backward and step"
     )
@@ -1220,13 +1207,10 @@ def test_unit_train():
 
     manual_seed(0)
     model = Sequential(Linear(2, 32), ReLU(), Linear(32, 2))
-    try:
-        train(model, cross_entropy, SGD(model.parameters(), lr=1e6), train_loader, steps=50,
-              progress=False)
-    except TrainingError as error:
-        assert "step " in str(error), f"TrainingError must name the step: {error}"
-    else:
-        raise AssertionError("SGD with lr=1e6 diverges: train must raise TrainingError")
+    expect_error("train with SGD(lr=1e6), which diverges",
+                 lambda: train(model, cross_entropy, SGD(model.parameters(), lr=1e6),
+                               train_loader, steps=50, progress=False),
+                 TrainingError, ["step "], "train_step raises it naming the step; let it through")
 
 
 test_unit_train()

@@ -85,9 +85,9 @@ from tinytorch.core.tensor import Function, ShapeError, Tensor, default_generato
 import time
 
 from tinytorch.core.activations import ReLU
-from tinytorch.core.autograd import GradcheckError, backward, gradcheck
+from tinytorch.core.autograd import backward, gradcheck
 from tinytorch.core.layers import Dropout, Linear, Sequential
-from tinytorch.core.tensor import manual_seed
+from tinytorch.core.tensor import explain, float64_inputs, manual_seed  # module 01's helpers
 
 # %% [markdown]
 # ## Part 1: shapes
@@ -698,18 +698,12 @@ def test_unit_conv2d_backward():
             "dx = col2im(G @ W_mat, x.shape, ...)")
     for shape, wshape, s, p in [((2, 2, 5, 4), (3, 2, 3, 3), (1, 1), (1, 1)),
                                 ((1, 3, 6, 6), (2, 3, 3, 2), (2, 1), (0, 1))]:
-        x = Tensor(rng.standard_normal(shape), dtype=np.float64, requires_grad=True)
-        w = Tensor(rng.standard_normal(wshape), dtype=np.float64, requires_grad=True)
-        b = Tensor(rng.standard_normal(wshape[0]), dtype=np.float64, requires_grad=True)
-        try:
-            gradcheck(lambda x, w, b: Conv2dFunction.apply(x, w, b, stride=s, padding=p), [x, w, b])
-        except GradcheckError as error:
-            raise AssertionError(
-                f"Conv2d gradients for x {shape}, weight {wshape}, stride {s}, padding {p} "
-                f"disagree with finite differences: {str(error).rstrip('.')}. {hint}. (gradcheck "
-                "differentiates your forward: if test_unit_conv2d_forward, test_unit_im2col or "
-                "test_unit_col2im fails too, fix that first)"
-            ) from None
+        x, w, b = float64_inputs(rng, shape, wshape, wshape[:1])
+        explain(f"Conv2d gradients for x {shape}, weight {wshape}, stride {s}, padding {p}",
+                lambda: gradcheck(lambda x, w, b: Conv2dFunction.apply(x, w, b, stride=s,
+                                                                       padding=p), [x, w, b]),
+                f"{hint}. (gradcheck differentiates your forward: if test_unit_conv2d_forward, "
+                "test_unit_im2col or test_unit_col2im fails too, fix that first)")
     x32 = Tensor(rng.standard_normal((1, 2, 4, 4)).astype(np.float32), requires_grad=True)
     layer = Conv2d(2, 3, 3)
     backward(layer(x32).sum())
@@ -953,15 +947,10 @@ def test_unit_pooling_backward():
     rng = np.random.default_rng(5)
     for layer in (MaxPool2d(2), MaxPool2d(3, stride=2, padding=1), AvgPool2d(2),
                   AvgPool2d(3, stride=1, padding=1)):
-        x = Tensor(rng.standard_normal((2, 2, 5, 6)), dtype=np.float64, requires_grad=True)
-        try:
-            gradcheck(layer, [x])
-        except GradcheckError as error:
-            raise AssertionError(
-                f"{layer!r} on (2, 2, 5, 6): gradients disagree with finite differences: "
-                f"{str(error).rstrip('.')}. Add each offset (u, v) into "
-                "dxp[:, :, u : u + sh*OH : sh, v : v + sw*OW : sw] (+=: windows may overlap)"
-            ) from None
+        x = float64_inputs(rng, (2, 2, 5, 6))
+        explain(f"{layer!r} on (2, 2, 5, 6)", lambda: gradcheck(layer, [x]),
+                "Add each offset (u, v) into dxp[:, :, u : u + sh*OH : sh, v : v + sw*OW : sw] "
+                "(+=: windows may overlap)")
 
 
 test_unit_pooling_backward()

@@ -90,7 +90,8 @@ from tinytorch.core.layers import Module, Parameter
 from tinytorch.core.tensor import Function, ShapeError, Tensor, default_generator
 
 # %% nbgrader={"grade": false, "grade_id": "lesson-imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
-from tinytorch.core.autograd import GradcheckError, gradcheck, no_grad
+from tinytorch.core.autograd import gradcheck, no_grad
+from tinytorch.core.tensor import expect_error, explain, float64_inputs  # module 01's helpers
 
 # %% [markdown]
 # ## Part 1: the lookup, forward and backward
@@ -208,13 +209,11 @@ def test_unit_embedding_function():
     )
     assert np.allclose(got.data[[1, 3, 4]], 0), "rows of ids that never occurred must get zero"
     assert got.dtype == np.float32, f"the table's gradient should stay float32, got {got.dtype}"
-    table = Tensor(np.random.default_rng(0).standard_normal((6, 4)), dtype=np.float64,
-                   requires_grad=True)
+    table = float64_inputs(np.random.default_rng(0), (6, 4))
     many = np.array([5, 1, 1, 0, 5, 5, 3])
-    try:
-        gradcheck(lambda w: EmbeddingFunction.apply(w, indices=many), [table])
-    except GradcheckError as error:
-        raise AssertionError(f"the embedding's gradient disagrees with finite differences: {error}")
+    explain("the embedding's gradient, ids [5, 1, 1, 0, 5, 5, 3]",
+            lambda: gradcheck(lambda w: EmbeddingFunction.apply(w, indices=many), [table]),
+            "scatter-add: every occurrence of an id adds its gradient row (np.add.at)")
 
 
 test_unit_embedding_function()
@@ -509,18 +508,10 @@ def test_unit_positional_embedding():
     assert pos(16).shape == (16, 4) and pos(3, offset=13).shape == (3, 4), (
         "the whole table (16 positions) must be usable"
     )
-    try:
-        returned = pos(10, offset=7)
-    except ValueError as error:
-        assert "17" in str(error) and "16" in str(error), (
-            f"the error should name seq_len + offset (17) and max_len (16): {error}"
-        )
-    else:
-        raise AssertionError(
-            "pos(10, offset=7) needs positions up to 16 in a 16-row table: raise ValueError; "
-            f"it returned shape {returned.shape} instead (the slice silently stops at row 15). "
-            "Compare seq_len + offset, not seq_len alone, with max_len"
-        )
+    expect_error("pos(10, offset=7), positions up to 16 in a 16-row table",
+                 lambda: pos(10, offset=7), ValueError, ["17", "16"],
+                 "the slice would silently stop at row 15: compare seq_len + offset, not "
+                 "seq_len alone, with max_len, and name both numbers")
     x = Tensor(np.ones((2, 5, 4), dtype=np.float32))
     (x + pos(5)).sum().backward()
     want = np.zeros((16, 4), dtype=np.float32)
@@ -938,14 +929,10 @@ def test_unit_rotary_backward():
     rng = np.random.default_rng(1)
     rope = RotaryEmbedding(6, max_len=16)
     cos, sin = rope.cos_sin(4, offset=3)
-    x = Tensor(rng.standard_normal((2, 4, 6)), dtype=np.float64, requires_grad=True)
-    try:
-        gradcheck(lambda t: apply_rotary(t, cos, sin), [x])
-    except GradcheckError as error:
-        raise AssertionError(
-            f"RoPE's derivative is wrong: {error}. grad_x = grad * cos - rotate_half(grad * "
-            "sin): the adjoint of rotate_half is -rotate_half"
-        ) from None
+    x = float64_inputs(rng, (2, 4, 6))
+    explain("RoPE's derivative", lambda: gradcheck(lambda t: apply_rotary(t, cos, sin), [x]),
+            "grad_x = grad * cos - rotate_half(grad * sin): the adjoint of rotate_half is "
+            "-rotate_half")
     x32 = Tensor(rng.standard_normal((2, 4, 6)).astype(np.float32), requires_grad=True)
     g = rng.standard_normal((2, 4, 6)).astype(np.float32)
     apply_rotary(x32, cos, sin).backward(g)

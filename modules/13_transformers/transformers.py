@@ -114,7 +114,9 @@ import tracemalloc
 
 from tinytorch.core.attention import scaled_dot_product_attention
 from tinytorch.core.autograd import gradcheck
-from tinytorch.core.tensor import manual_seed
+from tinytorch.core.tensor import (  # module 01's test helpers
+    expect_error, explain, float64_inputs, manual_seed,
+)
 
 # %% [markdown]
 # ## Part 1: layer normalization
@@ -371,19 +373,17 @@ test_unit_layer_norm()
 def test_unit_layer_norm_backward():
     """The fused rule passes gradcheck and gives weight and bias their gradients."""
     rng = np.random.default_rng(1)
-    x = Tensor(rng.standard_normal((2, 3, 5)), dtype=np.float64, requires_grad=True)
-    w = Tensor(rng.standard_normal(5) + 1.0, dtype=np.float64, requires_grad=True)
-    b = Tensor(rng.standard_normal(5), dtype=np.float64, requires_grad=True)
-    try:
-        gradcheck(lambda x, w, b: layer_norm(x, w, b), [x, w, b])
-    except AssertionError as error:
-        raise AssertionError(
-            f"layer norm's derivative rule disagrees with finite differences: {error}. "
-            "Input 0 is x: dx = rstd * (g_hat - mean(g_hat) - x_hat * mean(g_hat * x_hat)) "
+    x, w, b = float64_inputs(rng, (2, 3, 5), (5,), (5,))
+    w.data += 1.0  # weights around 1, as after initialization
+    rule = ("Input 0 is x: dx = rstd * (g_hat - mean(g_hat) - x_hat * mean(g_hat * x_hat)) "
             "with g_hat = grad * weight; input 1 is weight: sum of grad * x_hat over every "
-            "axis but the last; input 2 is bias: the sum of grad over those axes"
-        ) from None
-    gradcheck(lambda x, w: layer_norm(x, w), [x, w])
+            "axis but the last; input 2 is bias: the sum of grad over those axes")
+    cases = [  # (what, fn, inputs)
+        ("layer_norm(x, weight, bias)", lambda x, w, b: layer_norm(x, w, b), [x, w, b]),
+        ("layer_norm(x, weight), no bias", lambda x, w: layer_norm(x, w), [x, w]),
+    ]
+    for what, fn, inputs in cases:
+        explain(f"the derivative rule of {what}", lambda: gradcheck(fn, inputs), rule)
     x32 = Tensor(rng.standard_normal((4, 6)).astype(np.float32), requires_grad=True)
     ln = LayerNorm(6)
     (ln(x32) * Tensor(rng.standard_normal((4, 6)).astype(np.float32))).sum().backward()
@@ -521,15 +521,12 @@ def test_unit_rms_norm():
     assert np.allclose(fused, composed, atol=1e-5), (
         f"fused RMSNorm differs from the composed twin by {np.abs(fused - composed).max():.3g}"
     )
-    x64 = Tensor(rng.standard_normal((2, 4, 5)), dtype=np.float64, requires_grad=True)
-    w64 = Tensor(rng.standard_normal(5) + 1.0, dtype=np.float64, requires_grad=True)
-    try:
-        gradcheck(lambda x, w: rms_norm(x, w), [x64, w64])
-    except AssertionError as error:
-        raise AssertionError(
-            f"RMSNorm's derivative rule disagrees with finite differences: {error}. dx = rstd * "
-            "(g_hat - x_hat * mean(g_hat * x_hat)), dweight = sum of grad * x_hat over rows"
-        ) from None
+    x64, w64 = float64_inputs(rng, (2, 4, 5), (5,))
+    w64.data += 1.0
+    explain("RMSNorm's derivative rule",
+            lambda: gradcheck(lambda x, w: rms_norm(x, w), [x64, w64]),
+            "dx = rstd * (g_hat - x_hat * mean(g_hat * x_hat)), dweight = sum of grad * x_hat "
+            "over rows")
     norm = RMSNorm(5)
     norm(Tensor(rng.standard_normal((4, 5)).astype(np.float32))).sum().backward()
     assert norm.weight.grad is not None and norm.weight.grad.shape == (5,), (
@@ -712,12 +709,44 @@ test_unit_mlp()
 # of a training sequence is a next-token prediction (`is_causal=True` in module 12's
 # attention).
 
-# %% nbgrader={"grade": false, "grade_id": "config", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %% nbgrader={"grade": false, "grade_id": "config-checks", "locked": true, "schema_version": 3, "solution": false, "task": false}
 #| export
 _NORMS = ("layernorm", "rmsnorm")
 _MLPS = ("gelu", "swiglu")
+_CHOICES = (("norm", _NORMS), ("mlp", _MLPS), ("gelu_approximate", ("tanh", "none")))
 
 
+def _positive_int(value):
+    return not isinstance(value, bool) and isinstance(value, (int, np.integer)) and value >= 1
+
+
+def gpt_config_problems(config):
+    """Every broken invariant of a GPTConfig, one sentence each with the fix; [] if none."""
+    problems = [f"{name} must be a positive integer, got {getattr(config, name)!r}"
+                for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd")
+                if not _positive_int(getattr(config, name))]
+    if not problems and config.n_embd % config.n_head:
+        divisors = [h for h in range(1, min(config.n_embd, 16) + 1) if config.n_embd % h == 0]
+        problems.append(f"n_embd ({config.n_embd}) must be divisible by n_head ({config.n_head}): "
+                        f"each head gets n_embd // n_head features; try n_head in {divisors}")
+    p = config.dropout
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
+        problems.append(f"dropout must be a probability in [0, 1), got {p!r}")
+    problems += [f"{name} must be True or False, got {getattr(config, name)!r}"
+                 for name in ("bias", "tie_weights") if not isinstance(getattr(config, name), bool)]
+    problems += [f"{name} must be one of {choices}, got {getattr(config, name)!r}"
+                 for name, choices in _CHOICES if getattr(config, name) not in choices]
+    return problems
+
+
+# %% [markdown]
+# `gpt_config_problems` above is given: it checks each invariant and returns one sentence per
+# broken one. Your `__post_init__` runs it and raises **one** `ValueError` that lists them
+# all (so a user fixes every mistake in one go, not one per run); `head_dim` is the width of
+# one attention head.
+
+# %% nbgrader={"grade": false, "grade_id": "config", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
 @dataclass
 class GPTConfig:
     """The sizes of a GPT; defaults are nanoGPT's character-level CPU model."""
@@ -735,35 +764,17 @@ class GPTConfig:
     gelu_approximate: str = "tanh"
 
     def __post_init__(self):
-        problems = []
         ### BEGIN SOLUTION
-        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                problems.append(f"{name} must be a positive integer, got {value!r}")
-        if not problems and self.n_embd % self.n_head:
-            problems.append(
-                f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head}): each head "
-                f"gets n_embd // n_head features; try n_head in "
-                f"{[h for h in range(1, min(self.n_embd, 16) + 1) if self.n_embd % h == 0]}"
-            )
-        p = self.dropout
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
-            problems.append(f"dropout must be a probability in [0, 1), got {self.dropout!r}")
-        for name in ("bias", "tie_weights"):
-            if not isinstance(getattr(self, name), bool):
-                problems.append(f"{name} must be True or False, got {getattr(self, name)!r}")
-        options = (("norm", _NORMS), ("mlp", _MLPS), ("gelu_approximate", ("tanh", "none")))
-        for name, choices in options:
-            if getattr(self, name) not in choices:
-                problems.append(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
-        ### END SOLUTION
+        problems = gpt_config_problems(self)
         if problems:
             raise ValueError("invalid GPTConfig:\n  - " + "\n  - ".join(problems))
+        ### END SOLUTION
 
     @property
     def head_dim(self):
+        ### BEGIN SOLUTION
         return self.n_embd // self.n_head
+        ### END SOLUTION
 
     def to_dict(self):
         return asdict(self)
@@ -818,37 +829,19 @@ def test_unit_config():
     config = GPTConfig()
     assert (config.n_layer, config.n_head, config.n_embd, config.block_size) == (4, 4, 128, 64)
     assert config.head_dim == 32, (
-        f"head_dim of 128 wide, 4 heads should be 32, got {config.head_dim}"
+        f"head_dim of 128 wide, 4 heads should be 32, got {config.head_dim}: n_embd // n_head"
     )
-    try:
-        GPTConfig(n_embd=100, n_head=3)
-    except ValueError as error:
-        assert "n_head" in str(error) and "100" in str(error), (
-            f"the error for n_embd=100, n_head=3 should name both: {error}"
-        )
-    else:
-        raise AssertionError(
-            "GPTConfig(n_embd=100, n_head=3) must raise ValueError: 100 features cannot be "
-            "split into 3 heads (check n_embd % n_head in __post_init__)"
-        )
-    try:
-        GPTConfig(n_layer=0, dropout=1.5, norm="batchnorm")
-    except ValueError as error:
-        text = str(error)
-        missing = [k for k in ("n_layer", "dropout", "norm") if k not in text]
-        assert not missing, (
-            f"one ValueError should list every problem; it does not mention {missing}: {text}"
-        )
-    else:
-        raise AssertionError(
-            "GPTConfig(n_layer=0, dropout=1.5, norm='batchnorm') must raise ValueError"
-        )
-    try:
-        GPTConfig(block_size=64.0)
-    except ValueError:
-        pass
-    else:
-        raise AssertionError("block_size=64.0 must be rejected: sizes are integers")
+    listing = ("raise one ValueError listing every line of gpt_config_problems(self), not just "
+               "the first")
+    cases = [  # (fields, words the one ValueError must hold, fix)
+        ({"n_embd": 100, "n_head": 3}, ["n_head", "100"],
+         "100 features cannot be split into 3 heads: " + listing),
+        ({"n_layer": 0, "dropout": 1.5, "norm": "batchnorm"}, ["n_layer", "dropout", "norm"],
+         listing),
+        ({"block_size": 64.0}, ["block_size"], "sizes are integers: " + listing),
+    ]
+    for fields, words, fix in cases:
+        expect_error(f"GPTConfig({fields})", lambda: GPTConfig(**fields), ValueError, words, fix)
     assert GPTConfig.from_dict(config.to_dict()) == config, "to_dict/from_dict must round-trip"
 
 

@@ -506,3 +506,81 @@ def time_runs(fn, repeat=5, warmup=1, min_time=0.0):
 def best_time(fn, repeat=5, warmup=1, min_time=0.0):
     """Seconds per call of fn(): the fastest of `repeat` timed runs (see time_runs)."""
     return min(time_runs(fn, repeat, warmup, min_time))
+
+
+def short_repr(a):
+    """A short text for an array in a message: its values when small, else shape and dtype."""
+    a = np.asarray(a)
+    if a.size > 12:
+        return f"an array of shape {a.shape} ({a.dtype})"
+    if np.issubdtype(a.dtype, np.floating):
+        return str(np.round(a.astype(np.float64), 6).tolist())
+    return str(a.tolist())
+
+
+def expect_close(what, got, want, fix, rtol=1e-6, atol=1e-7):
+    """Assert that `got` equals `want` within rtol/atol (NaN where NaN is expected), shape
+    included; the message names `what`, both values, the worst element and the `fix`."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, f"{what} has shape {got.shape}, expected {want.shape}: {fix}"
+    if np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True):
+        return
+    err = np.asarray(np.abs(got.astype(np.float64) - want.astype(np.float64)))  # 0-d too
+    err[np.isnan(err) & ~(np.isnan(got) & np.isnan(want))] = np.inf
+    err[np.isnan(err)] = 0.0
+    worst = ""
+    if got.size > 1:
+        at = np.unravel_index(np.argmax(err), err.shape)
+        worst = (f" (worst at index {tuple(map(int, at))}: {float(got[at]):.7g} instead of "
+                 f"{float(want[at]):.7g})")
+    raise AssertionError(
+        f"{what} gave {short_repr(got)}, expected {short_repr(want)}{worst}: {fix}"
+    )
+
+
+def expect_error(what, fn, kind, words=(), fix=""):
+    """fn() must raise `kind` with every string of `words` in its message; the error. Another
+    exception (say a KeyError escaping where a ValueError should explain) fails with both
+    named; NotImplementedError, an unwritten solution, passes through as it is."""
+    try:
+        fn()
+    except kind as error:
+        missing = [w for w in words if w not in str(error)]
+        assert not missing, (
+            f"{what} raised {kind.__name__}, but its message should mention {missing}: {error}"
+        )
+        return error
+    except NotImplementedError:
+        raise
+    except Exception as error:  # noqa: BLE001 - any other error is the mistake to report
+        raise AssertionError(
+            f"{what} raised {type(error).__name__} ({error}) instead of {kind.__name__}: {fix}"
+        ) from None
+    raise AssertionError(f"{what} must raise {kind.__name__}: {fix}")
+
+
+def explain(what, check, fix):
+    """Run check() (a gradcheck, say); an AssertionError from it is raised again with `what`
+    in front and the likely `fix` after, so a generic check still teaches."""
+    try:
+        return check()
+    except AssertionError as error:
+        raise AssertionError(f"{what}: {str(error).rstrip('.')}. {fix}") from None
+
+
+def float64_inputs(rng, *shapes):
+    """Float64 Tensors that require grad, drawn N(0, 1) from `rng`, one per shape: the inputs
+    a central-difference gradient check needs (float32 would drown the differences)."""
+    made = [Tensor(rng.standard_normal(shape), dtype=np.float64, requires_grad=True)
+            for shape in shapes]
+    return made[0] if len(made) == 1 else made
+
+
+def no_fp_errors(what, fn, fix):
+    """fn() with NumPy's overflow, invalid-value (0/0, inf/inf) and divide-by-zero errors
+    raised; one becomes an assertion naming `what` and the `fix`. Underflow to 0 is fine."""
+    with np.errstate(over="raise", invalid="raise", divide="raise"):
+        try:
+            return fn()
+        except FloatingPointError as error:
+            raise AssertionError(f"{what} raised '{error}': {fix}") from None

@@ -2,7 +2,7 @@
 # Do not edit: change the lesson and export again.
 """Module 13 (Transformers): LayerNorm, RMSNorm, MLPs, the pre-norm block, and GPT with generation."""
 
-__all__ = ['layer_norm', 'LayerNorm', 'rms_norm', 'RMSNorm', 'swiglu_hidden', 'MLP', 'SwiGLU', 'GPTConfig', 'make_norm', 'make_mlp', 'TransformerBlock', 'GPT', 'gpt_parameter_count', 'sample_logits', 'generate_ids', 'config_mismatches', 'save_gpt', 'read_gpt_config', 'load_gpt']
+__all__ = ['layer_norm', 'LayerNorm', 'rms_norm', 'RMSNorm', 'swiglu_hidden', 'MLP', 'SwiGLU', 'gpt_config_problems', 'GPTConfig', 'make_norm', 'make_mlp', 'TransformerBlock', 'GPT', 'gpt_parameter_count', 'sample_logits', 'generate_ids', 'config_mismatches', 'save_gpt', 'read_gpt_config', 'load_gpt']
 
 import json
 import math
@@ -252,6 +252,30 @@ class SwiGLU(Module):
 
 _NORMS = ("layernorm", "rmsnorm")
 _MLPS = ("gelu", "swiglu")
+_CHOICES = (("norm", _NORMS), ("mlp", _MLPS), ("gelu_approximate", ("tanh", "none")))
+
+
+def _positive_int(value):
+    return not isinstance(value, bool) and isinstance(value, (int, np.integer)) and value >= 1
+
+
+def gpt_config_problems(config):
+    """Every broken invariant of a GPTConfig, one sentence each with the fix; [] if none."""
+    problems = [f"{name} must be a positive integer, got {getattr(config, name)!r}"
+                for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd")
+                if not _positive_int(getattr(config, name))]
+    if not problems and config.n_embd % config.n_head:
+        divisors = [h for h in range(1, min(config.n_embd, 16) + 1) if config.n_embd % h == 0]
+        problems.append(f"n_embd ({config.n_embd}) must be divisible by n_head ({config.n_head}): "
+                        f"each head gets n_embd // n_head features; try n_head in {divisors}")
+    p = config.dropout
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
+        problems.append(f"dropout must be a probability in [0, 1), got {p!r}")
+    problems += [f"{name} must be True or False, got {getattr(config, name)!r}"
+                 for name in ("bias", "tie_weights") if not isinstance(getattr(config, name), bool)]
+    problems += [f"{name} must be one of {choices}, got {getattr(config, name)!r}"
+                 for name, choices in _CHOICES if getattr(config, name) not in choices]
+    return problems
 
 
 @dataclass
@@ -271,27 +295,7 @@ class GPTConfig:
     gelu_approximate: str = "tanh"
 
     def __post_init__(self):
-        problems = []
-        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                problems.append(f"{name} must be a positive integer, got {value!r}")
-        if not problems and self.n_embd % self.n_head:
-            problems.append(
-                f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head}): each head "
-                f"gets n_embd // n_head features; try n_head in "
-                f"{[h for h in range(1, min(self.n_embd, 16) + 1) if self.n_embd % h == 0]}"
-            )
-        p = self.dropout
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
-            problems.append(f"dropout must be a probability in [0, 1), got {self.dropout!r}")
-        for name in ("bias", "tie_weights"):
-            if not isinstance(getattr(self, name), bool):
-                problems.append(f"{name} must be True or False, got {getattr(self, name)!r}")
-        options = (("norm", _NORMS), ("mlp", _MLPS), ("gelu_approximate", ("tanh", "none")))
-        for name, choices in options:
-            if getattr(self, name) not in choices:
-                problems.append(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
+        problems = gpt_config_problems(self)
         if problems:
             raise ValueError("invalid GPTConfig:\n  - " + "\n  - ".join(problems))
 
