@@ -39,7 +39,7 @@ sys.path[:0] = [str(ROOT / "milestones")]
 
 import tinygpt as milestone  # noqa: E402  (milestones/tinygpt.py: its process settings)
 from quantization import load_model, open_checkpoint  # noqa: E402  (one checkpoint reader)
-from tito.datasets import (  # noqa: E402
+from tito.course.datasets import (  # noqa: E402
     encode_splits, get_batch, load_text, split_loss, tiled_windows)
 
 import tinytorch as tt  # noqa: E402

@@ -80,7 +80,7 @@ def batches(n, seed=0):
     """n (x, y) batches of 64 training digits, (64, 1, 8, 8) float32 and (64,) int64."""
     import numpy as np
 
-    from tito.datasets import load_digits
+    from tito.course.datasets import load_digits
 
     x_train, y_train, _, _ = load_digits(seed)
     rng = np.random.default_rng(seed)

@@ -36,7 +36,7 @@ ROOT = HERE.parent
 sys.path[:0] = [str(ROOT / "milestones")]
 
 import tinygpt as milestone  # noqa: E402  (milestones/tinygpt.py: its checkpoint folder)
-from tito.datasets import encode_splits, load_text, split_loss, tiled_windows  # noqa: E402
+from tito.course.datasets import encode_splits, load_text, split_loss, tiled_windows  # noqa: E402
 
 import tinytorch as tt  # noqa: E402
 from tinytorch.perf.quantization import (  # noqa: E402

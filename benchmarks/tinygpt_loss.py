@@ -79,7 +79,7 @@ def torch_run(args):
 
     from gpt_step import torch_setup  # beside this script
 
-    from tito.datasets import encode_splits, get_batch, load_text, tiled_windows
+    from tito.course.datasets import encode_splits, get_batch, load_text, tiled_windows
 
     from tinytorch.core.tensor import manual_seed
     from tinytorch.models.transformer import GPT, GPTConfig

@@ -3,7 +3,7 @@
 Milestones run with the student's own `tinytorch` first on the path (`tito milestone run`
 arranges that). If a module they need is missing, the package's own placeholder explains
 which module to complete; we show that message instead of a traceback. The data sets and
-their splits are in `tito.datasets` (shared with the tests and benchmarks).
+their splits are in `tito.course.datasets` (shared with the tests and benchmarks).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from tito.datasets import DATA, load_digits  # noqa: F401  (moved there; these names stay valid)
+from tito.course.datasets import DATA, load_digits  # noqa: F401  (moved there; these names stay valid)
 
 console = Console(highlight=False)
 

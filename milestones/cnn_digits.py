@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402  (after the thread setting, which numpy reads a
 
 from _common import (  # noqa: E402
     Timer, console, curve_table, epoch_rows, need_tinytorch, parser)
-from tito.datasets import load_digits  # noqa: E402
+from tito.course.datasets import load_digits  # noqa: E402
 
 TARGET = 0.98
 LR = 3e-3

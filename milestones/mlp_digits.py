@@ -9,7 +9,7 @@ and is scored on a held-out 20% it never trains on. Target: at least 95% test ac
 import sys
 
 from _common import Timer, console, curve_table, epoch_rows, need_tinytorch, parser, save_plot
-from tito.datasets import load_digits
+from tito.course.datasets import load_digits
 
 TARGET = 0.95
 

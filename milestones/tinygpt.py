@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from _common import console, curve_table, keep_freed_memory, need_tinytorch, parser
-from tito.datasets import encode_splits, get_batch, load_text, split_loss, tiled_windows
+from tito.course.datasets import encode_splits, get_batch, load_text, split_loss, tiled_windows
 
 DEFAULTS = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64}
 
@@ -140,7 +140,7 @@ class Failure(Exception):
     """A bad input: printed in red, exit code 2, no traceback."""
 
 
-# ---- data: tito.datasets (load_text, encode_splits, get_batch, tiled_windows, split_loss) ---
+# ---- data: tito.course.datasets (load_text, encode_splits, get_batch, tiled_windows, split_loss) ---
 # ---- sampling ---------------------------------------------------------------------------
 def encode_prompt(tokenizer, prompt, block_size):
     """The prompt's ids; a clear error for characters outside the vocabulary."""

@@ -194,7 +194,7 @@ def test_flatten_matches_torch_and_keeps_nchw_order():
 
 def test_lenet_of_the_milestone_matches_torch_loss_and_every_gradient(monkeypatch):
     # The milestone script itself is under test; it imports _common beside it. The data it
-    # trains on comes from tito.datasets.
+    # trains on comes from tito.course.datasets.
     monkeypatch.syspath_prepend(str(MILESTONES_DIR))
     from cnn_digits import lenet
 

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import run_tito
 from tito.course.registry import MILESTONES, MILESTONES_DIR, written_modules
-from tito.datasets import char_ids, encode_splits, get_batch, load_text, tiled_windows
+from tito.course.datasets import char_ids, encode_splits, get_batch, load_text, tiled_windows
 
 MILESTONE = next(m for m in MILESTONES if m.name == "tinygpt")
 READY = (MILESTONES_DIR / MILESTONE.script).is_file() and set(MILESTONE.requires) <= {
@@ -132,7 +132,7 @@ def test_quick_run_checkpoint_loads_in_transformers(quick_run, milestone):
 @pytest.fixture(scope="module")
 def milestone():
     """The milestone script as a module, to test its own functions (verdict, checkpoint
-    folder). Its data helpers are importable on their own: tito.datasets."""
+    folder). Its data helpers are importable on their own: tito.course.datasets."""
     import importlib.util
     import sys
 
@@ -159,7 +159,7 @@ def test_whole_split_windows_predict_every_character_once():
 
 
 def test_shakespeare_splits_and_batches():
-    """The data helpers the milestone and the benchmarks share (tito.datasets)."""
+    """The data helpers the milestone and the benchmarks share (tito.course.datasets)."""
     from tinytorch.text.tokenization import CharTokenizer
 
     text = load_text()

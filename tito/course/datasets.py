@@ -5,7 +5,7 @@ Tiny Shakespeare (the `tinygpt` milestone, the GPT benchmarks) and the 8x8 digit
 milestones in `milestones/data` (see its README.md); in a student build (`tito dist
 student`) that folder travels inside tito, and `MILESTONES_DIR` finds it either way.
 
-    from tito.datasets import load_text, encode_splits, get_batch, tiled_windows, split_loss
+    from tito.course.datasets import load_text, encode_splits, get_batch, tiled_windows, split_loss
 
 Everything here is NumPy only: the student's `tinytorch` is passed in where it is needed
 (`split_loss(model, tt, ...)`), so this module imports no framework and works before the
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tito.course.registry import MILESTONES_DIR
+from .registry import DATA_DIR
 
-DATA = MILESTONES_DIR / "data"
+DATA = DATA_DIR
 SHAKESPEARE = DATA / "tinyshakespeare.txt"
 DIGITS = DATA / "digits.npz"
 
