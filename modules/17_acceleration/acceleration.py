@@ -432,6 +432,9 @@ def test_unit_gelu_inplace():
     ctx = record_of(GELUFunction, x, approximate="tanh")
     (want,) = plain_gelu_backward(ctx, grad)
     (got,) = gelu_backward_inplace(ctx, grad)
+    assert np.array_equal(x.data, x_before) and np.array_equal(grad, grad_before), (
+        "the kernel changed its input x or grad: write only into arrays you made in this call "
+        "(x2 = x * x makes one; x2 = x is the input under another name)")
     assert got.dtype == np.float32, (
         f"the gradient is {got.dtype}, expected float32: a constant built as a Python or "
         "float64 number promoted it; build constants with x.dtype.type(value)")
@@ -439,9 +442,6 @@ def test_unit_gelu_inplace():
         f"gelu_backward_inplace differs from module 06's rule by up to "
         f"{np.abs(got - want).max():.3g}: check the sketch's order, u' = c (1 + 3 k x^2) "
         "multiplied by x, and the 0.5 applied to both terms")
-    assert np.array_equal(x.data, x_before) and np.array_equal(grad, grad_before), (
-        "the kernel changed its input x or grad: write only into arrays you made in this call "
-        "(x2 = x * x makes one; x *= ... would overwrite the graph's input)")
     plain = peak_bytes(lambda: plain_gelu_backward(ctx, grad))
     fused = peak_bytes(lambda: gelu_backward_inplace(ctx, grad))
     assert fused <= 0.6 * plain, (

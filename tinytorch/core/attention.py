@@ -226,12 +226,13 @@ class MultiHeadAttention(Module):
             )
         B, T, C = x.shape
         H, D = self.num_heads, self.head_dim
-        qkv = self.qkv(x).reshape(B, T, 3, H, D).permute(2, 0, 3, 1, 4)  # (3, B, H, T, D)
+        qkv = self.qkv(x.reshape(B * T, C))  # (B*T, 3C): every token on its own
+        qkv = qkv.reshape(B, T, 3, H, D).permute(2, 0, 3, 1, 4)  # (3, B, H, T, D)
         q, k, v = qkv[0], qkv[1], qkv[2]  # (B, H, T, D) each
         p = self.dropout if self.training else 0.0
         y = scaled_dot_product_attention(q, k, v, mask=mask, is_causal=is_causal, dropout_p=p)
-        y = y.permute(0, 2, 1, 3).reshape(B, T, C)  # (B, T, C)
-        return self.resid_dropout(self.proj(y))
+        y = y.permute(0, 2, 1, 3).reshape(B * T, C)  # (B*T, C)
+        return self.resid_dropout(self.proj(y)).reshape(B, T, C)  # (B, T, C)
 
     def extra_repr(self):
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}"
