@@ -921,12 +921,14 @@ def draw_attention_keep(fig):
                 rows[on][1].append(nbytes / 2**20)
     labels = {False: "recompute P (module 12)", True: "keep P (module 17)"}
     colors = {False: BLUE, True: ACCENT}
-    for i, (title, ylabel) in enumerate((("forward + backward time", "ms"),
+    for i, (title, ylabel) in enumerate((("forward + backward time (log scale)", "ms"),
                                          ("bytes the record keeps for backward", "MiB"))):
-        ax = fig.add_axes([0.08 + 0.5 * i, 0.16, 0.39, 0.7])
+        ax = fig.add_axes([0.08 + 0.5 * i, 0.16, 0.39, 0.64])
         for on in (False, True):
             ax.plot(lengths, rows[on][i], marker="o", color=colors[on], label=labels[on])
         ax.set_xscale("log", base=2)
+        if i == 0:
+            ax.set_yscale("log")
         ax.set_xticks(lengths)
         ax.set_xticklabels([str(t) for t in lengths])
         ax.set_xlabel("context length T")
@@ -935,7 +937,7 @@ def draw_attention_keep(fig):
         if i == 0:
             ax.legend(frameon=False, loc="upper left")
     fig.suptitle(f"Causal attention, batch {B}, {H} heads of {D}: measured by `tito site figures`",
-                 fontsize=10)
+                 fontsize=10, y=0.99)
 
 
 FIGURES.update(
