@@ -93,22 +93,21 @@ def gelu_backward_inplace(ctx, grad):
     dtype = x.dtype.type
     c = dtype(math.sqrt(2 / math.pi))
     k = dtype(0.044715)
+    half = dtype(0.5)
     x2 = x * x  # new: ours to overwrite
-    t = k * x2
-    t += 1
-    t *= x
-    t *= c  # u
+    t = np.multiply(x2, k * c)
+    t += c
+    t *= x  # u = c (x + k x^3)
     np.tanh(t, out=t)  # tanh u
-    x2 *= dtype(3) * k
-    x2 += 1
-    x2 *= x
-    x2 *= c  # x u'
+    x2 *= dtype(1.5) * k * c
+    x2 += half * c
+    x2 *= x  # x u' / 2
     s = np.multiply(t, t)
     np.subtract(1, s, out=s)  # 1 - tanh^2 u
-    x2 *= s  # x (1 - tanh^2 u) u'
-    t += 1
-    t += x2
-    t *= dtype(0.5)  # the slope
+    x2 *= s  # x (1 - tanh^2 u) u' / 2
+    t *= half
+    t += half
+    t += x2  # the slope
     t *= grad
     return (t,)
 
@@ -182,7 +181,7 @@ def attention_keep_backward(ctx, grad):
     d_probs = np.matmul(grad, np.swapaxes(v, -1, -2))  # (..., T, S)
     if drop is not None:
         d_probs *= drop
-    d_probs -= np.sum(grad * ctx.output, axis=-1, keepdims=True)  # rowsum(dP * P)
+    d_probs -= row_sums(grad * ctx.output)  # rowsum(dO * O) = rowsum(dP * P)
     d_probs *= probs  # dS
     scale = q.dtype.type(1.0 / math.sqrt(q.shape[-1]))
     grad_q = grad_k = None
