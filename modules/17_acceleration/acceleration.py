@@ -838,6 +838,13 @@ test_unit_fused_adamw()
 # `tinygpt` milestone and `benchmarks/gpt_step.py` switch the kernels on and use
 # `FusedAdamW`, `keep_freed_memory()` and `set_blas_threads` when they find the module
 # (`--plain` turns it off), and print which kernels ran.
+#
+# What the tables cannot do: replace a forward that a lesson applies directly. Attention's
+# forward is looked up (`kernel(AttentionFunction)`), so it can be swapped; GELU's forward
+# (module 02) and layer norm's (module 13) are applied as `GELUFunction.apply(...)`, so
+# only their derivative rules can. A framework that wants every forward swappable does the
+# lookup once, inside `Function.apply`; that is the next step if the profile says GELU's
+# forward is worth it (on TinyGPT it is about 5% of a step).
 
 # %% nbgrader={"grade": false, "grade_id": "registry", "locked": true, "schema_version": 3, "solution": false, "task": false}
 #| export
