@@ -82,7 +82,6 @@ from tinytorch.core.autograd import DERIVATIVES, KERNELS, derivative
 from tinytorch.core.autograd import gelu_backward as plain_gelu_backward
 from tinytorch.core.losses import CrossEntropyFunction
 from tinytorch.core.optimizers import AdamW
-from tinytorch.core.tensor import Function
 
 # %% nbgrader={"grade": false, "grade_id": "lesson-imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import time
@@ -93,8 +92,7 @@ from tinytorch.core.attention import scaled_dot_product_attention
 from tinytorch.core.autograd import gradcheck
 from tinytorch.core.losses import cross_entropy
 from tinytorch.core.tensor import Tensor, best_time, manual_seed
-from tinytorch.models.transformer import GPT, GPTConfig, LayerNormFunction, layer_norm
-from tinytorch.models.transformer import layer_norm_composed
+from tinytorch.models.transformer import GPT, GPTConfig, layer_norm, layer_norm_composed
 
 
 def rng(seed=0):

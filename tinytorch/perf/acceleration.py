@@ -19,7 +19,6 @@ from tinytorch.core.autograd import DERIVATIVES, KERNELS, derivative
 from tinytorch.core.autograd import gelu_backward as plain_gelu_backward
 from tinytorch.core.losses import CrossEntropyFunction
 from tinytorch.core.optimizers import AdamW
-from tinytorch.core.tensor import Function
 
 
 _BLAS_SETTERS = ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_",
