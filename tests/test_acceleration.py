@@ -242,12 +242,33 @@ def test_fused_adamw_is_adamw_to_the_bit():
         np.testing.assert_array_equal(np.asarray(s0[key]), np.asarray(s1[key]), err_msg=key)
 
 
-def test_fused_adamw_resumes_from_adamw_state():
-    _, plain = _train(AdamW, steps=2)
-    p = [Parameter(np.zeros(3, dtype=np.float32))]
-    fused = acc.FusedAdamW(p)
-    with pytest.raises(ValueError):  # a state of another size is refused, as module 07 does
-        fused.load_state_dict(plain.state_dict())
+def test_fused_adamw_resumes_adamw_state_exactly():
+    """A state saved by AdamW, loaded into FusedAdamW, continues exactly as AdamW would."""
+    def params():
+        return [Parameter(f32(6, 4, seed=30)), Parameter(f32(4, seed=31))]
+
+    def grads(step, ps):
+        for i, p in enumerate(ps):
+            p.grad = Tensor(f32(*p.shape, seed=40 + 10 * step + i))
+
+    first = params()
+    plain = AdamW(first, lr=1e-2, betas=(0.9, 0.99), weight_decay=0.1)
+    for step in range(2):
+        grads(step, first)
+        plain.step()
+    second = [Parameter(p.data.copy()) for p in first]
+    fused = acc.FusedAdamW(second, lr=1e-2, betas=(0.9, 0.99), weight_decay=0.1)
+    fused.load_state_dict(plain.state_dict())
+    for step in range(2, 4):
+        grads(step, first)
+        grads(step, second)
+        plain.step()
+        fused.step()
+    for a, b in zip(first, second):
+        np.testing.assert_array_equal(a.data, b.data)
+    wrong = acc.FusedAdamW([Parameter(np.zeros(3, dtype=np.float32))])
+    with pytest.raises(ValueError):  # a state of another model is refused, as module 07 does
+        wrong.load_state_dict(plain.state_dict())
 
 
 def test_full_step_same_with_and_without_kernels():
