@@ -1,5 +1,11 @@
 """One GPT training step, TinyTorch against PyTorch CPU eager, side by side in one run.
 
+Three contestants, unless told otherwise: TinyTorch with module 17 (acceleration: its fast
+kernels switched on through the kernel tables, FusedAdamW, glibc keeping freed memory), the
+plain TinyTorch of modules 01-13 (no module 17: the lessons' own code, glibc's default
+malloc), and PyTorch eager. `--plain` leaves the accelerated one out; without module 17 in
+the package it is left out and the script says so.
+
 Both frameworks train the SAME model (the `tinygpt` milestone's configuration by default:
 nanoGPT's CPU run, 4 layers, 4 heads, 128 wide, context 64, batch 12), starting from the
 SAME weights (copied from TinyTorch into PyTorch), on the SAME batches of Tiny Shakespeare,
@@ -22,6 +28,8 @@ arrays only) is printed too.
 
     .venv/bin/python benchmarks/gpt_step.py            # 3 rounds x 30 steps each
     .venv/bin/python benchmarks/gpt_step.py --quick    # 1 round of 3 steps, smoke test
+    .venv/bin/python benchmarks/gpt_step.py --threads 1 --clock cpu   # steadier when loaded
+    .venv/bin/python benchmarks/gpt_step.py --plain    # plain TinyTorch against PyTorch only
 """
 
 from __future__ import annotations
@@ -51,8 +59,11 @@ def parse_args(argv=None):
                    help="BLAS / intra-op threads for both frameworks (default: the library "
                         "defaults, all cores)")
     p.add_argument("--malloc", choices=("keep", "default"), default="keep",
-                   help="keep: glibc keeps freed memory for reuse (both frameworks; see "
-                        "README); default: glibc's own settings")
+                   help="keep: glibc keeps freed memory for reuse, in the PyTorch process and "
+                        "the accelerated TinyTorch one (module 17's keep_freed_memory; the "
+                        "plain TinyTorch never has it); default: glibc's own settings for all")
+    p.add_argument("--plain", action="store_true",
+                   help="leave out TinyTorch with module 17: plain TinyTorch against PyTorch")
     p.add_argument("--n-layer", type=int, default=4)
     p.add_argument("--n-head", type=int, default=4)
     p.add_argument("--n-embd", type=int, default=128)
@@ -63,7 +74,7 @@ def parse_args(argv=None):
                         "steadier on a busy machine, meaningful with --threads 1 only")
     p.add_argument("--profile", action="store_true",
                    help="then cProfile TinyTorch's steps in this process: where the time goes")
-    p.add_argument("--child", choices=("tinytorch", "torch"), help=argparse.SUPPRESS)
+    p.add_argument("--child", choices=("tinytorch", "plain", "torch"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.quick:
         args.steps, args.warmup, args.rounds = 3, 1, 1
@@ -73,19 +84,33 @@ def parse_args(argv=None):
 clock = time.perf_counter
 
 
+def acceleration():
+    """tinytorch.perf.acceleration when module 17 is in the package, else None."""
+    try:
+        from tinytorch.perf import acceleration as module
+
+        module.use_fast_kernels  # noqa: B018  (a half-exported module lacks it)
+    except (ImportError, AttributeError):
+        return None
+    return module
+
+
 def setup_process(args):
-    """Threads, malloc behaviour and clock, the same for both frameworks. Call before numpy."""
+    """Threads, malloc behaviour and clock, the same for both frameworks. Call before numpy.
+
+    glibc's malloc settings are module 17's `keep_freed_memory()`: the PyTorch process and the
+    accelerated TinyTorch one get it (with --malloc keep), the plain TinyTorch never does.
+    """
     global clock
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     if args.threads:
         for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ[name] = str(args.threads)
-    if args.malloc == "keep":
-        sys.path.insert(0, str(ROOT / "milestones"))
-        from _common import keep_freed_memory  # imported after the thread settings above
-
-        keep_freed_memory()
-
+    if args.malloc == "keep" and args.child in ("tinytorch", "torch"):
+        accel = acceleration()  # imported after the thread settings above
+        if accel is None:
+            raise SystemExit("--malloc keep needs module 17 (tinytorch.perf.acceleration)")
+        accel.keep_freed_memory()
 
 
 # ---- data ------------------------------------------------------------------------------
@@ -108,20 +133,30 @@ def batches(n, batch_size, block_size, seed=0):
 
 
 # ---- TinyTorch -------------------------------------------------------------------------
-def tinytorch_setup(config_kwargs, seed=0):
+def tinytorch_setup(config_kwargs, seed=0, fast=False):
+    """TinyTorch's model and training step; fast: with module 17 (kernels on, FusedAdamW).
+
+    Returns (model, step, kernels), kernels the names of the fast kernels switched on.
+    """
     import numpy as np
 
     from tinytorch.core.optimizers import AdamW, clip_grad_norm_
     from tinytorch.core.tensor import manual_seed
     from tinytorch.models.transformer import GPT, GPTConfig
 
+    accel = acceleration() if fast else None
+    if fast and accel is None:
+        raise RuntimeError("fast=True needs module 17 (tinytorch.perf.acceleration)")
     manual_seed(seed)
     model = GPT(GPTConfig(**config_kwargs))
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
-    optimizers = [AdamW(decay, lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)]
+    groups = [{"params": decay, "weight_decay": 0.1}]
     if no_decay:
-        optimizers.append(AdamW(no_decay, lr=1e-3, betas=(0.9, 0.99), weight_decay=0.0))
+        groups.append({"params": no_decay, "weight_decay": 0.0})
+    optimizer_class = accel.FusedAdamW if accel else AdamW
+    optimizers = [optimizer_class(groups, lr=1e-3, betas=(0.9, 0.99))]
+    kernels = accel.use_fast_kernels(True) if accel else accel_off()
     for p in model.parameters():
         assert p.dtype == np.float32, f"a TinyTorch parameter is {p.dtype}"
 
@@ -146,7 +181,13 @@ def tinytorch_setup(config_kwargs, seed=0):
                     f"{name}: parameter {p.dtype}, gradient {p.grad.dtype}")
         return loss.item()
 
-    return model, step
+    return model, step, kernels
+
+
+def accel_off():
+    """Switch module 17's kernels off if it is there (a plain run in a process that has it)."""
+    accel = acceleration()
+    return accel.use_fast_kernels(False) if accel else ()
 
 
 # ---- PyTorch ---------------------------------------------------------------------------
@@ -273,12 +314,13 @@ def child(args):
     config = config_of(args)
     data, vocab = batches(args.warmup + args.steps, args.batch_size, args.block_size)
     config["vocab_size"] = vocab
-    if args.child == "tinytorch":
-        model, step = tinytorch_setup(config)
+    kernels = ()
+    if args.child in ("tinytorch", "plain"):
+        model, step, kernels = tinytorch_setup(config, fast=args.child == "tinytorch")
     else:
         import torch  # noqa: F401
 
-        tt_model, _ = tinytorch_setup(config)
+        tt_model, _, _ = tinytorch_setup(config)
         weights = {name: p.data for name, p in tt_model.named_parameters(remove_duplicate=False)}
         model, step = torch_setup(config, weights, args.threads)
         del tt_model, weights
@@ -294,8 +336,9 @@ def child(args):
     times = []
     for i, (x, y) in enumerate(data):
         loss = step(x, y, times if i >= args.warmup else None)
-    result = {"times": times, "loss": loss, "rss_base": base, "rss_peak": _proc_status("VmHWM")}
-    if args.child == "tinytorch":
+    result = {"times": times, "loss": loss, "rss_base": base, "rss_peak": _proc_status("VmHWM"),
+              "kernels": list(kernels)}
+    if args.child in ("tinytorch", "plain"):
         import tracemalloc
 
         tracemalloc.start()
@@ -347,11 +390,16 @@ def agreement_check(args):
     config = config_of(args)
     data, vocab = batches(1, args.batch_size, args.block_size)
     config["vocab_size"] = vocab
-    tt_model, tt_step = tinytorch_setup(config)
+    tt_model, tt_step, _ = tinytorch_setup(config)
     weights = {name: p.data.copy() for name, p in tt_model.named_parameters(remove_duplicate=False)}
     _, pt_step = torch_setup(config, weights, args.threads)
-    first_tt, first_pt = tt_step(*data[0]), pt_step(*data[0])
-    return tt_model.num_parameters(), vocab, first_tt, first_pt, np.__version__
+    first_plain, first_pt = tt_step(*data[0]), pt_step(*data[0])
+    first_fast = None
+    if not args.plain and acceleration() is not None:
+        _, fast_step, _ = tinytorch_setup(config, fast=True)
+        first_fast = fast_step(*data[0])
+        accel_off()
+    return tt_model.num_parameters(), vocab, first_plain, first_fast, first_pt, np.__version__
 
 
 def profile_tinytorch(args):
@@ -361,7 +409,7 @@ def profile_tinytorch(args):
     config = config_of(args)
     data, vocab = batches(args.warmup + args.steps, args.batch_size, args.block_size)
     config["vocab_size"] = vocab
-    _, step = tinytorch_setup(config)
+    _, step, kernels = tinytorch_setup(config, fast=not args.plain and acceleration() is not None)
     for x, y in data[:args.warmup]:
         step(x, y)
     profiler = cProfile.Profile()
@@ -369,8 +417,12 @@ def profile_tinytorch(args):
     for x, y in data[args.warmup:]:
         step(x, y, [])
     profiler.disable()
-    print(f"\nTinyTorch profile of {args.steps} steps (top 25 by own time):")
+    which = f"with module 17 ({', '.join(kernels)})" if kernels else "plain"
+    print(f"\nTinyTorch profile, {which}, of {args.steps} steps (top 25 by own time):")
     pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+
+
+LABELS = {"tinytorch": "tinytorch+17", "plain": "tinytorch", "torch": "pytorch"}
 
 
 def main(argv=None):
@@ -383,46 +435,67 @@ def main(argv=None):
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    n_params, vocab, first_tt, first_pt, np_version = agreement_check(args)
+    n_params, vocab, first_plain, first_fast, first_pt, np_version = agreement_check(args)
+    fast = first_fast is not None
     tokens = args.batch_size * args.block_size
     print(f"GPT: {args.n_layer} layers, {args.n_head} heads, {args.n_embd} wide, context "
           f"{args.block_size}, batch {args.batch_size}, vocab {vocab}: {n_params:,} parameters "
           f"({tokens} tokens per step)")
-    print(f"threads: {args.threads or 'library default (all cores)'}; malloc: {args.malloc}; "
+    print(f"threads: {args.threads or 'library default (all cores)'}; malloc: {args.malloc} "
+          f"(pytorch{' and tinytorch+17' if fast else ''}; plain tinytorch: glibc default); "
           f"clock: {args.clock}; numpy {np_version}, torch {torch.__version__}")
+    if not fast:
+        print("module 17 (acceleration): " + ("left out (--plain)" if args.plain else
+              "not in this package: only the plain framework runs (tito module complete 17)"))
+    first_tt = first_fast if fast else first_plain
     print(f"first-step loss: tinytorch {first_tt:.6f}, torch {first_pt:.6f} "
-          f"(same weights, same batch: must agree)")
-    if abs(first_tt - first_pt) > 1e-4:
-        print("[error] the two models disagree: the comparison is not like for like")
+          f"(same weights, same batch: must agree)"
+          + (f"; plain tinytorch {first_plain:.6f}" if fast else ""))
+    if abs(first_tt - first_pt) > 1e-4 or abs(first_plain - first_pt) > 1e-4:
+        print("[error] the models disagree: the comparison is not like for like")
         return 1
 
-    runs = {"tinytorch": [], "torch": []}
-    order = ("tinytorch", "torch")
+    order = ("tinytorch", "plain", "torch") if fast else ("plain", "torch")
+    runs = {name: [] for name in order}
     for r in range(args.rounds):
-        for framework in (order if r % 2 == 0 else order[::-1]):
+        turn = order[r % len(order):] + order[:r % len(order)]  # rotate who goes first
+        for framework in (turn if r % 2 == 0 else turn[::-1]):
             runs[framework].append(run_child(args, framework))
+    if fast:
+        print("module 17 kernels on in tinytorch+17: "
+              + ", ".join(runs["tinytorch"][0]["kernels"]) + "; optimizer FusedAdamW")
     print(f"\n{args.rounds} round(s) x {args.steps} timed steps per framework, after "
           f"{args.warmup} warm-up steps, each framework in its own process (medians, ms):")
-    print(f"{'':12s}{'step':>9s}{'forward':>10s}{'backward':>10s}{'optimizer':>11s}"
+    print(f"{'':14s}{'step':>9s}{'forward':>10s}{'backward':>10s}{'optimizer':>11s}"
           f"{'tokens/s':>10s}")
     results = {}
-    for name, label in (("tinytorch", "tinytorch"), ("torch", "pytorch")):
+    for name in order:
         times = [t for run in runs[name] for t in run["times"]]
         ms, parts = summary(times)
         results[name] = ms
-        print(f"{label:12s}{ms:9.1f}{parts[0]:10.1f}{parts[1]:10.1f}{parts[2]:11.1f}"
+        print(f"{LABELS[name]:14s}{ms:9.1f}{parts[0]:10.1f}{parts[1]:10.1f}{parts[2]:11.1f}"
               f"{tokens / ms * 1e3:10,.0f}")
-    ratio = results["tinytorch"] / results["torch"]
-    per_round = [summary(a["times"])[0] / summary(b["times"])[0]
-                 for a, b in zip(runs["tinytorch"], runs["torch"])]
-    print(f"ratio tinytorch / pytorch: {ratio:.2f}x per step (target <= 1.5x); per round: "
-          + ", ".join(f"{r:.2f}x" for r in per_round))
-    print(f"loss after the last step: tinytorch {runs['tinytorch'][0]['loss']:.4f}, "
-          f"pytorch {runs['torch'][0]['loss']:.4f}")
+    ratios, per_round = {}, {}
+    for name in order[:-1]:
+        ratios[name] = results[name] / results["torch"]
+        per_round[name] = [summary(a["times"])[0] / summary(b["times"])[0]
+                           for a, b in zip(runs[name], runs["torch"])]
+        target = " (target <= 1.00)" if name == "tinytorch" else ""
+        print(f"ratio {LABELS[name]} / pytorch: {ratios[name]:.2f}x per step{target}; per round: "
+              + ", ".join(f"{r:.2f}x" for r in per_round[name]))
+    if fast:
+        gain = [summary(a["times"])[0] / summary(b["times"])[0]
+                for a, b in zip(runs["plain"], runs["tinytorch"])]
+        print(f"module 17 makes the step {results['plain'] / results['tinytorch']:.2f}x faster "
+              "(per round: " + ", ".join(f"{g:.2f}x" for g in gain) + ")")
+    main_tt = "tinytorch" if fast else "plain"
+    print(f"loss after the last step: tinytorch {runs[main_tt][0]['loss']:.4f}, "
+          f"pytorch {runs['torch'][0]['loss']:.4f}"
+          + (f"; plain tinytorch {runs['plain'][0]['loss']:.4f}" if fast else ""))
 
     print("\npeak memory of training above the built model (VmHWM - VmRSS before step 1):")
     memory = {}
-    for name, label in (("tinytorch", "tinytorch"), ("torch", "pytorch")):
+    for name in order:
         grown = max(run["rss_peak"] - run["rss_base"] for run in runs[name])
         base = runs[name][0]["rss_base"]
         memory[name] = grown
@@ -430,13 +503,19 @@ def main(argv=None):
         if "tracemalloc_peak" in runs[name][0]:
             peak = max(run["tracemalloc_peak"] for run in runs[name])
             extra = f"; tracemalloc peak of one step {peak / 2**20:.1f} MiB"
-        print(f"  {label:10s} {grown / 2**20:6.1f} MiB (process base {base / 2**20:.0f} MiB){extra}")
+        print(f"  {LABELS[name]:13s} {grown / 2**20:6.1f} MiB (process base "
+              f"{base / 2**20:.0f} MiB){extra}")
     print(f"  weights: {n_params * 4 / 2**20:.1f} MiB float32")
     if args.profile:
         profile_tinytorch(args)
-    print("RESULT " + json.dumps({"tinytorch_ms": results["tinytorch"],
-                                  "torch_ms": results["torch"], "ratio": ratio,
-                                  "per_round": per_round, "memory_bytes": memory}))
+    result = {"tinytorch_ms": results[main_tt], "torch_ms": results["torch"],
+              "ratio": ratios[main_tt], "per_round": per_round[main_tt],
+              "accelerated": fast, "plain_ms": results["plain"], "plain_ratio": ratios["plain"],
+              "plain_per_round": per_round["plain"],
+              "kernels": runs["tinytorch"][0]["kernels"] if fast else [],
+              "memory_bytes": {("tinytorch" if name == main_tt else name): memory[name]
+                               for name in order}}
+    print("RESULT " + json.dumps(result))
     return 0
 
 

@@ -94,25 +94,14 @@ def save_plot(path: str, series: dict[str, list[float]], xlabel: str, title: str
 
 
 def keep_freed_memory():
-    """Ask glibc (Linux) to reuse freed memory instead of returning it to the kernel.
+    """Module 17's keep_freed_memory() (glibc keeps freed memory for reuse) when module 17 is
+    completed; False, and nothing changed, otherwise.
 
-    NumPy allocates every temporary with malloc; by default glibc gives blocks of about a
-    megabyte fresh pages from the kernel (mmap) and trims the heap when its top is free, so
-    every training step page-faults its temporaries in again. A fixed mmap threshold and
-    no trimming keep the step's memory mapped for reuse: the same as setting
-    MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ in the environment. Harmless
-    elsewhere: returns False and changes nothing.
+    The allocator setting is taught and lives in module 17 (tinytorch.perf.acceleration);
+    this name stays for the benchmarks that still import it from here (conv_step.py).
     """
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    if not name or not sys.platform.startswith("linux"):
-        return False
     try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError):
+        from tinytorch.perf.acceleration import keep_freed_memory as keep
+    except (ImportError, AttributeError):  # module 17 not completed
         return False
-    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-    return bool(mallopt(M_MMAP_THRESHOLD, 32 << 20) and mallopt(M_TRIM_THRESHOLD, 1 << 30))
+    return bool(keep())

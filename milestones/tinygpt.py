@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import console, curve_table, keep_freed_memory, need_tinytorch, parser
+from _common import console, curve_table, need_tinytorch, parser
 from tito.course.datasets import encode_splits, get_batch, load_text, split_loss, tiled_windows
 
 DEFAULTS = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64}
@@ -83,23 +83,53 @@ def verdict(val):
                    "modules 06-13), whose gradient checks find most such bugs.")
 
 
-def set_blas_threads(n):
-    """Use n threads in NumPy's BLAS (the OpenBLAS bundled with NumPy wheels), at run time."""
-    import ctypes
-    import glob
-    import os
+def acceleration():
+    """tinytorch.perf.acceleration when module 17 is completed, else None."""
+    try:
+        from tinytorch.perf import acceleration as module
 
-    folder = os.path.dirname(np.__file__) + ".libs"
-    for path in sorted(glob.glob(os.path.join(folder, "*openblas*.so*"))):
-        lib = ctypes.CDLL(path)  # already loaded by NumPy: the same library instance
-        for symbol in ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_",
-                       "openblas_set_num_threads"):
-            setter = getattr(lib, symbol, None)
-            if setter is not None:
-                setter.argtypes = (ctypes.c_int,)
-                setter(int(n))
-                return True
-    return False
+        module.use_fast_kernels  # noqa: B018  (a half-exported module lacks it)
+    except (ImportError, AttributeError):
+        return None
+    return module
+
+
+def set_blas_threads(n):
+    """Module 17's set_blas_threads(n) when it is completed; False (nothing done) otherwise.
+
+    Kept for benchmarks/compression.py, which calls it through this milestone."""
+    accel = acceleration()
+    return bool(accel and accel.set_blas_threads(n))
+
+
+def keep_freed_memory():
+    """Module 17's keep_freed_memory() when it is completed; False (nothing done) otherwise.
+
+    Kept for benchmarks/compression.py and quantization.py, which call it through this
+    milestone."""
+    accel = acceleration()
+    return bool(accel and accel.keep_freed_memory())
+
+
+def speed_setup(args):
+    """Module 17's speed-ups unless --plain: (optimizer class, kernel names, one-line note)."""
+    from tinytorch.core.optimizers import AdamW
+
+    accel = None if args.plain else acceleration()
+    if accel is None:
+        if args.threads:
+            console.print("[yellow]note:[/] --threads needs module 17 (acceleration); ignored "
+                          "(set OPENBLAS_NUM_THREADS before starting instead)")
+        why = "--plain" if args.plain else "module 17 (acceleration) not completed"
+        return AdamW, (), f"plain framework ({why}): the lessons' own kernels, AdamW"
+    accel.keep_freed_memory()
+    if args.threads and not accel.set_blas_threads(args.threads):
+        console.print("[yellow]note:[/] could not find NumPy's OpenBLAS; --threads ignored "
+                      "(set OPENBLAS_NUM_THREADS instead)")
+    kernels = accel.use_fast_kernels(True)
+    return accel.FusedAdamW, kernels, (
+        f"module 17 (acceleration): kernels {', '.join(kernels)}; FusedAdamW; freed memory kept "
+        "for reuse (--plain turns all of it off)")
 
 
 def arguments():
@@ -117,7 +147,9 @@ def arguments():
                        help=f"model size (default {default}; with --sample-only, the checkpoint's)")
     p.add_argument("--threads", type=int, default=None,
                    help="threads for NumPy's matrix products (default: all cores); 1 is often "
-                        "faster on a machine busy with other work")
+                        "faster on a machine busy with other work (needs module 17)")
+    p.add_argument("--plain", action="store_true",
+                   help="do not use module 17's fast kernels, FusedAdamW and malloc settings")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--min-lr", type=float, default=1e-4)
     p.add_argument("--warmup", type=int, default=100)
@@ -303,6 +335,33 @@ def save_pretrained(folder, model, info):
                           json.dumps(gpt2_config(model.config, info), indent=2) + "\n")
 
 
+OPTIMIZER_STATE = "optimizer.npz"
+
+
+def save_optimizer(folder, optimizer):
+    """The optimizer's state_dict() (module 07: steps, moments, groups) as folder/optimizer.npz.
+
+    Beside the Hugging Face files, which stay untouched; AdamW and FusedAdamW read it back
+    with load_optimizer. Written to a temporary file first, then renamed."""
+    path = Path(folder) / OPTIMIZER_STATE
+    partial = path.with_name(path.name + ".partial")
+    with open(partial, "wb") as f:
+        np.savez(f, **{key: np.asarray(value) for key, value in optimizer.state_dict().items()})
+    partial.replace(path)
+
+
+def load_optimizer(folder, optimizer):
+    """Load folder/optimizer.npz into `optimizer` (built over the same model and groups)."""
+    path = Path(folder) / OPTIMIZER_STATE
+    if not path.is_file():
+        raise Failure(f"{path} does not exist: the folder holds no optimizer state")
+    with np.load(path, allow_pickle=False) as saved:
+        try:
+            optimizer.load_state_dict({key: saved[key] for key in saved.files})
+        except ValueError as error:
+            raise Failure(f"{path}: {error}") from None
+
+
 def load_pretrained(folder, requested=None):
     """(model, info) from a folder that save_pretrained wrote; Failure on anything amiss."""
     import json
@@ -428,7 +487,7 @@ class Progress:
 
 
 def train(args, tt):
-    from tinytorch.core.optimizers import AdamW, clip_grad_norm_
+    from tinytorch.core.optimizers import clip_grad_norm_
     from tinytorch.core.training import CosineWarmup, TrainingError, set_lr
     from tinytorch.models.transformer import GPT, GPTConfig
     from tinytorch.text.tokenization import CharTokenizer
@@ -444,11 +503,13 @@ def train(args, tt):
     tt.manual_seed(args.seed)
     config = GPTConfig(vocab_size=tokenizer.vocab_size, **sizes)
     model = GPT(config)
+    optimizer_class, _, speed_note = speed_setup(args)
     decay = [p for p in model.parameters() if p.ndim >= 2]  # matrices and embeddings
     no_decay = [p for p in model.parameters() if p.ndim < 2]  # norm weights, biases
-    optimizers = [AdamW(decay, lr=args.lr, betas=(0.9, 0.99), weight_decay=args.weight_decay)]
+    groups = [{"params": decay, "weight_decay": args.weight_decay}]
     if no_decay:
-        optimizers.append(AdamW(no_decay, lr=args.lr, betas=(0.9, 0.99), weight_decay=0.0))
+        groups.append({"params": no_decay, "weight_decay": 0.0})
+    optimizer = optimizer_class(groups, lr=args.lr, betas=(0.9, 0.99))
     steps = 10 if args.quick else args.steps
     eval_every = 5 if args.quick else args.eval_every
     n_eval = 2 if args.quick else args.eval_batches
@@ -458,6 +519,7 @@ def train(args, tt):
                   f"batch {args.batch_size}, {steps} steps, lr {args.lr:g} -> {args.min_lr:g} "
                   f"(warm-up {schedule.warmup_steps}), evaluation every {eval_every} steps on "
                   f"{n_eval} batches per split")
+    console.print(speed_note)
 
     batch_rng = np.random.default_rng(args.seed)
     eval_rng = np.random.default_rng(args.seed + 1)
@@ -470,8 +532,7 @@ def train(args, tt):
     try:
         for step in range(steps):
             lr = schedule(step)
-            for opt in optimizers:
-                set_lr(opt, lr)
+            set_lr(optimizer, lr)
             x, y = get_batch(train_data, args.batch_size, config.block_size, batch_rng)
             began = time.perf_counter()
             _, loss = model(x, y)
@@ -479,12 +540,10 @@ def train(args, tt):
             if not math.isfinite(value):
                 raise TrainingError(
                     f"step {step}: the loss is {value}; training diverged (lr {lr:.3g})")
-            for opt in optimizers:
-                opt.zero_grad()
+            optimizer.zero_grad()
             loss.backward()
             clip_grad_norm_(model.parameters(), 1.0)
-            for opt in optimizers:
-                opt.step()
+            optimizer.step()
             train_seconds += time.perf_counter() - began
             done = step + 1
             progress.update(done, value, tokens_per_step * done / train_seconds)
@@ -522,8 +581,10 @@ def train(args, tt):
     out = Path(args.out)
     save_pretrained(out, model, {"chars": tokenizer.chars, "step": steps, "val_loss": val,
                                  "train_loss": final["train"], "seconds": round(wall, 1)})
+    save_optimizer(out, optimizer)
     console.print(f"saved the model, its config and its vocabulary to {out}/ "
-                  f"({GPT2_CONFIG} + {GPT2_WEIGHTS}, Hugging Face's GPT-2 layout)")
+                  f"({GPT2_CONFIG} + {GPT2_WEIGHTS}, Hugging Face's GPT-2 layout; the AdamW "
+                  f"state in {OPTIMIZER_STATE})")
     print_samples(model, tokenizer, prompt_ids, args, args.seed)
     if args.quick:
         return 0
@@ -546,10 +607,6 @@ def reference_run(args):
 
 def main() -> int:
     args = arguments()
-    keep_freed_memory()
-    if args.threads and not set_blas_threads(args.threads):
-        console.print("[yellow]note:[/] could not find NumPy's OpenBLAS; --threads ignored "
-                      "(set OPENBLAS_NUM_THREADS instead)")
     tt = need_tinytorch()
     try:
         import tinytorch.models.transformer  # noqa: F401

@@ -53,6 +53,41 @@ def test_quick_run_trains_evaluates_saves_and_samples(quick_run):
 
 
 @slow
+def test_quick_run_uses_module_17_and_saves_the_optimizer_state(quick_run, milestone):
+    """Module 17's kernels are named; optimizer.npz holds one AdamW's state over the model's
+    two parameter groups and loads into module 07's AdamW and module 17's FusedAdamW."""
+    from tinytorch.core.optimizers import AdamW
+    from tinytorch.perf.acceleration import FusedAdamW
+
+    folder, done = quick_run
+    assert "module 17 (acceleration): kernels gelu_backward_inplace" in done.stdout
+    model, _ = milestone.load_pretrained(folder / "run")
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    other = [p for p in model.parameters() if p.ndim < 2]
+    with np.load(folder / "run" / "optimizer.npz", allow_pickle=False) as saved:
+        assert int(saved["steps"]) == 10 and float(saved["group.0.weight_decay"]) == 0.1
+        assert float(saved["group.1.weight_decay"]) == 0.0
+    for cls in (AdamW, FusedAdamW):
+        opt = cls([{"params": decay}, {"params": other, "weight_decay": 0.0}], lr=1.0)
+        milestone.load_optimizer(folder / "run", opt)
+        assert opt.steps == 10 and opt.state[0]["step"] == 10
+        assert opt.state[0]["exp_avg"].shape == decay[0].shape
+        assert opt.param_groups[0]["weight_decay"] == 0.1
+    wrong = AdamW([{"params": decay[:1]}], lr=1.0)
+    with pytest.raises(milestone.Failure, match="optimizer.npz"):
+        milestone.load_optimizer(folder / "run", wrong)
+
+
+@slow
+def test_plain_run_says_it_is_plain(tmp_path):
+    done = run_tito("milestone", "run", "tinygpt", "--quick", "--plain", "--out",
+                    str(tmp_path / "run"), "--tokens", "10", cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "plain framework (--plain)" in done.stdout
+    assert "gelu_backward_inplace" not in done.stdout
+
+
+@slow
 def test_sample_only_from_the_checkpoint(quick_run):
     folder, _ = quick_run
     done = sample(folder, "--prompt", "ROMEO:")

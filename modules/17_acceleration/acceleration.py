@@ -1,0 +1,1064 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Module 17: Acceleration
+#
+# ## Overview
+#
+# A TinyGPT training step does about 4 GFLOP of arithmetic, and NumPy's BLAS runs matrix
+# products at close to 200 GFLOP/s on two cores: about 21 ms of work. Your step takes two to
+# three times that. Module 14's profiler told you where the rest goes: element-wise passes
+# over wide arrays (GELU, softmax, layer norm), temporaries that are allocated, page-faulted
+# in and freed on every step, work done twice (attention recomputes its probabilities in
+# backward), small matrix products, and the Python around every operation.
+#
+# This module wins that time back, one measured change at a time, without making the earlier
+# lessons harder to read. Modules 06 and 12 stay textbook code. The fast versions live here
+# and plug into your framework through two documented tables: module 06's `DERIVATIVES`
+# (which rule differentiates an operation) and its `KERNELS` (which `Function` runs when a
+# lesson applies an operation). Nothing assigns attributes onto another module's classes:
+# you can always read off the tables what runs, and switch every fast kernel off again with
+# `use_fast_kernels(False)` to measure what it bought.
+#
+# ## Learning objectives
+#
+# - Measure what vectorization buys: a Python loop against one NumPy call.
+# - Read an array's strides; know which views copy when made contiguous, and what a
+#   transposed operand costs.
+# - Control BLAS's threads at run time and measure small and large products with 1 and 2.
+# - Explain why freed temporaries cost page faults, and keep them mapped with `mallopt`.
+# - Write in-place and fused kernels (GELU's backward, softmax-cross-entropy's backward,
+#   attention that keeps its probabilities, an AdamW update without temporaries), each
+#   checked against the plain one by value and by central differences.
+# - Measure the trade of keeping against recomputing: milliseconds against bytes.
+#
+# ## What you build
+#
+# - `gelu_backward_inplace(ctx, grad)`: the tanh-GELU derivative in three arrays.
+# - `cross_entropy_backward_inplace(ctx, grad)`: softmax minus one-hot, in one buffer.
+# - `row_sums(a)` and `AttentionKeepFunction`: attention whose forward keeps the
+#   probabilities, so its backward does not recompute them.
+# - `FusedAdamW`: AdamW's update with no temporaries, state for state the same optimizer.
+# - Given: `set_blas_threads(n)`, `blas_threads()`, `keep_freed_memory()`, the table of
+#   fast kernels `FAST_KERNELS`, `use_fast_kernels(on)`, `fast_kernels(on)` and
+#   `active_kernels()`.
+#
+# ## What you are not building yet
+#
+# - **Compiled kernels.** Everything here is NumPy; a C or Numba kernel would fuse a whole
+#   GELU into one pass, and a GPU is another course. The point is to find where the time
+#   goes and to take the wins NumPy allows.
+# - **Flash attention's tiling.** You keep or recompute the whole `(T, T)` matrix; tiling it
+#   so that it never exists at once matters at long contexts, not at 64.
+# - **Benchmark statistics.** Module 19 builds the harness (repeats, confidence intervals,
+#   paired runs) that turns these measurements into claims.
+
+# %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#| default_exp perf.acceleration
+#| export
+import contextlib
+import ctypes
+import glob
+import math
+import os
+import sys
+
+import numpy as np
+
+from tinytorch.core.activations import GELUFunction
+from tinytorch.core.attention import AttentionFunction
+from tinytorch.core.autograd import DERIVATIVES, KERNELS, derivative
+from tinytorch.core.autograd import gelu_backward as plain_gelu_backward
+from tinytorch.core.losses import CrossEntropyFunction
+from tinytorch.core.optimizers import AdamW
+
+# %% nbgrader={"grade": false, "grade_id": "lesson-imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
+import time
+import tracemalloc
+
+from tinytorch.core.activations import gelu
+from tinytorch.core.attention import scaled_dot_product_attention
+from tinytorch.core.autograd import gradcheck
+from tinytorch.core.losses import cross_entropy
+from tinytorch.core.tensor import Tensor, best_time, manual_seed
+from tinytorch.models.transformer import GPT, GPTConfig, layer_norm, layer_norm_composed
+
+
+def rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def f32(*shape, seed=0, scale=1.0):
+    return (rng(seed).standard_normal(shape) * scale).astype(np.float32)
+
+
+# %% [markdown]
+# ## Part 1: vectorization
+#
+# A Python loop pays the interpreter for every element: fetch a float object, multiply, box
+# the result, around 50 ns each. One NumPy call pays that once and then runs a C loop over
+# the whole array, often with SIMD instructions that do 8 float32 multiplications at once.
+# The cell below measures a dot product of 100,000 numbers both ways. The ratio is why every
+# lesson of this course works on whole arrays, and why a framework's speed is set by how
+# many NumPy calls a step makes and how large they are, not by Python code around them.
+
+# %% nbgrader={"grade": false, "grade_id": "demo-vectorize", "locked": false, "schema_version": 3, "solution": false, "task": false}
+def vectorization_report(n=100_000):
+    a, b = f32(n, seed=1), f32(n, seed=2)
+    xs, ys = a.tolist(), b.tolist()
+
+    def loop():
+        total = 0.0
+        for x, y in zip(xs, ys):
+            total += x * y
+        return total
+
+    slow = best_time(loop, repeat=3)
+    fast = best_time(lambda: np.dot(a, b), repeat=20)
+    print(f"dot of {n:,} float32: Python loop {slow * 1e3:.2f} ms, np.dot {fast * 1e6:.1f} us "
+          f"({slow / fast:,.0f}x)")
+    return slow / fast
+
+
+vectorization_report()
+
+# %% [markdown]
+# ## Part 2: memory layout
+#
+# A NumPy array is a pointer, a shape and **strides**: how many bytes to step for one move
+# along each axis. A C-ordered `(B, T, C)` float32 array has strides `(T*C*4, C*4, 4)`: the
+# last axis is contiguous. `a.T`, `a.swapaxes(1, 2)`, `a.permute(...)` and slicing make
+# views: new strides over the same bytes, free. The bill comes later, when something needs
+# contiguous memory (`reshape` of a permuted array copies; so does `np.ascontiguousarray`),
+# or when a loop walks memory against the grain: summing columns of a C-ordered matrix reads
+# every cache line for one float of it. BLAS takes a transposed operand for free (it has a
+# flag for it), which is why `x @ W.T` in `Linear` costs nothing extra. The attention heads'
+# `permute` followed by `reshape`, on the other hand, is a real copy every time.
+
+# %% nbgrader={"grade": false, "grade_id": "demo-layout", "locked": false, "schema_version": 3, "solution": false, "task": false}
+def layout_report(B=12, T=64, H=4, D=32):
+    a = f32(B, T, H, D)
+    heads = a.transpose(0, 2, 1, 3)  # (B, H, T, D): a view
+    print(f"(B, T, H, D) strides {a.strides}; permuted to (B, H, T, D): strides "
+          f"{heads.strides}, contiguous: {heads.flags['C_CONTIGUOUS']}, same memory: "
+          f"{np.shares_memory(a, heads)}")
+    view = best_time(lambda: a.transpose(0, 2, 1, 3), repeat=20)
+    copy = best_time(lambda: np.ascontiguousarray(heads), repeat=20)
+    print(f"making the view: {view * 1e6:.1f} us; making it contiguous (a copy of "
+          f"{a.nbytes / 2**20:.1f} MiB): {copy * 1e6:.0f} us")
+    m = f32(1024, 1024)
+    rows = best_time(lambda: m.sum(axis=1), repeat=10)
+    cols = best_time(lambda: m.T.copy().sum(axis=1), repeat=10)
+    print(f"row sums of a 1024x1024 float32: {rows * 1e6:.0f} us; column sums through a "
+          f"transposed copy: {cols * 1e6:.0f} us")
+    w = f32(384, 128, seed=1)
+    x = f32(768, 128, seed=2)
+    free = best_time(lambda: x @ w.T, repeat=20)
+    fresh = best_time(lambda: x @ np.ascontiguousarray(w.T), repeat=20)
+    print(f"x @ W.T with the transposed view: {free * 1e6:.0f} us; copying W.T first: "
+          f"{fresh * 1e6:.0f} us (BLAS reads a transposed operand as it is)")
+
+
+layout_report()
+
+# %% [markdown]
+# ## Part 3: BLAS and its threads
+#
+# NumPy hands matrix products to OpenBLAS, which splits a large product over all cores. For
+# a small one, waking the threads costs more than it saves, and on a machine shared with
+# other work a second thread may wait for a core. The count can be set before NumPy loads
+# (`OPENBLAS_NUM_THREADS=1`) or at run time through OpenBLAS's own function, which the given
+# `set_blas_threads(n)` finds in the library NumPy already loaded. Measure your machine:
+# the answer depends on the product's size and on who else is running.
+
+# %% nbgrader={"grade": false, "grade_id": "blas-threads", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#| export
+_BLAS_SETTERS = ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_",
+                 "openblas_set_num_threads")
+_BLAS_GETTERS = ("scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_",
+                 "openblas_get_num_threads")
+
+
+def _openblas_function(names):
+    """The first of `names` exported by the OpenBLAS that NumPy loaded, or None."""
+    folder = os.path.dirname(np.__file__) + ".libs"  # where NumPy's wheels keep it
+    for path in sorted(glob.glob(os.path.join(folder, "*openblas*.so*"))):
+        lib = ctypes.CDLL(path)  # already loaded by NumPy: the same library instance
+        for name in names:
+            function = getattr(lib, name, None)
+            if function is not None:
+                return function
+    return None
+
+
+def set_blas_threads(n):
+    """Use n threads in NumPy's BLAS from now on. True if done, False if no OpenBLAS found.
+
+    Only the OpenBLAS bundled with NumPy's wheels is found; with another BLAS, set
+    OPENBLAS_NUM_THREADS / MKL_NUM_THREADS / OMP_NUM_THREADS before starting Python.
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"set_blas_threads(n): n must be a positive integer, got {n!r}")
+    setter = _openblas_function(_BLAS_SETTERS)
+    if setter is None:
+        return False
+    setter.argtypes, setter.restype = (ctypes.c_int,), None
+    setter(int(n))
+    return True
+
+
+def blas_threads():
+    """How many threads NumPy's OpenBLAS uses now, or None if it cannot be asked."""
+    getter = _openblas_function(_BLAS_GETTERS)
+    if getter is None:
+        return None
+    getter.restype = ctypes.c_int
+    return int(getter())
+
+
+# %% nbgrader={"grade": false, "grade_id": "demo-threads", "locked": false, "schema_version": 3, "solution": false, "task": false}
+def threads_report():
+    before = blas_threads()
+    if before is None:
+        print("this NumPy's BLAS is not the bundled OpenBLAS: thread control skipped")
+        return
+    shapes = {"small (64x32)@(32x64)": (f32(64, 32), f32(32, 64)),
+              "large (768x128)@(128x512)": (f32(768, 128), f32(128, 512))}
+    counts = sorted({1, max(1, os.cpu_count() or 1)})
+    try:
+        for label, (a, b) in shapes.items():
+            flops = 2 * a.shape[0] * a.shape[1] * b.shape[1]
+            parts = []
+            for n in counts:
+                set_blas_threads(n)
+                t = best_time(lambda: a @ b, repeat=20)
+                parts.append(f"{n} thread(s) {t * 1e6:.0f} us ({flops / t / 1e9:.0f} GFLOP/s)")
+            print(f"{label}: " + ", ".join(parts))
+    finally:
+        set_blas_threads(before)
+
+
+threads_report()
+
+# %% [markdown]
+# ## Part 4: allocation reuse
+#
+# Every NumPy temporary is a `malloc`. glibc serves a large request (above about 128 KiB at
+# first) with a fresh `mmap` from the kernel and returns it with `munmap` when freed; and it
+# trims its heap when the top is free. The next step asks for the same sizes again and gets
+# fresh pages, and **each page faults** the first time it is written (the kernel zeroes 4 KiB
+# and maps it): for a step's hundred megabytes of temporaries that is tens of thousands of
+# page faults, every step. Two `mallopt` settings keep the memory instead: a fixed mmap
+# threshold of 32 MiB (smaller blocks come from the heap) and no trimming below 1 GiB. Freed
+# temporaries then stay mapped and the next step reuses them. The given
+# `keep_freed_memory()` sets both, process-wide (the same as the environment variables
+# `MALLOC_MMAP_THRESHOLD_` and `MALLOC_TRIM_THRESHOLD_`); it is a no-op off glibc.
+#
+# The cell counts the minor page faults of a loop that makes sixteen 2 MiB temporaries at a
+# time and frees them, as a step does, before and after. (Once set, the setting stays for this process: the second count is what your
+# training steps see afterwards.)
+
+# %% nbgrader={"grade": false, "grade_id": "malloc", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#| export
+def keep_freed_memory():
+    """Ask glibc (Linux) to keep freed memory for reuse instead of returning it to the kernel.
+
+    Sets a fixed mmap threshold (32 MiB) and a trim threshold of 1 GiB, so the temporaries a
+    training step frees are reused by the next step without page faults. Returns True if
+    glibc accepted both, False elsewhere (nothing changed).
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        # CDLL(None): the symbols already loaded into this process, glibc's among them
+        # (ctypes.util.find_library would start a subprocess to look for the file).
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    return bool(mallopt(M_MMAP_THRESHOLD, 32 << 20) and mallopt(M_TRIM_THRESHOLD, 1 << 30))
+
+
+# %% nbgrader={"grade": false, "grade_id": "demo-malloc", "locked": false, "schema_version": 3, "solution": false, "task": false}
+def page_faults():
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def malloc_report(steps=10, n=512 * 1024):
+    x = f32(n)
+
+    def work():  # like a training step: temporaries that live together, then are freed
+        for _ in range(steps):
+            alive = [x * np.float32(i) for i in range(16)]  # 16 fresh 2 MiB arrays
+            del alive
+
+    def measure():
+        work()  # warm up
+        faults, t0 = page_faults(), time.perf_counter()
+        work()
+        return (page_faults() - faults) / steps, (time.perf_counter() - t0) / steps
+
+    if page_faults() is None:
+        print("no page-fault counter on this platform")
+        return
+    faults, seconds = measure()
+    print(f"16 temporaries of 2 MiB, {steps} times: {faults:,.0f} page faults and "
+          f"{seconds * 1e3:.2f} ms each time with glibc's settings so far")
+    kept = keep_freed_memory()
+    faults, seconds = measure()
+    print(f"after keep_freed_memory() (applied: {kept}): {faults:,.0f} page faults and "
+          f"{seconds * 1e3:.2f} ms each time")
+
+
+malloc_report()
+# %% [markdown]
+# ## Part 5: an in-place kernel, GELU's backward
+#
+# GPT's MLP applies GELU to its widest activation, `(B*T, 4C)`: at the milestone's size
+# 768 x 512 floats, 1.5 MiB. Module 06's rule for the tanh form is the formula as written,
+#
+# ```
+# t = tanh(c (x + k x^3)),  u' = c (1 + 3 k x^2)
+# dx = grad * (0.5 (1 + t) + 0.5 x (1 - t^2) u')
+# ```
+#
+# and NumPy evaluates it one operator at a time: each `*`, `+` and `-` makes a new 1.5 MiB
+# array, about fifteen of them. Each is a pass over memory (the arithmetic is cheap; the
+# reads and writes are not) and an allocation. An **in-place** kernel computes the same
+# numbers in three buffers by writing results into arrays it already owns: `a *= b`,
+# `np.tanh(a, out=a)`, `np.multiply(a, b, out=c)`.
+#
+# Write `gelu_backward_inplace(ctx, grad)`. Rules for an in-place kernel: never write into
+# an input (`ctx.inputs[0]` belongs to the graph, and `grad` may be shared with another
+# consumer of the same tensor); only into arrays you made in this call. For
+# `approximate="none"` (the erf form) return module 06's rule, `plain_gelu_backward(ctx,
+# grad)`, unchanged: one kernel, one job. Every pass over the array costs about the same
+# whatever it computes, so fold the scalars together: `u = (kc x^2 + c) x` is three passes,
+# not four. A sketch with three buffers `x2`, `t`, `s`: `x2 = x*x`; `t = x2 * (k c)`,
+# `t += c`, `t *= x` (that is `u`), then `tanh` in place; `x2 = ((1.5 k c) x2 + 0.5 c) x`
+# (that is `x u' / 2`); `s = 1 - t*t`; `x2 *= s`; `t = 0.5 t + 0.5 + x2` (the slope); then
+# `t *= grad`. Fifteen passes and three arrays, against the formula's two dozen
+# temporaries.
+
+# %% nbgrader={"grade": false, "grade_id": "gelu-inplace", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
+def gelu_backward_inplace(ctx, grad):
+    """d gelu(x) for the tanh form in three arrays; the erf form goes to module 06's rule"""
+    if ctx.params.get("approximate", "none") != "tanh":
+        return plain_gelu_backward(ctx, grad)
+    x = ctx.inputs[0]
+    dtype = x.dtype.type
+    c = dtype(math.sqrt(2 / math.pi))
+    k = dtype(0.044715)
+    ### BEGIN SOLUTION
+    half = dtype(0.5)
+    x2 = x * x  # new: ours to overwrite
+    t = np.multiply(x2, k * c)
+    t += c
+    t *= x  # u = c (x + k x^3)
+    np.tanh(t, out=t)  # tanh u
+    x2 *= dtype(1.5) * k * c
+    x2 += half * c
+    x2 *= x  # x u' / 2
+    s = np.multiply(t, t)
+    np.subtract(1, s, out=s)  # 1 - tanh^2 u
+    x2 *= s  # x (1 - tanh^2 u) u' / 2
+    t *= half
+    t += half
+    t += x2  # the slope
+    t *= grad
+    return (t,)
+    ### END SOLUTION
+
+
+# %% [markdown]
+# ### Test: the in-place kernel is the same derivative, in less memory
+#
+# The test compares your kernel with module 06's rule on the same record, checks that
+# neither input changed, measures both with `tracemalloc` (the peak of new NumPy memory),
+# and runs `gradcheck` (central differences, float64) through `gelu` with the kernel
+# switched on in the table.
+
+# %% nbgrader={"grade": false, "grade_id": "test-helpers", "locked": true, "schema_version": 3, "solution": false, "task": false}
+def record_of(fn, *tensors, **params):
+    """Apply fn to tensors that require grad and return the output's record (ctx)."""
+    out = fn.apply(*tensors, **params)
+    return out._ctx
+
+
+def peak_bytes(call):
+    """The peak of NumPy memory allocated while call() runs, in bytes."""
+    tracemalloc.start()
+    try:
+        call()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def with_rule(table, key, rule, call):
+    """Run call() with table[key] = rule, then put the old entry back."""
+    old = table.get(key)
+    table[key] = rule
+    try:
+        return call()
+    finally:
+        if old is None:
+            table.pop(key, None)
+        else:
+            table[key] = old
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_gelu_inplace", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
+def test_unit_gelu_inplace():
+    x = Tensor(f32(768, 512, seed=3, scale=2.0), requires_grad=True)
+    grad = f32(768, 512, seed=4)
+    x_before, grad_before = x.data.copy(), grad.copy()
+    ctx = record_of(GELUFunction, x, approximate="tanh")
+    (want,) = plain_gelu_backward(ctx, grad)
+    (got,) = gelu_backward_inplace(ctx, grad)
+    assert np.array_equal(x.data, x_before) and np.array_equal(grad, grad_before), (
+        "the kernel changed its input x or grad: write only into arrays you made in this call "
+        "(x2 = x * x makes one; x2 = x is the input under another name)")
+    assert got.dtype == np.float32, (
+        f"the gradient is {got.dtype}, expected float32: a constant built as a Python or "
+        "float64 number promoted it; build constants with x.dtype.type(value)")
+    assert np.allclose(got, want, rtol=1e-5, atol=1e-6), (
+        f"gelu_backward_inplace differs from module 06's rule by up to "
+        f"{np.abs(got - want).max():.3g}: check the sketch's order, u' = c (1 + 3 k x^2) "
+        "multiplied by x, and the 0.5 applied to both terms")
+    plain = peak_bytes(lambda: plain_gelu_backward(ctx, grad))
+    fused = peak_bytes(lambda: gelu_backward_inplace(ctx, grad))
+    assert fused <= 0.6 * plain, (
+        f"the kernel's peak of new memory is {fused / 2**20:.1f} MiB against the plain rule's "
+        f"{plain / 2**20:.1f} MiB: expected at most 60% of it. An expression such as "
+        "a * b + c makes temporaries; use a *= b, a += c and out= instead")
+    none_ctx = record_of(GELUFunction, x, approximate="none")
+    (got_none,) = gelu_backward_inplace(none_ctx, grad)
+    (want_none,) = plain_gelu_backward(none_ctx, grad)
+    assert np.array_equal(got_none, want_none), (
+        "for approximate='none' return plain_gelu_backward(ctx, grad) unchanged")
+    x64 = Tensor(rng(5).standard_normal((3, 7)) * 2, dtype=np.float64, requires_grad=True)
+    with_rule(DERIVATIVES, GELUFunction, gelu_backward_inplace,
+              lambda: gradcheck(lambda t: gelu(t, approximate="tanh"), [x64]))
+    print(f"GELU backward: plain rule peak {plain / 2**20:.1f} MiB, in place "
+          f"{fused / 2**20:.1f} MiB, same values")
+
+
+test_unit_gelu_inplace()
+
+# %% [markdown]
+# ## Part 6: fused softmax-cross-entropy
+#
+# The loss's derivative is `(softmax(logits) - onehot(target)) * grad / N`. Module 06's
+# rule builds it from a shifted copy, an `exp` in place, a division, the subtraction at the
+# targets and a final product with the per-row scale: the final product is one more
+# `(N, V)` array. Here you fuse the last step into the buffer too: scale **in place**, so
+# the kernel allocates exactly one `(N, V)` array, the one it returns. At TinyGPT's
+# vocabulary of 65 the saving is small; at GPT-2's 50,257 one `(N, V)` float32 array is
+# 150 MiB per 768 tokens, and the number of them is what decides whether a step fits.
+#
+# Write `cross_entropy_backward_inplace(ctx, grad)` for records of `CrossEntropyFunction`
+# (module 04; `cross_entropy` passes the target, `ignore_index` and `reduction` in
+# `ctx.params`): the same result as module 06's rule, one `(N, V)` allocation, returned as
+# a one-entry tuple (`(grad_logits,)`, one entry per input). Rows whose target is `ignore_index` get zero gradient; `"mean"` divides by the
+# number of kept rows; `"none"` has one `grad` per row.
+
+# %% nbgrader={"grade": false, "grade_id": "cross-entropy-inplace", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
+def cross_entropy_backward_inplace(ctx, grad):
+    """(softmax(logits) - onehot(target)) * scale per row, in the one (N, V) buffer"""
+    logits = ctx.inputs[0]
+    target = ctx.params["target"] if "target" in ctx.params else ctx.inputs[1]
+    ignore_index = ctx.params.get("ignore_index", -100)
+    reduction = ctx.params.get("reduction", "mean")
+    dtype = logits.dtype.type
+    ### BEGIN SOLUTION
+    probs = logits - np.max(logits, axis=-1, keepdims=True)  # the one (N, V) array
+    np.exp(probs, out=probs)
+    probs /= np.sum(probs, axis=-1, keepdims=True)
+    keep = target != ignore_index
+    rows = np.nonzero(keep)[0]
+    probs[rows, target[rows]] -= dtype(1)
+    scale = np.asarray(grad, dtype=logits.dtype) * keep  # (N,) or one value times (N,)
+    if reduction == "mean":
+        scale /= dtype(max(int(keep.sum()), 1))
+    probs *= scale[:, None]
+    return (probs,) + (None,) * (len(ctx.inputs) - 1)  # None for a target input
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_cross_entropy_inplace", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
+def test_unit_cross_entropy_inplace():
+    from tinytorch.core.autograd import cross_entropy_backward as plain_rule
+
+    n, v = 768, 512
+    logits = Tensor(f32(n, v, seed=6, scale=3.0), requires_grad=True)
+    target = rng(7).integers(0, v, n)
+    target[::7] = -100
+    for reduction in ("mean", "sum", "none"):
+        ctx = record_of(CrossEntropyFunction, logits, target=target, ignore_index=-100,
+                        reduction=reduction)
+        grad = f32(n, seed=8) if reduction == "none" else np.asarray(1.5, dtype=np.float32)
+        want = plain_rule(ctx, grad)[0]
+        got = cross_entropy_backward_inplace(ctx, grad)
+        assert isinstance(got, tuple) and len(got) == 1, (
+            "return (grad_logits,): a tuple with one entry per input, here the logits only")
+        got = got[0]
+        assert got.dtype == np.float32 and got.shape == (n, v), (
+            f"grad_logits is {got.dtype} {got.shape}, expected float32 {(n, v)}")
+        assert np.allclose(got, want, rtol=1e-5, atol=1e-7), (
+            f"reduction={reduction!r}: differs from module 06's rule by up to "
+            f"{np.abs(got - want).max():.3g}. Subtract 1 at each kept row's target, zero "
+            "the ignored rows, and for 'mean' divide by the number of kept rows")
+    ctx = record_of(CrossEntropyFunction, logits, target=target, ignore_index=-100,
+                    reduction="mean")
+    one = np.asarray(1.0, dtype=np.float32)
+    plain = peak_bytes(lambda: plain_rule(ctx, one))
+    fused = peak_bytes(lambda: cross_entropy_backward_inplace(ctx, one))
+    array = n * v * 4
+    assert fused < 1.5 * array, (
+        f"peak of new memory {fused / 2**20:.2f} MiB, expected about one (N, V) array "
+        f"({array / 2**20:.2f} MiB): scale the buffer in place (probs *= scale[:, None]) "
+        "instead of returning probs * scale")
+    x64 = Tensor(rng(9).standard_normal((5, 4)), dtype=np.float64, requires_grad=True)
+    t = np.array([0, 3, -100, 1, 2])
+    with_rule(DERIVATIVES, CrossEntropyFunction, cross_entropy_backward_inplace,
+              lambda: gradcheck(lambda z: cross_entropy(z, t), [x64]))
+    print(f"cross-entropy backward at (N, V) = {(n, v)}: plain peak {plain / 2**20:.2f} MiB, "
+          f"fused {fused / 2**20:.2f} MiB")
+
+
+test_unit_cross_entropy_inplace()
+
+# %% [markdown]
+# ## Part 7: attention that keeps its probabilities
+#
+# Module 12's `AttentionFunction` keeps `q, k, v` and its output, and its backward
+# **recomputes** the probabilities `P = softmax(q k^T / sqrt(D))`: one more `(T, S)` matrix
+# product and softmax per layer, to avoid keeping `P`, `B * H * T * S` floats. That is
+# FlashAttention's trade, and at long contexts it is the right one. At TinyGPT's context of
+# 64, `P` of one layer is `12 * 4 * 64 * 64 * 4` bytes = 0.75 MiB, and recomputing it costs
+# more time than keeping it costs memory. Module 01's `Function.apply` lets an operation keep
+# what its backward needs: set `saves_for_backward = True` and return `(output, saved)`
+# from `forward`; the rule reads `ctx.saved`.
+#
+# Two more savings while you are here:
+#
+# - **Row sums with BLAS.** The softmax divides by row sums of `(T, S)` blocks with `S = 64`.
+#   NumPy's `sum(axis=-1)` over short rows runs a reduction per row; a product with a
+#   column of ones, `a @ ones((S, 1))`, is one BLAS call that streams the whole block. Write
+#   `row_sums(a)` that way (same values, `(..., T, 1)`, the array's dtype). The given
+#   `attention_probs_fast` is module 12's `_attention_probs` with your `row_sums`.
+# - **The backward without the recompute.** With `P` (and `Pd = P * drop`, the same array
+#   when there is no dropout) from `ctx.saved`, the rule is module 12's: `dV = Pd^T dO`,
+#   `dP = (dO V^T) * drop`, `dS = P * (dP - rowsum(dO * O))`, `dQ = dS K * scale`,
+#   `dK = dS^T Q * scale`. Compute `dS` in place in the `dP` array, and skip the gradients
+#   of inputs that do not require them.
+#
+# `AttentionKeepFunction` subclasses `AttentionFunction`, so code that asks "is this
+# attention?" still says yes; the registry (Part 9) puts it in `KERNELS` under
+# `AttentionFunction`, where module 12's `scaled_dot_product_attention` looks it up.
+
+# %% nbgrader={"grade": false, "grade_id": "row-sums", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
+def row_sums(a):
+    """a.sum(axis=-1, keepdims=True), computed as one BLAS product with a column of ones"""
+    ### BEGIN SOLUTION
+    return np.matmul(a, np.ones((a.shape[-1], 1), dtype=a.dtype))  # (..., T, 1)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": false, "grade_id": "attention-probs-fast", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#| export
+def attention_probs_fast(q, k, keep=None):
+    """softmax(q @ k^T / sqrt(D)), masked weights 0 and fully masked rows 0 (module 12's)."""
+    dtype = q.dtype.type
+    scores = np.matmul(q, np.swapaxes(k, -1, -2))  # (..., T, S), a new array
+    scores *= dtype(1.0 / math.sqrt(q.shape[-1]))
+    if keep is not None:
+        np.copyto(scores, dtype(-np.inf), where=~keep)
+    top = scores.max(axis=-1, keepdims=True)
+    if keep is not None:
+        top[np.isneginf(top)] = 0  # fully masked rows: exp(-inf - 0) = 0, not NaN
+    scores -= top
+    np.exp(scores, out=scores)
+    total = row_sums(scores)  # (..., T, 1)
+    if keep is not None:
+        total[total == 0] = 1
+    scores /= total
+    return scores
+
+
+# %% nbgrader={"grade": false, "grade_id": "attention-keep", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
+class AttentionKeepFunction(AttentionFunction):
+    """Module 12's attention, keeping P (and P * drop) for backward instead of recomputing"""
+
+    saves_for_backward = True  # forward returns (out, (probs, dropped))
+
+    @staticmethod
+    def forward(q, k, v, keep=None, drop=None):
+        ### BEGIN SOLUTION
+        probs = attention_probs_fast(q, k, keep)  # (..., T, S)
+        dropped = probs if drop is None else probs * drop
+        return np.matmul(dropped, v), (probs, dropped)  # (..., T, Dv)
+        ### END SOLUTION
+
+
+@derivative(AttentionKeepFunction)
+def attention_keep_backward(ctx, grad):
+    """module 12's rule, with P and Pd read from ctx.saved instead of recomputed"""
+    ### BEGIN SOLUTION
+    q, k, v = ctx.inputs
+    probs, dropped = ctx.saved
+    drop = ctx.params.get("drop")
+    needs = [p.requires_grad for p in ctx.parents]
+    grad_v = np.matmul(np.swapaxes(dropped, -1, -2), grad) if needs[2] else None
+    if not (needs[0] or needs[1]):
+        return None, None, grad_v
+    d_probs = np.matmul(grad, np.swapaxes(v, -1, -2))  # (..., T, S)
+    if drop is not None:
+        d_probs *= drop
+    d_probs -= row_sums(grad * ctx.output)  # rowsum(dO * O) = rowsum(dP * P)
+    d_probs *= probs  # dS
+    scale = q.dtype.type(1.0 / math.sqrt(q.shape[-1]))
+    grad_q = grad_k = None
+    if needs[0]:
+        grad_q = np.matmul(d_probs, k)
+        grad_q *= scale
+    if needs[1]:
+        grad_k = np.matmul(np.swapaxes(d_probs, -1, -2), q)
+        grad_k *= scale
+    return grad_q, grad_k, grad_v
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_row_sums", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+def test_unit_row_sums():
+    a = np.abs(f32(12, 4, 64, 64, seed=10))
+    got = row_sums(a)
+    assert got.shape == (12, 4, 64, 1) and got.dtype == np.float32, (
+        f"row_sums gave {got.dtype} {got.shape}, expected float32 (12, 4, 64, 1): multiply by "
+        "a column of ones of shape (S, 1) in the array's dtype")
+    assert np.allclose(got, a.sum(axis=-1, keepdims=True), rtol=1e-5), (
+        "row_sums differs from a.sum(axis=-1, keepdims=True): the column of ones has "
+        "a.shape[-1] rows")
+
+
+test_unit_row_sums()
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_attention_keep", "locked": true, "points": 6, "schema_version": 3, "solution": false, "task": false}
+def run_attention(fn, q, k, v, keep=None, drop=None):
+    """Forward and the three input gradients of fn through backward, as arrays."""
+    qt, kt, vt = (Tensor(a, dtype=a.dtype, requires_grad=True) for a in (q, k, v))
+    out = fn.apply(qt, kt, vt, keep=keep, drop=drop)
+    weights = Tensor(f32(*out.shape, seed=11).astype(q.dtype), dtype=q.dtype)
+    (out * weights).sum().backward()
+    return out.data, [t.grad.data for t in (qt, kt, vt)]
+
+
+def test_unit_attention_keep():
+    q, k, v = f32(2, 3, 6, 4, seed=12), f32(2, 3, 6, 4, seed=13), f32(2, 3, 6, 4, seed=14)
+    causal = np.tril(np.ones((6, 6), dtype=bool))
+    keep = causal & (rng(15).random((2, 1, 6, 6)) > 0.2)
+    keep[0, 0, 2] = False  # a fully masked row
+    drop = (rng(16).random((2, 3, 6, 6)) > 0.25).astype(np.float32) / np.float32(0.75)
+    for mask, dropout in ((None, None), (causal, None), (keep, drop)):
+        want_out, want_grads = run_attention(AttentionFunction, q, k, v, mask, dropout)
+        got_out, got_grads = run_attention(AttentionKeepFunction, q, k, v, mask, dropout)
+        assert got_out.dtype == np.float32 and np.allclose(got_out, want_out, atol=1e-6), (
+            f"forward differs from module 12's by {np.abs(got_out - want_out).max():.3g}: "
+            "return (probs * drop) @ v and the saved arrays as (out, (probs, dropped))")
+        for name, got, want in zip("qkv", got_grads, want_grads):
+            assert np.allclose(got, want, atol=1e-5), (
+                f"d{name} differs from module 12's rule by {np.abs(got - want).max():.3g} "
+                f"(mask {mask is not None}, dropout {dropout is not None}): dV uses Pd = P * drop,"
+                " dP is multiplied by drop, dS = P * (dP - rowsum(dO * O))")
+    ctx = AttentionKeepFunction.apply(Tensor(q, requires_grad=True), Tensor(k), Tensor(v))._ctx
+    saved = sum(a.nbytes for a in {id(a): a for a in ctx.saved}.values())
+    assert saved == 2 * 3 * 6 * 6 * 4, (
+        f"the record keeps {saved} bytes, expected one (B, H, T, S) float32 array "
+        f"({2 * 3 * 6 * 6 * 4} bytes): without dropout, save probs itself as `dropped`")
+    q64, k64, v64 = (Tensor(rng(s).standard_normal((1, 2, 5, 3)), dtype=np.float64,
+                            requires_grad=True) for s in (17, 18, 19))
+    with_rule(KERNELS, AttentionFunction, AttentionKeepFunction,
+              lambda: gradcheck(lambda a, b, c: scaled_dot_product_attention(
+                  a, b, c, is_causal=True), [q64, k64, v64]))
+
+
+test_unit_attention_keep()
+
+# %% [markdown]
+# ## Part 8: a fused AdamW update
+#
+# Module 07's AdamW is five lines of array algebra per parameter, and each line makes
+# temporaries: `(1 - beta1) * grad`, `grad * grad`, `np.sqrt(v)`, the division, the
+# denominator, the step. For TinyGPT's 27 parameter arrays that is about 200 allocations
+# and as many passes over memory per step. `FusedAdamW` computes **the same numbers, in the
+# same order** (so the result is bitwise AdamW's) with one scratch buffer for the whole
+# model, sized to the largest parameter and reused by every update: `np.multiply(grad,
+# 1 - beta1, out=tmp); m += tmp`, and so on, ending with `param -= tmp`.
+#
+# Only `update(param, grad, state)` changes; the state has AdamW's names (`step`,
+# `exp_avg`, `exp_avg_sq`), so `state_dict()` and `load_state_dict()` move freely between
+# the two, and parameter groups work as in module 07. Match AdamW's order exactly: decay
+# `param *= 1 - lr * weight_decay` first; then `m = beta1 m + (1 - beta1) g`,
+# `v = beta2 v + (1 - beta2) g^2` (square first, then scale), `denom = sqrt(v) /
+# sqrt(1 - beta2^t) + eps`, `param -= (lr / (1 - beta1^t)) * (m / denom)`.
+
+# %% nbgrader={"grade": false, "grade_id": "fused-adamw", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
+class FusedAdamW(AdamW):
+    """AdamW with the same results, computed in place with one shared scratch buffer."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
+        super().__init__(params, lr, betas, eps, weight_decay)
+        self._scratch = np.empty(0, dtype=np.float32)
+
+    def _buffer(self, like):
+        """A scratch view of like's shape and dtype (grown when a larger parameter comes)."""
+        if self._scratch.size < like.size or self._scratch.dtype != like.dtype:
+            self._scratch = np.empty(like.size, dtype=like.dtype)
+        return self._scratch[: like.size].reshape(like.shape)
+
+    def update(self, param, grad, state):
+        beta1, beta2 = self.betas
+        if not state:
+            state["step"] = 0
+            state["exp_avg"] = np.zeros_like(param)
+            state["exp_avg_sq"] = np.zeros_like(param)
+        state["step"] += 1
+        t = state["step"]
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        tmp = self._buffer(param)
+        ### BEGIN SOLUTION
+        if self.weight_decay:
+            param *= 1.0 - self.lr * self.weight_decay
+        m *= beta1
+        np.multiply(grad, 1.0 - beta1, out=tmp)
+        m += tmp
+        v *= beta2
+        np.multiply(grad, grad, out=tmp)
+        tmp *= 1.0 - beta2
+        v += tmp
+        np.sqrt(v, out=tmp)
+        tmp /= math.sqrt(1.0 - beta2**t)
+        tmp += self.eps
+        np.divide(m, tmp, out=tmp)
+        tmp *= self.lr / (1.0 - beta1**t)
+        param -= tmp
+        ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_fused_adamw", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
+def test_unit_fused_adamw():
+    from tinytorch.core.layers import Parameter
+
+    def run(cls):
+        params = [Parameter(f32(64, 32, seed=20)), Parameter(f32(32, seed=21)),
+                  Parameter(f32(8, 64, seed=22))]
+        opt = cls([{"params": params[::2]}, {"params": params[1:2], "weight_decay": 0.0}],
+                  lr=1e-2, betas=(0.9, 0.99), weight_decay=0.1)
+        for step in range(3):
+            for i, p in enumerate(params):
+                p.grad = Tensor(f32(*p.shape, seed=30 + 10 * step + i))
+            opt.step()
+        return params, opt
+
+    want, want_opt = run(AdamW)
+    got, got_opt = run(FusedAdamW)
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert a.dtype == np.float32, f"parameter {i} became {a.dtype}: keep float32"
+        assert np.array_equal(a.data, b.data), (
+            f"parameter {i} differs from AdamW's by {np.abs(a.data - b.data).max():.3g} after 3 "
+            "steps: follow AdamW's order exactly (decay first; square the gradient, then "
+            "scale; divide sqrt(v) by sqrt(1 - beta2**t), then add eps)")
+    theirs, ours = want_opt.state_dict(), got_opt.state_dict()
+    assert sorted(theirs) == sorted(ours) and all(
+        np.array_equal(theirs[key], ours[key]) for key in theirs), (
+        "the state differs from AdamW's: keep exactly the state names step, exp_avg, exp_avg_sq")
+    big = [Parameter(f32(512, 512, seed=40))]
+    big[0].grad = Tensor(f32(512, 512, seed=41))
+    plain_opt, fused_opt = AdamW(big, lr=1e-3), FusedAdamW(big, lr=1e-3)
+    plain_opt.step(), fused_opt.step()  # both have their state now
+    plain = peak_bytes(plain_opt.step)
+    fused = peak_bytes(fused_opt.step)
+    assert fused < 0.25 * plain, (
+        f"FusedAdamW's step allocates {fused / 2**20:.2f} MiB at peak, AdamW's "
+        f"{plain / 2**20:.2f} MiB: write every intermediate into tmp (out=tmp, tmp *= ...)")
+    print(f"AdamW step on 512x512: peak of new memory {plain / 2**20:.2f} MiB; fused "
+          f"{fused / 2**20:.2f} MiB; same parameters and state to the bit")
+
+
+test_unit_fused_adamw()
+
+# %% [markdown]
+# ## Part 9: plugging the kernels in
+#
+# A fast kernel is worth nothing if the framework does not run it, and a framework that
+# runs it by reassigning another module's functions (`activations.GELUFunction.forward =
+# ...`) can no longer be read: what runs depends on what was imported last. Your framework
+# has two tables instead, both in module 06 and both plain dictionaries:
+#
+# - `DERIVATIVES[Op]` is the rule `backward` calls for records of `Op`. A faster rule for
+#   the same forward (GELU, cross-entropy) is registered by replacing the entry.
+# - `KERNELS[Op]` is the `Function` that `kernel(Op)` returns where a lesson applies `Op`
+#   (module 12's `scaled_dot_product_attention` calls `kernel(AttentionFunction).apply`).
+#   A kernel with a different forward (attention that keeps `P`) goes there, with its own
+#   rule in `DERIVATIVES` under its own class.
+#
+# The given cell lists every fast kernel once, in `FAST_KERNELS`: its name, the table, the
+# key and the fast entry. `use_fast_kernels(True)` puts each fast entry in its table and
+# remembers what was there; `use_fast_kernels(False)` puts the plain entries back. Both
+# return the names now active, and `fast_kernels(on)` does the same for a `with` block and
+# restores the previous state afterwards, for measuring one against the other. An
+# optimizer is not an operation: `FusedAdamW` is a class you construct instead of `AdamW`.
+#
+# Completing this module exports all of it into `tinytorch.perf.acceleration`; the
+# `tinygpt` milestone and `benchmarks/gpt_step.py` switch the kernels on and use
+# `FusedAdamW`, `keep_freed_memory()` and `set_blas_threads` when they find the module
+# (`--plain` turns it off), and print which kernels ran.
+#
+# What the tables cannot do: replace a forward that a lesson applies directly. Attention's
+# forward is looked up (`kernel(AttentionFunction)`), so it can be swapped; GELU's forward
+# (module 02) and layer norm's (module 13) are applied as `GELUFunction.apply(...)`, so
+# only their derivative rules can. A framework that wants every forward swappable does the
+# lookup once, inside `Function.apply`; that is the next step if the profile says GELU's
+# forward is worth it (on TinyGPT it is about 5% of a step).
+
+# %% nbgrader={"grade": false, "grade_id": "registry", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#| export
+FAST_KERNELS = (
+    # (name, table, key, fast entry): switching on sets table[key] = fast entry
+    ("gelu_backward_inplace", DERIVATIVES, GELUFunction, gelu_backward_inplace),
+    ("cross_entropy_backward_inplace", DERIVATIVES, CrossEntropyFunction,
+     cross_entropy_backward_inplace),
+    ("attention_keep_probs", KERNELS, AttentionFunction, AttentionKeepFunction),
+)
+_PLAIN_ENTRIES = {}  # name -> the table entry the fast kernel replaced (None: there was none)
+
+
+def active_kernels():
+    """The names of the fast kernels whose entries are in their tables now."""
+    return tuple(name for name, table, key, fast in FAST_KERNELS if table.get(key) is fast)
+
+
+def _switch(names, on):
+    for name, table, key, fast in FAST_KERNELS:
+        if name not in names:
+            continue
+        if on and table.get(key) is not fast:
+            _PLAIN_ENTRIES[name] = table.get(key)
+            table[key] = fast
+        elif not on and table.get(key) is fast:
+            plain = _PLAIN_ENTRIES.pop(name, None)
+            if plain is None:
+                del table[key]
+            else:
+                table[key] = plain
+
+
+def use_fast_kernels(on: bool = True) -> tuple[str, ...]:
+    """Switch every fast kernel in FAST_KERNELS on (or off); returns the names now active."""
+    if not isinstance(on, bool):
+        raise TypeError(f"use_fast_kernels(on) takes True or False, got {on!r}")
+    _switch({name for name, *_ in FAST_KERNELS}, on)
+    return active_kernels()
+
+
+@contextlib.contextmanager
+def fast_kernels(on=True):
+    """with fast_kernels(): ... runs with the fast kernels on (off with on=False), then
+    restores exactly the kernels that were active before. Yields the names active inside."""
+    before = set(active_kernels())
+    try:
+        yield use_fast_kernels(on)
+    finally:
+        everything = {name for name, *_ in FAST_KERNELS}
+        _switch(everything - before, False)
+        _switch(before, True)
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_fast_kernels", "locked": true, "points": 6, "schema_version": 3, "solution": false, "task": false}
+def gpt_step_grads(fast, seed=0, optimizer=None):
+    """Loss and gradients of one small GPT step, with the fast kernels on or off."""
+    manual_seed(seed)
+    model = GPT(GPTConfig(vocab_size=17, block_size=16, n_layer=2, n_head=2, n_embd=32))
+    ids = rng(seed).integers(0, 17, (3, 17))
+    with fast_kernels(fast) as names:
+        _, loss = model(ids[:, :-1], ids[:, 1:])
+        loss.backward()
+    grads = {name: p.grad.data.copy() for name, p in model.named_parameters()}
+    return loss.item(), grads, names
+
+
+def test_unit_fast_kernels():
+    assert active_kernels() == (), (
+        f"kernels {active_kernels()} are on before the test: a `with fast_kernels()` block "
+        "should restore the previous state")
+    plain_loss, plain_grads, names_off = gpt_step_grads(False)
+    fast_loss, fast_grads, names_on = gpt_step_grads(True)
+    assert names_off == () and set(names_on) == {name for name, *_ in FAST_KERNELS}, (
+        f"inside fast_kernels(False) the active kernels were {names_off}, inside "
+        f"fast_kernels(True) {names_on}")
+    assert active_kernels() == (), "fast_kernels() left kernels switched on after the block"
+    assert abs(plain_loss - fast_loss) < 1e-5, (
+        f"the fast kernels change the loss: {fast_loss} against {plain_loss}; a forward "
+        "kernel (attention) computes something else than module 12's")
+    for name, want in plain_grads.items():
+        got = fast_grads[name]
+        assert got.dtype == np.float32 and np.allclose(got, want, rtol=1e-4, atol=1e-6), (
+            f"the gradient of {name} changes with the fast kernels by up to "
+            f"{np.abs(got - want).max():.3g}; the kernel tests above say which rule is wrong")
+    assert use_fast_kernels(True) == active_kernels() and use_fast_kernels(False) == (), (
+        "use_fast_kernels(on) returns the names active afterwards")
+
+
+test_unit_fast_kernels()
+
+# %% [markdown]
+# ## Systems analysis
+#
+# Three measurements on your machine, on one BLAS thread (times vary with the load; the
+# bytes do not):
+#
+# 1. **Keep or recompute.** Attention's forward + backward at TinyGPT's shape, module 12's
+#    recompute against your keep, and the bytes each record holds between forward and
+#    backward.
+# 2. **A fused layer norm.** Module 13 fused LayerNorm into one operation with its own rule;
+#    here it is timed against `layer_norm_composed`, the same maths from eight Tensor
+#    operations, forward and backward, with the graph nodes each records.
+# 3. **The whole step.** A small GPT's training step with every kernel off and on
+#    (interleaved, so a busy neighbour slows both alike). The milestone's full-size step is
+#    measured against PyTorch by `benchmarks/gpt_step.py`.
+
+# %% nbgrader={"grade": false, "grade_id": "analysis", "locked": false, "schema_version": 3, "solution": false, "task": false}
+def attention_trade(B=12, H=4, T=64, D=32, rounds=3):
+    q, k, v = (Tensor(f32(B, H, T, D, seed=s), requires_grad=True) for s in (50, 51, 52))
+    grad = Tensor(f32(B, H, T, D, seed=53))
+    labels = {False: "recompute (module 12)", True: "keep P (module 17)"}
+    seconds, kept = {False: [], True: []}, {}
+
+    def step():
+        y = scaled_dot_product_attention(q, k, v, is_causal=True)
+        (y * grad).sum().backward()
+
+    for _ in range(rounds):  # interleaved, so that a busy neighbour slows both alike
+        for on in (False, True):
+            with fast_kernels(on):
+                seconds[on].append(best_time(step, repeat=3))
+                ctx = scaled_dot_product_attention(q, k, v, is_causal=True)._ctx
+                arrays = list(ctx.inputs) + [ctx.output] + list(ctx.saved or ())
+                arrays += [ctx.params["keep"]] if ctx.params.get("keep") is not None else []
+                kept[on] = sum(a.nbytes for a in {id(a): a for a in arrays}.values())
+    for on in (False, True):
+        print(f"attention ({B}, {H}, {T}, {D}) forward+backward, {labels[on]}: "
+              f"{min(seconds[on]) * 1e3:.2f} ms, record keeps {kept[on] / 2**20:.2f} MiB")
+    print(f"  keeping P: {min(seconds[False]) / min(seconds[True]):.2f}x the speed for "
+          f"{(kept[True] - kept[False]) / 2**20:.2f} MiB more per layer")
+
+
+def count_nodes(t):
+    seen, stack = set(), [t]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen or node._ctx is None:
+            continue
+        seen.add(id(node))
+        stack.extend(node._ctx.parents)
+    return len(seen)
+
+
+def layer_norm_report(rows=768, C=128):
+    x = Tensor(f32(rows, C, seed=60), requires_grad=True)
+    w, b = (Tensor(f32(C, seed=s), requires_grad=True) for s in (61, 62))
+    for label, fn in (("composed", layer_norm_composed), ("fused (module 13)", layer_norm)):
+        nodes = count_nodes(fn(x, w, b))
+
+        def step():
+            fn(x, w, b).sum().backward()
+
+        print(f"layer norm ({rows}, {C}) {label}: {nodes} graph nodes, forward+backward "
+              f"{best_time(step, repeat=7) * 1e3:.2f} ms")
+
+
+def step_report(rounds=3):
+    manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=65, block_size=64, n_layer=2, n_head=4, n_embd=64))
+    ids = rng(1).integers(0, 65, (4, 65))
+    times = {False: [], True: []}
+    for _ in range(rounds):
+        for on in (False, True):
+            with fast_kernels(on) as names:
+                t0 = time.perf_counter()
+                _, loss = model(ids[:, :-1], ids[:, 1:])
+                loss.backward()
+                times[on].append(time.perf_counter() - t0)
+    plain, fast = min(times[False]), min(times[True])
+    print(f"GPT step (2 layers, 64 wide, 4 x 64 tokens), forward+backward: plain "
+          f"{plain * 1e3:.1f} ms, fast kernels {fast * 1e3:.1f} ms ({plain / fast:.2f}x); "
+          f"kernels: {', '.join(names)}")
+
+
+@contextlib.contextmanager
+def one_blas_thread():
+    """Measure on one BLAS thread: on a shared machine, waiting for a second core swamps the
+    differences these measurements are about (Part 3)."""
+    before = blas_threads()
+    if before is not None:
+        set_blas_threads(1)
+    try:
+        yield
+    finally:
+        if before is not None:
+            set_blas_threads(before)
+
+
+with one_blas_thread():
+    attention_trade()
+    layer_norm_report()
+    step_report()
+
+# %% [markdown]
+# What to look for:
+#
+# - **Keeping P** saves a third to a half of attention's forward + backward time at `T = 64`
+#   (the second `q @ k^T` and softmax) for 0.75 MiB more per layer. Both the bytes and the
+#   saved work grow with `T^2`, but memory is the wall a long context hits first: at
+#   `T = 8192` one layer's `P` for this batch is 12 GiB. That is why FlashAttention
+#   recomputes, and why the choice is a measured trade, not a rule.
+# - **The fused layer norm** records one graph node instead of nine and is faster forward
+#   and backward (about 1.5x here): fewer passes over memory, fewer temporaries, one rule
+#   instead of nine.
+# - **The step** gets faster by a modest factor, not by 2x: matrix products are most of a
+#   step, and BLAS already runs them near the machine's peak. The kernels win back the
+#   element-wise passes and the recompute. On the milestone's model,
+#   `python benchmarks/gpt_step.py` prints the plain framework's ratio to PyTorch eager and
+#   the accelerated one's, side by side in one run.
+#
+# ## What comes next
+#
+# - **Module 18 (KV caching)** makes generation fast: the keys and values of the prompt are
+#   kept instead of recomputed, the same keep-or-recompute trade for inference.
+# - **Module 19 (benchmarking)** turns measurements like these into claims: repeats,
+#   confidence intervals for a ratio, paired runs on a noisy machine.
+# - **Module 20 (capstone)** combines quantization, compression, these kernels and the KV
+#   cache into a fast, small TinyGPT, and proves every figure.
