@@ -22,12 +22,11 @@ from pathlib import Path
 
 import nbformat
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from tito.course.notebook import read_cells
+from tito.course.registry import get_module
+from tito.grading.course import Course
 
-from tito.grading.course import Course  # noqa: E402
-from tito.course.notebook import read_cells  # noqa: E402
-from tito.course.registry import get_module  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def tito(*args: str, cwd: Path) -> subprocess.CompletedProcess:

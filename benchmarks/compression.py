@@ -31,24 +31,25 @@ import time
 from pathlib import Path
 
 import numpy as np
+from quantization import load_model, open_checkpoint  # one checkpoint reader (benchmarks/)
+
+import tinytorch as tt
+from tinytorch.core.optimizers import AdamW, clip_grad_norm_
+from tinytorch.core.training import CosineWarmup, set_lr
+from tinytorch.models.transformer import GPT, GPTConfig
+from tinytorch.perf.acceleration import keep_freed_memory, set_blas_threads
+from tinytorch.perf.compression import (
+    CSRMatrix,
+    distillation_loss,
+    prunable_weights,
+    prune_heads,
+    prune_magnitude,
+    prune_mlp_neurons,
+)
+from tito.course.datasets import encode_splits, get_batch, load_text, split_loss, tiled_windows
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-# keep_freed_memory and set_blas_threads are still functions of the milestone script.
-sys.path[:0] = [str(ROOT / "milestones")]
-
-import tinygpt as milestone  # noqa: E402  (milestones/tinygpt.py: its process settings)
-from quantization import load_model, open_checkpoint  # noqa: E402  (one checkpoint reader)
-from tito.course.datasets import (  # noqa: E402
-    encode_splits, get_batch, load_text, split_loss, tiled_windows)
-
-import tinytorch as tt  # noqa: E402
-from tinytorch.core.optimizers import AdamW, clip_grad_norm_  # noqa: E402
-from tinytorch.core.training import CosineWarmup, set_lr  # noqa: E402
-from tinytorch.models.transformer import GPT, GPTConfig  # noqa: E402
-from tinytorch.perf.compression import (  # noqa: E402
-    CSRMatrix, distillation_loss, prunable_weights, prune_heads, prune_magnitude,
-    prune_mlp_neurons)
 
 
 def optimizers_for(model, lr):
@@ -139,9 +140,9 @@ def main() -> int:
                    help="NumPy BLAS threads (1 is steadier on a busy machine)")
     p.add_argument("--quick", action="store_true", help="untrained model, a few steps (tests)")
     args = p.parse_args()
-    milestone.keep_freed_memory()
+    keep_freed_memory()
     if args.threads:
-        milestone.set_blas_threads(args.threads)
+        set_blas_threads(args.threads)
     if args.quick:
         args.finetune_steps, args.distill_steps, args.rounds = 3, 5, 3
 

@@ -32,7 +32,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-MILESTONES = ROOT / "milestones"
 BATCH = 64
 
 
@@ -70,8 +69,7 @@ def setup_process(args):
         for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ[name] = str(args.threads)
     if args.malloc == "keep":
-        sys.path.insert(0, str(MILESTONES))  # keep_freed_memory is still the milestones' own
-        from _common import keep_freed_memory  # imported after the thread settings above
+        from tinytorch.perf.acceleration import keep_freed_memory  # after the thread settings
 
         keep_freed_memory()
 

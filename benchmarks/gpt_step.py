@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -45,7 +44,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-DATA = ROOT / "milestones" / "data" / "tinyshakespeare.txt"
 
 
 def parse_args(argv=None):
@@ -115,19 +113,17 @@ def setup_process(args):
 
 # ---- data ------------------------------------------------------------------------------
 def batches(n, batch_size, block_size, seed=0):
-    """n (x, y) batches of random windows of the Shakespeare text, as int64 arrays."""
+    """n (x, y) batches of random windows of Tiny Shakespeare (character ids), int64 arrays."""
     import numpy as np
 
-    text = DATA.read_text(encoding="utf-8")
-    chars = sorted(set(text))
-    lookup = np.zeros(max(map(ord, chars)) + 1, dtype=np.int64)
-    lookup[[ord(c) for c in chars]] = np.arange(len(chars))
-    data = lookup[np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)]
+    from tito.course.datasets import char_ids, load_text
+
+    data, chars = char_ids(load_text())
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(n):
         ix = rng.integers(0, len(data) - block_size - 1, size=batch_size)
-        window = data[ix[:, None] + np.arange(block_size + 1)]
+        window = data[ix[:, None] + np.arange(block_size + 1)]  # (B, T + 1)
         out.append((window[:, :-1], window[:, 1:]))
     return out, len(chars)
 
@@ -191,86 +187,21 @@ def accel_off():
 
 
 # ---- PyTorch ---------------------------------------------------------------------------
-def torch_gpt(config_kwargs):
-    """The same architecture in PyTorch: pre-norm blocks, fused qkv, SDPA, tanh GELU, tied head."""
-    import torch
-    from torch import nn
-    from torch.nn import functional as F
-
-    c = dict(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128, bias=False,
-             tie_weights=True, gelu_approximate="tanh")
-    c.update(config_kwargs)
-    C, bias = c["n_embd"], c["bias"]
-
-    class Attention(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.qkv = nn.Linear(C, 3 * C, bias=bias)
-            self.proj = nn.Linear(C, C, bias=bias)
-
-        def forward(self, x):
-            B, T, _ = x.shape
-            H = c["n_head"]
-            q, k, v = self.qkv(x).view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, D)
-            return self.proj(y.transpose(1, 2).reshape(B, T, C))
-
-    class MLP(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc = nn.Linear(C, 4 * C, bias=bias)
-            self.proj = nn.Linear(4 * C, C, bias=bias)
-
-        def forward(self, x):
-            return self.proj(F.gelu(self.fc(x), approximate=c["gelu_approximate"]))
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln1 = nn.LayerNorm(C, bias=bias)
-            self.attn = Attention()
-            self.ln2 = nn.LayerNorm(C, bias=bias)
-            self.mlp = MLP()
-
-        def forward(self, x):
-            x = x + self.attn(self.ln1(x))
-            return x + self.mlp(self.ln2(x))
-
-    class GPT(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.wte = nn.Embedding(c["vocab_size"], C)
-            self.wpe = nn.Embedding(c["block_size"], C)
-            self.blocks = nn.Sequential(*[Block() for _ in range(c["n_layer"])])
-            self.ln_f = nn.LayerNorm(C, bias=bias)
-            self.lm_head = nn.Linear(C, c["vocab_size"], bias=False)
-            if c["tie_weights"]:
-                self.lm_head.weight = self.wte.weight
-
-        def forward(self, idx, targets):
-            T = idx.shape[1]
-            x = self.wte(idx) + self.wpe(torch.arange(T))
-            logits = self.lm_head(self.ln_f(self.blocks(x)))
-            return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
-
-    return GPT()
-
-
 def torch_setup(config_kwargs, weights, threads=None):
-    """PyTorch's model and training step; `weights` by name, or None for nanoGPT's init."""
+    """PyTorch's model (the one twin in torch_reference, fused SDPA attention) and training
+    step; `weights` by name, or None for nanoGPT's own initialization."""
     import torch
+
+    from torch_reference import TorchGPT, init_like_nanogpt_
 
     if threads:
         torch.set_num_threads(threads)
-    model = torch_gpt(config_kwargs)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if weights is None:  # nanoGPT's own initialization, from PyTorch's generator
-                residual = name.endswith(("attn.proj.weight", "mlp.proj.weight"))
-                std = 0.02 / math.sqrt(2 * len(model.blocks)) if residual else 0.02
-                if p.dim() >= 2:
-                    torch.nn.init.normal_(p, mean=0.0, std=std)
-            else:
+    model = TorchGPT(config_kwargs, attention="sdpa")
+    if weights is None:  # from PyTorch's global generator, as nanoGPT
+        init_like_nanogpt_(model)
+    else:
+        with torch.no_grad():
+            for name, p in model.named_parameters():
                 p.copy_(torch.from_numpy(weights[name]))
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -371,16 +302,20 @@ def config_of(args):
                 n_embd=args.n_embd)
 
 
-def median(values):
-    values = sorted(values)
-    n = len(values)
-    return values[n // 2] if n % 2 else 0.5 * (values[n // 2 - 1] + values[n // 2])
-
-
 def summary(times):
-    """Median step time and median forward / backward / optimizer times, in ms."""
-    return (median([sum(t) for t in times]) * 1e3,
-            [median([t[i] for t in times]) * 1e3 for i in range(3)])
+    """Median step time and median forward / backward / optimizer times, in ms (module 19)."""
+    from tinytorch.perf.benchmarking import Measurement
+
+    return (Measurement(tuple(sum(t) for t in times)).median * 1e3,
+            [Measurement(tuple(t[i] for t in times)).median * 1e3 for i in range(3)])
+
+
+def compare(runs, name):
+    """Module 19's Comparison of every timed step of `name` against PyTorch's (all rounds)."""
+    from tinytorch.perf.benchmarking import Comparison
+
+    steps = {k: [sum(t) for run in runs[k] for t in run["times"]] for k in (name, "torch")}
+    return Comparison.from_samples(steps["torch"], steps[name], names=("pytorch", LABELS[name]))
 
 
 def agreement_check(args):
@@ -475,14 +410,18 @@ def main(argv=None):
         results[name] = ms
         print(f"{LABELS[name]:14s}{ms:9.1f}{parts[0]:10.1f}{parts[1]:10.1f}{parts[2]:11.1f}"
               f"{tokens / ms * 1e3:10,.0f}")
-    ratios, per_round = {}, {}
+    ratios, per_round, intervals, verdicts = {}, {}, {}, {}
     for name in order[:-1]:
-        ratios[name] = results[name] / results["torch"]
+        comparison = compare(runs, name)
+        ratios[name], intervals[name] = comparison.ratio, list(comparison.ci)
+        verdicts[name] = comparison.verdict
         per_round[name] = [summary(a["times"])[0] / summary(b["times"])[0]
                            for a, b in zip(runs[name], runs["torch"])]
         target = " (target <= 1.00)" if name == "tinytorch" else ""
-        print(f"ratio {LABELS[name]} / pytorch: {ratios[name]:.2f}x per step{target}; per round: "
-              + ", ".join(f"{r:.2f}x" for r in per_round[name]))
+        low, high = comparison.ci
+        print(f"ratio {LABELS[name]} / pytorch: {ratios[name]:.2f}x per step{target}, 95% "
+              f"interval [{low:.2f}, {high:.2f}] over every step: {comparison.verdict}; "
+              "per round: " + ", ".join(f"{r:.2f}x" for r in per_round[name]))
     if fast:
         gain = [summary(a["times"])[0] / summary(b["times"])[0]
                 for a, b in zip(runs["plain"], runs["tinytorch"])]
@@ -510,6 +449,8 @@ def main(argv=None):
         profile_tinytorch(args)
     result = {"tinytorch_ms": results[main_tt], "torch_ms": results["torch"],
               "ratio": ratios[main_tt], "per_round": per_round[main_tt],
+              "ci": intervals[main_tt], "verdict": verdicts[main_tt],
+              "plain_ci": intervals["plain"], "plain_verdict": verdicts["plain"],
               "accelerated": fast, "plain_ms": results["plain"], "plain_ratio": ratios["plain"],
               "plain_per_round": per_round["plain"],
               "kernels": runs["tinytorch"][0]["kernels"] if fast else [],

@@ -29,18 +29,20 @@ import tempfile
 import time
 from pathlib import Path
 
+import tinytorch as tt
+from tinytorch.perf.acceleration import keep_freed_memory
+from tinytorch.perf.quantization import (
+    QuantizedLinear,
+    calibrate,
+    linear_weight_nbytes,
+    model_nbytes,
+    quantize_model,
+)
+from tito.course.checkpoints import load_pretrained, save_pretrained
+from tito.course.datasets import encode_splits, load_text, split_loss, tiled_windows
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-# The milestone's checkpoint reader/writer (load_pretrained, save_pretrained) and its process
-# settings (keep_freed_memory, set_blas_threads) are still functions of the script.
-sys.path[:0] = [str(ROOT / "milestones")]
-
-import tinygpt as milestone  # noqa: E402  (milestones/tinygpt.py: its checkpoint folder)
-from tito.course.datasets import encode_splits, load_text, split_loss, tiled_windows  # noqa: E402
-
-import tinytorch as tt  # noqa: E402
-from tinytorch.perf.quantization import (  # noqa: E402
-    QuantizedLinear, calibrate, linear_weight_nbytes, model_nbytes, quantize_model)
 
 FORMATS = (  # label, bits, group size, (max loss increase, max share of float32 bytes)
     ("float32", None, None, None),
@@ -65,7 +67,7 @@ def load_model(path):
 
         model, _, extra = load_gpt(path)
     else:
-        model, extra = milestone.load_pretrained(path.parent if path.is_file() else path)
+        model, extra = load_pretrained(path.parent if path.is_file() else path)
     return model, CharTokenizer(extra["chars"])
 
 
@@ -89,7 +91,7 @@ def quick_checkpoint(folder):
     tt.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size))
     path = Path(folder) / "tinygpt"
-    milestone.save_pretrained(path, model, {"chars": tokenizer.chars, "step": 0})
+    save_pretrained(path, model, {"chars": tokenizer.chars, "step": 0})
     return path
 
 
@@ -134,7 +136,7 @@ def main() -> int:
     p.add_argument("--quick", action="store_true",
                    help="an untrained model and 24 windows: a smoke test")
     args = p.parse_args()
-    milestone.keep_freed_memory()
+    keep_freed_memory()
 
     with tempfile.TemporaryDirectory() as tmp:
         path = open_checkpoint(args, tmp)

@@ -39,14 +39,10 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import argparse  # noqa: E402
 import json  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
-from pathlib import Path  # noqa: E402
 from typing import Callable  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "milestones")]
-DATA = ROOT / "milestones" / "data"
 
 from tinytorch.perf.benchmarking import (  # noqa: E402
     Benchmark, Measurement, environment, plot, table,
@@ -89,7 +85,7 @@ class Case:
 
 # ---- data ------------------------------------------------------------------------------
 def digits_batch(batch, seed=0):
-    from _common import load_digits
+    from tito.course.datasets import load_digits
 
     x_train, y_train, _, _ = load_digits(seed)
     ix = np.random.default_rng(seed).integers(0, len(x_train), size=batch)
@@ -98,7 +94,9 @@ def digits_batch(batch, seed=0):
 
 def shakespeare_batch(batch, block, seed=0):
     """(x, y) int64 windows of Tiny Shakespeare, characters as ids (sorted character set)."""
-    text = (DATA / "tinyshakespeare.txt").read_text(encoding="utf-8")
+    from tito.course.datasets import load_text
+
+    text = load_text()
     chars = sorted(set(text))
     lookup = {c: i for i, c in enumerate(chars)}
     data = np.fromiter((lookup[c] for c in text[:200_000]), dtype=np.int64)
@@ -121,69 +119,6 @@ def torch_mlp(tt_model):
 
 # The PyTorch reference GPT. At merge this is repointed at the shared PyTorch reference
 # module in benchmarks/ (one definition for every script); keep it in this one function.
-def torch_gpt(config):
-    """TinyTorch's GPT in PyTorch: pre-norm blocks, fused qkv, SDPA, tanh GELU, tied head,
-    no biases, parameter names as TinyTorch's (so weights copy by name)."""
-    import torch
-    from torch import nn
-    from torch.nn import functional as F
-
-    C, H = config["n_embd"], config["n_head"]
-
-    class Attention(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.qkv = nn.Linear(C, 3 * C, bias=False)
-            self.proj = nn.Linear(C, C, bias=False)
-
-        def forward(self, x):
-            B, T, _ = x.shape
-            q, k, v = self.qkv(x).view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)  # (B, H, T, D)
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, D)
-            return self.proj(y.transpose(1, 2).reshape(B, T, C))  # (B, T, C)
-
-    class MLP(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc = nn.Linear(C, 4 * C, bias=False)
-            self.proj = nn.Linear(4 * C, C, bias=False)
-
-        def forward(self, x):
-            return self.proj(F.gelu(self.fc(x), approximate="tanh"))
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln1 = nn.LayerNorm(C, bias=False)
-            self.attn = Attention()
-            self.ln2 = nn.LayerNorm(C, bias=False)
-            self.mlp = MLP()
-
-        def forward(self, x):
-            x = x + self.attn(self.ln1(x))
-            return x + self.mlp(self.ln2(x))
-
-    class GPT(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.wte = nn.Embedding(config["vocab_size"], C)
-            self.wpe = nn.Embedding(config["block_size"], C)
-            self.blocks = nn.Sequential(*[Block() for _ in range(config["n_layer"])])
-            self.ln_f = nn.LayerNorm(C, bias=False)
-            self.lm_head = nn.Linear(C, config["vocab_size"], bias=False)
-            self.lm_head.weight = self.wte.weight  # tied
-
-        def forward(self, idx, targets=None):
-            T = idx.shape[1]
-            x = self.wte(idx) + self.wpe(torch.arange(T))  # (B, T, C)
-            logits = self.lm_head(self.ln_f(self.blocks(x)))  # (B, T, V)
-            if targets is None:
-                return logits, None
-            return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
-
-    return GPT()
-
-
 def copy_weights(torch_model, weights):
     import torch
 
@@ -286,8 +221,9 @@ def gpt_cases(sizes, torch):
     agree = ["PyTorch not run"] * 3
     ok = [True] * 3
     if torch is not None:
-        pt = torch_gpt(config)
-        copy_weights(pt, dict(model.named_parameters(remove_duplicate=False)))
+        from torch_reference import torch_gpt_from
+
+        pt = torch_gpt_from(model, attention="sdpa")  # the one PyTorch twin, weights copied
         pt_opt = torch.optim.AdamW(pt.parameters(), lr=1e-3, betas=(0.9, 0.99),
                                    weight_decay=0.0)
         px, py = torch.from_numpy(x), torch.from_numpy(y)

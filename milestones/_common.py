@@ -16,7 +16,6 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from tito.course.datasets import DATA, load_digits  # noqa: F401  (moved there; these names stay valid)
 
 console = Console(highlight=False)
 
@@ -91,17 +90,3 @@ def save_plot(path: str, series: dict[str, list[float]], xlabel: str, title: str
     fig.savefig(path)
     plt.close(fig)
     console.print(f"saved the training curve to {path}")
-
-
-def keep_freed_memory():
-    """Module 17's keep_freed_memory() (glibc keeps freed memory for reuse) when module 17 is
-    completed; False, and nothing changed, otherwise.
-
-    The allocator setting is taught and lives in module 17 (tinytorch.perf.acceleration);
-    this name stays for the benchmarks that still import it from here (conv_step.py).
-    """
-    try:
-        from tinytorch.perf.acceleration import keep_freed_memory as keep
-    except (ImportError, AttributeError):  # module 17 not completed
-        return False
-    return bool(keep())

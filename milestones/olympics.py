@@ -37,6 +37,8 @@ from pathlib import Path
 from rich.table import Table
 
 from _common import console, need_tinytorch, parser
+from tito.course.checkpoints import save_pretrained
+from tito.course.datasets import encode_splits, load_text, tiled_windows
 
 DEFAULT_CHECKPOINT = Path("runs/tinygpt")
 DEFAULT_OUT = Path("runs/olympics/submission.json")
@@ -71,17 +73,17 @@ def arguments(argv=None):
     return p.parse_args(argv)
 
 
-def untrained_checkpoint(folder, tinygpt, seed):
+def untrained_checkpoint(folder, seed):
     """An untrained milestone-sized TinyGPT saved as the tinygpt milestone saves it."""
     import tinytorch as tt
     from tinytorch.models.transformer import GPT, GPTConfig
     from tinytorch.text.tokenization import CharTokenizer
 
-    tokenizer = CharTokenizer.train(tinygpt.load_text())
+    tokenizer = CharTokenizer.train(load_text())
     tt.manual_seed(seed)
     model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size))
     path = Path(folder) / "tinygpt-untrained"
-    tinygpt.save_pretrained(path, model, {"chars": tokenizer.chars, "step": 0})
+    save_pretrained(path, model, {"chars": tokenizer.chars, "step": 0})
     return path
 
 
@@ -138,13 +140,13 @@ def main(argv=None):
         console.print(f"[red]This milestone needs modules 17-20 (the capstone imports "
                       f"acceleration, benchmarking, quantization, the KV cache):[/] {error}")
         sys.exit(2)
-    import tinygpt  # milestones/tinygpt.py: the data, its splits and the windows
+    from tinytorch.perf.acceleration import set_blas_threads
 
     from tinytorch.text.tokenization import CharTokenizer
 
     if args.threads is None and args.quick:
         args.threads = 1  # a smoke test should not depend on how busy the other cores are
-    if args.threads and not tinygpt.set_blas_threads(args.threads):
+    if args.threads and not set_blas_threads(args.threads):
         console.print("[yellow]note:[/] could not find NumPy's OpenBLAS; --threads ignored")
     new_tokens = args.new_tokens or (24 if args.quick else 56)
     repeats = args.repeats or (5 if args.quick else 10)
@@ -155,7 +157,7 @@ def main(argv=None):
 
     with tempfile.TemporaryDirectory() as tmp:
         if args.checkpoint is None and args.quick:
-            folder = untrained_checkpoint(tmp, tinygpt, args.seed)
+            folder = untrained_checkpoint(tmp, args.seed)
             checkpoint = "untrained TinyGPT (--quick)"
         else:
             folder = args.checkpoint or DEFAULT_CHECKPOINT
@@ -176,9 +178,9 @@ def main(argv=None):
                           "`tito milestone run tinygpt` writes)")
             sys.exit(2)
         tokenizer = CharTokenizer(chars)
-        _, val_data = tinygpt.encode_splits(tinygpt.load_text(), tokenizer)
+        _, val_data = encode_splits(load_text(), tokenizer)
         block = c.max_position_embeddings
-        x, y = tinygpt.tiled_windows(val_data, block, windows)
+        x, y = tiled_windows(val_data, block, windows)
         prompt_ids = tokenizer.encode(PROMPT)
         room = block - len(prompt_ids) + 1
         if new_tokens > room:

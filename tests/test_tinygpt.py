@@ -11,6 +11,8 @@ import pytest
 
 from conftest import run_tito
 from tito.course.registry import MILESTONES, MILESTONES_DIR, written_modules
+from tito.course.checkpoints import (
+    CheckpointFolderError, char_tokenizer_json, load_optimizer, load_pretrained, save_pretrained)
 from tito.course.datasets import char_ids, encode_splits, get_batch, load_text, tiled_windows
 
 MILESTONE = next(m for m in MILESTONES if m.name == "tinygpt")
@@ -61,7 +63,7 @@ def test_quick_run_uses_module_17_and_saves_the_optimizer_state(quick_run, miles
 
     folder, done = quick_run
     assert "module 17 (acceleration): kernels gelu_backward_inplace" in done.stdout
-    model, _ = milestone.load_pretrained(folder / "run")
+    model, _ = load_pretrained(folder / "run")
     decay = [p for p in model.parameters() if p.ndim >= 2]
     other = [p for p in model.parameters() if p.ndim < 2]
     with np.load(folder / "run" / "optimizer.npz", allow_pickle=False) as saved:
@@ -69,13 +71,13 @@ def test_quick_run_uses_module_17_and_saves_the_optimizer_state(quick_run, miles
         assert float(saved["group.1.weight_decay"]) == 0.0
     for cls in (AdamW, FusedAdamW):
         opt = cls([{"params": decay}, {"params": other, "weight_decay": 0.0}], lr=1.0)
-        milestone.load_optimizer(folder / "run", opt)
+        load_optimizer(folder / "run", opt)
         assert opt.steps == 10 and opt.state[0]["step"] == 10
         assert opt.state[0]["exp_avg"].shape == decay[0].shape
         assert opt.param_groups[0]["weight_decay"] == 0.1
     wrong = AdamW([{"params": decay[:1]}], lr=1.0)
-    with pytest.raises(milestone.Failure, match="optimizer.npz"):
-        milestone.load_optimizer(folder / "run", wrong)
+    with pytest.raises(CheckpointFolderError, match="optimizer.npz"):
+        load_optimizer(folder / "run", wrong)
 
 
 @slow
@@ -156,7 +158,7 @@ def test_quick_run_checkpoint_loads_in_transformers(quick_run, milestone):
     assert config["tinytorch"]["step"] == 10 and len(config["tinytorch"]["chars"]) == 65
     hf = transformers.AutoModelForCausalLM.from_pretrained(folder / "run", dtype=torch.float32)
     hf.eval()
-    ours, _ = milestone.load_pretrained(folder / "run")
+    ours, _ = load_pretrained(folder / "run")
     idx = np.random.default_rng(0).integers(0, 65, (2, 64))
     with torch.no_grad():
         theirs = hf(torch.tensor(idx)).logits.numpy()
@@ -250,7 +252,7 @@ def test_checkpoint_gives_transformers_the_same_logits(milestone, tmp_path, size
     transformers = pytest.importorskip("transformers")
     model = random_gpt(**sizes)
     chars = list("abcdefghijk")
-    milestone.save_pretrained(tmp_path, model, {"chars": chars, "step": 5, "val_loss": 2.0})
+    save_pretrained(tmp_path, model, {"chars": chars, "step": 5, "val_loss": 2.0})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors",
                                                          "tokenizer.json"]
     hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32)
@@ -264,7 +266,7 @@ def test_checkpoint_gives_transformers_the_same_logits(milestone, tmp_path, size
     assert ours.shape == theirs.shape
     assert np.abs(ours - theirs).max() < 1e-5 * max(1.0, np.abs(ours).max())
 
-    back, info = milestone.load_pretrained(tmp_path)
+    back, info = load_pretrained(tmp_path)
     assert back.config == config and info["chars"] == chars and info["step"] == 5
     assert np.array_equal(back(idx)[0].data, ours)
 
@@ -273,7 +275,7 @@ def test_checkpoint_without_biases_has_zero_biases(milestone, tmp_path):
     from tinytorch.core.training import load_safetensors, save_safetensors
 
     model = random_gpt()  # bias=False, tied: nanoGPT's and the milestone's
-    milestone.save_pretrained(tmp_path, model, {"chars": list("abcdefghijk")})
+    save_pretrained(tmp_path, model, {"chars": list("abcdefghijk")})
     tensors = load_safetensors(tmp_path / "model.safetensors")
     assert "lm_head.weight" not in tensors  # tied to wte, as GPT-2 is
     biases = [name for name in tensors if name.endswith(".bias")]
@@ -282,27 +284,27 @@ def test_checkpoint_without_biases_has_zero_biases(milestone, tmp_path):
     tensors = {k: np.array(v) for k, v in tensors.items()}
     tensors["transformer.h.1.mlp.c_fc.bias"][0] = 1.0
     save_safetensors(tmp_path / "model.safetensors", tensors)
-    with pytest.raises(milestone.Failure, match="c_fc.bias.*not zero"):
-        milestone.load_pretrained(tmp_path)
+    with pytest.raises(CheckpointFolderError, match="c_fc.bias.*not zero"):
+        load_pretrained(tmp_path)
     del tensors["transformer.h.1.mlp.c_fc.bias"]
     save_safetensors(tmp_path / "model.safetensors", tensors)
-    with pytest.raises(milestone.Failure, match="lacks 1 tensor"):
-        milestone.load_pretrained(tmp_path)
+    with pytest.raises(CheckpointFolderError, match="lacks 1 tensor"):
+        load_pretrained(tmp_path)
 
 
 def test_checkpoint_errors_are_failures(milestone, tmp_path):
-    with pytest.raises(milestone.Failure, match="no config.json"):
-        milestone.load_pretrained(tmp_path)
+    with pytest.raises(CheckpointFolderError, match="no config.json"):
+        load_pretrained(tmp_path)
     model = random_gpt()
-    milestone.save_pretrained(tmp_path, model, {"chars": list("abcdefghijk")})
-    with pytest.raises(milestone.Failure, match="n_layer: checkpoint 2, requested 3"):
-        milestone.load_pretrained(tmp_path, {"n_layer": 3})
+    save_pretrained(tmp_path, model, {"chars": list("abcdefghijk")})
+    with pytest.raises(CheckpointFolderError, match="n_layer: checkpoint 2, requested 3"):
+        load_pretrained(tmp_path, {"n_layer": 3})
     (tmp_path / "model.safetensors").write_bytes(b"\x00" * 4)
-    with pytest.raises(milestone.Failure, match="model.safetensors.*truncated"):
-        milestone.load_pretrained(tmp_path)
+    with pytest.raises(CheckpointFolderError, match="model.safetensors.*truncated"):
+        load_pretrained(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
-    with pytest.raises(milestone.Failure, match="not written by this milestone"):
-        milestone.load_pretrained(tmp_path)
+    with pytest.raises(CheckpointFolderError, match="not written by this milestone"):
+        load_pretrained(tmp_path)
 
 
 def test_old_npz_checkpoint_still_samples(milestone, tmp_path):
@@ -324,11 +326,11 @@ def test_char_vocabulary_as_tokenizer_json(milestone, tmp_path):
     text = "First Citizen:\nBefore we proceed any further, hear me speak!  $&';-?\n"
     chars = CharTokenizer.train(text + "xyzQZ3").chars
     model = random_gpt(vocab_size=len(chars))
-    milestone.save_pretrained(tmp_path, model, {"chars": chars})
+    save_pretrained(tmp_path, model, {"chars": chars})
     want = CharTokenizer(chars).encode(text)
     ours = load_hf_tokenizer(tmp_path)
     assert ours.encode(text) == want and ours.decode(want) == text
     tokenizers = pytest.importorskip("tokenizers")
     theirs = tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
     assert theirs.encode(text).ids == want and theirs.decode(want) == text
-    assert milestone.char_tokenizer_json(["a", "é"]) is None
+    assert char_tokenizer_json(["a", "é"]) is None
