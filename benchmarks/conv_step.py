@@ -1,7 +1,8 @@
 """One CNN training step, TinyTorch against PyTorch CPU eager, side by side in one run.
 
 Both frameworks train the SAME model, the `cnn_digits` milestone's LeNet-style CNN (built
-by the milestone's own `lenet(nn)` from `tinytorch.nn` and from `torch.nn`), starting from
+by the milestone's own `lenet(nn)`, in tito.course.architectures, from `tinytorch.nn` and from
+`torch.nn`), starting from
 the SAME weights (copied from TinyTorch into PyTorch), on the SAME batches of 64 8x8 digits
 from the milestone's training split, with the same step: forward, cross-entropy, backward,
 Adam (lr 2e-3). The milestone's dropout is set to 0 here: the two frameworks would draw
@@ -29,6 +30,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from tito.course.architectures import lenet
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -92,7 +95,6 @@ def batches(n, seed=0):
 # ---- TinyTorch -------------------------------------------------------------------------
 def tinytorch_setup(seed=0):
     import numpy as np
-    from cnn_digits import lenet
 
     from tinytorch import nn
     from tinytorch.core.tensor import Tensor, manual_seed
@@ -127,7 +129,6 @@ def tinytorch_setup(seed=0):
 def torch_setup(weights, threads=None):
     """The same CNN in PyTorch (the milestone's lenet(torch.nn)) from TinyTorch's weights."""
     import torch
-    from cnn_digits import lenet
 
     if threads:
         torch.set_num_threads(threads)

@@ -27,20 +27,12 @@ import numpy as np  # noqa: E402  (after the thread setting, which numpy reads a
 
 from _common import (  # noqa: E402
     Timer, console, curve_table, epoch_rows, need_tinytorch, parser)
+from tito.course.architectures import digits_mlp as mlp  # noqa: E402
+from tito.course.architectures import lenet  # noqa: E402
 from tito.course.datasets import load_digits  # noqa: E402
 
 TARGET = 0.98
 LR = 3e-3
-
-
-def lenet(nn, dropout=0.3):
-    """The milestone's CNN from a namespace with PyTorch's layer names: tinytorch.nn or torch.nn."""
-    return nn.Sequential(
-        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),   # (N, 16, 4, 4)
-        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),  # (N, 32, 2, 2)
-        nn.Flatten(), nn.Dropout(dropout),                            # (N, 128)
-        nn.Linear(32 * 2 * 2, 64), nn.ReLU(), nn.Linear(64, 10),
-    )
 
 
 def with_shifts(x, y):
@@ -54,12 +46,6 @@ def with_shifts(x, y):
             moved[tuple(edge)] = 0
             copies.append(moved)
     return np.concatenate(copies), np.tile(y, len(copies))
-
-
-def mlp(nn):
-    """The MLP of `mlp_digits` (64 -> 128 -> 64 -> 10), for the parameter and FLOP counts."""
-    return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU(),
-                         nn.Linear(64, 10))
 
 
 def forward_flops(model, x, nn):

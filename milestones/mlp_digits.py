@@ -9,6 +9,7 @@ and is scored on a held-out 20% it never trains on. Target: at least 95% test ac
 import sys
 
 from _common import Timer, console, curve_table, epoch_rows, need_tinytorch, parser, save_plot
+from tito.course.architectures import digits_mlp
 from tito.course.datasets import load_digits
 
 TARGET = 0.95
@@ -22,13 +23,14 @@ def main() -> int:
     tt = need_tinytorch()
     from tinytorch import accuracy, train
     from tinytorch.data import DataLoader, TensorDataset
-    from tinytorch.nn import Linear, ReLU, Sequential, cross_entropy
+    from tinytorch import nn
+    from tinytorch.nn import cross_entropy
     from tinytorch.optim import Adam
 
     tt.manual_seed(args.seed)
     x_train, y_train, x_test, y_test = load_digits(args.seed)
     console.print(f"digits: {len(x_train)} training and {len(x_test)} held-out test images, 64 pixels each")
-    model = Sequential(Linear(64, 128), ReLU(), Linear(128, 64), ReLU(), Linear(64, 10))
+    model = digits_mlp(nn)  # 64 -> 128 -> 64 -> 10
     optimizer = Adam(model.parameters(), lr=2e-3)
     loader = DataLoader(TensorDataset(x_train, y_train), batch_size=32, shuffle=True, seed=args.seed)
     test_loader = DataLoader(TensorDataset(x_test, y_test), batch_size=256)

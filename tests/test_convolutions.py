@@ -17,7 +17,6 @@ from tinytorch.core.convolutions import (
 )
 from tinytorch.core.tensor import ShapeError, Tensor, manual_seed
 from tinytorch.nn import AvgPool2d, Conv2d, Flatten, MaxPool2d
-from tito.course.registry import MILESTONES_DIR
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -192,11 +191,10 @@ def test_flatten_matches_torch_and_keeps_nchw_order():
     np.testing.assert_array_equal(flat.data, theirs)
 
 
-def test_lenet_of_the_milestone_matches_torch_loss_and_every_gradient(monkeypatch):
+def test_lenet_of_the_milestone_matches_torch_loss_and_every_gradient():
     # The milestone script itself is under test; it imports _common beside it. The data it
     # trains on comes from tito.course.datasets.
-    monkeypatch.syspath_prepend(str(MILESTONES_DIR))
-    from cnn_digits import lenet
+    from tito.course.architectures import lenet
 
     import tinytorch.nn as tnn
 
