@@ -15,16 +15,11 @@ import pytest
 from conftest import run_tito
 from tito.course.registry import COURSE_ROOT, get_milestone, written_modules
 
-# The capstone imports modules 17 and 19 (acceleration, benchmarking): until those are in
-# the package there is nothing to test here.
-pytest.importorskip("tinytorch.perf.acceleration", reason="module 17 is not in the package yet")
-pytest.importorskip("tinytorch.perf.benchmarking", reason="module 19 is not in the package yet")
-
-from tinytorch.capstone import (  # noqa: E402
+from tinytorch.capstone import (
     MAX_LOSS_INCREASE, QuantizedWeight, SubmissionError, make_submission, quantize_weights,
     run_olympics, val_loss, validate_submission, weight_nbytes, write_submission)
-from tinytorch.models.llm import Config, ModelForCausalLM, WeightStore  # noqa: E402
-from tinytorch.perf.benchmarking import Benchmark  # noqa: E402
+from tinytorch.models.llm import Config, ModelForCausalLM, WeightStore
+from tinytorch.perf.benchmarking import Benchmark
 
 
 class Ci:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_tito
+from conftest import run_tito, run_tito_from
 from tito.course.exporter import HEADER, check_plan, reference_plan
 from tito.course.registry import written_modules
 
@@ -44,12 +44,11 @@ def test_public_api_is_pytorch_style():
     assert "Add" not in dir(tinytorch), "op classes are exported with #| exporti, not into the API"
 
 
-def test_export_refuses_unknown_and_unwritten_modules(repo):
+def test_export_refuses_unknown_and_unwritten_modules(repo, planned_course):
     done = run_tito("export", "99", cwd=repo)
     assert done.returncode == 2 and "Valid modules are 01" in done.stderr
-    unwritten = next(m for m in __import__("tito.course.registry").course.registry.MODULES if not m.written)
-    done = run_tito("export", unwritten.key, cwd=repo)
-    assert done.returncode == 2 and "not written yet" in done.stderr
+    done = run_tito_from(planned_course, "export", "20", cwd=planned_course)
+    assert done.returncode == 2 and "not written yet" in done.stderr, done.stderr
 
 
 def test_reexport_namespace_is_a_file_that_names_its_module():
