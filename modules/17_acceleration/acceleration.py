@@ -82,6 +82,8 @@ from tinytorch.core.autograd import DERIVATIVES, KERNELS, derivative
 from tinytorch.core.autograd import gelu_backward as plain_gelu_backward
 from tinytorch.core.losses import CrossEntropyFunction
 from tinytorch.core.optimizers import AdamW
+from tinytorch.core.tensor import Add
+from tinytorch.models.transformer import LayerNormFunction
 
 # %% nbgrader={"grade": false, "grade_id": "lesson-imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import time
@@ -412,6 +414,20 @@ def peak_bytes(call):
         tracemalloc.stop()
 
 
+@contextlib.contextmanager
+def one_blas_thread():
+    """Measure on one BLAS thread: on a shared machine, waiting for a second core swamps the
+    differences these measurements are about (Part 3)."""
+    before = blas_threads()
+    if before is not None:
+        set_blas_threads(1)
+    try:
+        yield
+    finally:
+        if before is not None:
+            set_blas_threads(before)
+
+
 def with_rule(table, key, rule, call):
     """Run call() with table[key] = rule, then put the old entry back."""
     old = table.get(key)
@@ -573,7 +589,7 @@ test_unit_cross_entropy_inplace()
 #   of inputs that do not require them.
 #
 # `AttentionKeepFunction` subclasses `AttentionFunction`, so code that asks "is this
-# attention?" still says yes; the registry (Part 9) puts it in `KERNELS` under
+# attention?" still says yes; the registry (Part 10) puts it in `KERNELS` under
 # `AttentionFunction`, where module 12's `scaled_dot_product_attention` looks it up.
 
 # %% nbgrader={"grade": false, "grade_id": "row-sums", "locked": false, "schema_version": 3, "solution": true, "task": false}
@@ -811,7 +827,192 @@ def test_unit_fused_adamw():
 test_unit_fused_adamw()
 
 # %% [markdown]
-# ## Part 9: plugging the kernels in
+# ## Part 9: swapping a forward, GELU and layer norm
+#
+# Module 01's `Function.apply` starts with one line, `cls = KERNELS.get(cls, cls)`: every
+# operation is looked up in the kernel table before it runs. So a faster forward needs no
+# change in the lesson that applies it. Register `KERNELS[GELUFunction] = GELUTanhKernel` and
+# module 13's MLP, which calls `gelu(...)`, runs the fast class: its `forward`, its record,
+# its rule. A kernel is a `Function` subclass of the plain one (code that asks "is this
+# GELU?" still says yes) with its own rule in `DERIVATIVES`, because the record names the
+# class that ran. The three kernels below are given: read them, they use only what Parts 5
+# to 7 taught.
+#
+# - **GELU, tanh form, forward and backward as a pair.** The plain forward makes nine
+#   temporaries; this one writes into two arrays. And it *keeps* `tanh(u)` for backward
+#   (one `(B*T, 4C)` array per layer, 1.5 MiB at the milestone's size): the backward then
+#   needs no `tanh` at all, the most expensive pass of Part 5's kernel. The same
+#   keep-or-recompute trade as Part 7's attention, at a smaller scale. The erf form runs
+#   module 02's forward and module 06's rule unchanged.
+# - **Layer norm with BLAS row sums.** Module 13's fused layer norm is already one
+#   operation; what is left is the reductions. The mean over `C` is a product with a
+#   column of `1/C` (Part 7's `row_sums` trick), and so is the mean of the gradient in
+#   backward; the bias gradient, a sum over all `B*T` rows, is a row of ones times the
+#   gradient. Same record, same saved arrays (`x_hat`, `rstd`), fewer slow reductions.
+# - **The bias gradient of `x @ W.T + b`.** `Add`'s rule returns `grad` for both inputs and
+#   `backward` sums it down to `b`'s shape `(C,)` with `grad.sum(axis=0)`. This rule,
+#   registered in `DERIVATIVES[Add]` (the forward is unchanged), does that sum as one BLAS
+#   product for the common case of a 2-D `grad` and a 1-D bias, and leaves every other
+#   `Add` as it was.
+#
+# The check cell compares each with the plain operation (forward, gradients, and a float64
+# central-difference `gradcheck` through the table) and times both.
+
+# %% nbgrader={"grade": false, "grade_id": "forward-kernels", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#| export
+class GELUTanhKernel(GELUFunction):
+    """GELU in two arrays; the tanh form keeps tanh(u) so that backward skips the tanh."""
+
+    saves_for_backward = True  # forward returns (out, tanh_u), tanh_u None for the erf form
+
+    @staticmethod
+    def forward(x, approximate):
+        if approximate != "tanh":
+            return GELUFunction.forward(x, approximate), None
+        dtype = x.dtype.type
+        c, k = dtype(math.sqrt(2 / math.pi)), dtype(0.044715)
+        t = np.multiply(x, x)  # (N, 4C), ours
+        t *= k * c
+        t += c
+        t *= x  # u = c (x + k x^3)
+        np.tanh(t, out=t)  # kept for backward
+        out = np.add(t, dtype(1))
+        out *= x
+        out *= dtype(0.5)  # 0.5 x (1 + tanh u)
+        return out, t
+
+
+@derivative(GELUTanhKernel)
+def gelu_tanh_kernel_backward(ctx, grad):
+    """Part 5's slope, 0.5 (1 + t) + x (1 - t^2) u' / 2, with t = tanh(u) read from ctx.saved"""
+    t = ctx.saved
+    if t is None:  # the erf form: module 06's rule
+        return plain_gelu_backward(ctx, grad)
+    x = ctx.inputs[0]
+    dtype = x.dtype.type
+    c, k, half = dtype(math.sqrt(2 / math.pi)), dtype(0.044715), dtype(0.5)
+    s = np.multiply(t, t)
+    np.subtract(dtype(1), s, out=s)  # 1 - tanh^2 u
+    a = np.multiply(x, x)
+    a *= dtype(1.5) * k * c
+    a += half * c
+    a *= x  # x u' / 2
+    a *= s
+    np.multiply(t, half, out=s)
+    s += half
+    s += a  # the slope
+    s *= grad
+    return (s,)
+
+
+def _mean_column(c, dtype):
+    return np.full((c, 1), 1.0 / c, dtype=dtype)  # x @ this = the mean of each row
+
+
+class LayerNormKernel(LayerNormFunction):
+    """Module 13's layer norm, its row means and bias sum done as BLAS products."""
+
+    saves_for_backward = True  # forward returns (out, (x_hat, rstd)), both (N, C) / (N, 1)
+
+    @staticmethod
+    def forward(x, weight, *bias, eps=1e-5):
+        dtype = x.dtype.type
+        c = x.shape[-1]
+        rows = x.reshape(-1, c)  # (N, C), N = B*T
+        x_hat = rows - rows @ _mean_column(c, x.dtype)  # (N, C), a new array
+        var = np.einsum("ij,ij->i", x_hat, x_hat)[:, None]  # (N, 1)
+        var *= dtype(1.0 / c)
+        var += dtype(eps)
+        rstd = np.reciprocal(np.sqrt(var, out=var), out=var)
+        x_hat *= rstd
+        out = x_hat * weight
+        if bias:
+            out += bias[0]
+        return out.reshape(x.shape), (x_hat, rstd)
+
+
+@derivative(LayerNormKernel)
+def layer_norm_kernel_backward(ctx, grad):
+    """module 13's rule: rstd * (g_hat - mean(g_hat) - x_hat * mean(g_hat * x_hat))"""
+    x_hat, rstd = ctx.saved
+    x, weight = ctx.inputs[0], ctx.inputs[1]
+    n, c = x_hat.shape
+    g = grad.reshape(n, c)
+    g_hat = g * weight  # (N, C)
+    mean_gx = np.einsum("ij,ij->i", g_hat, x_hat)[:, None]  # (N, 1)
+    mean_gx *= x.dtype.type(1.0 / c)
+    dx = x_hat * mean_gx
+    dx += g_hat @ _mean_column(c, x.dtype)  # + mean(g_hat), broadcast over the row
+    np.subtract(g_hat, dx, out=dx)
+    dx *= rstd
+    grad_weight = grad_bias = None
+    if ctx.parents[1].requires_grad:
+        grad_weight = np.einsum("ij,ij->j", g, x_hat)  # (C,)
+    if len(ctx.parents) == 3 and ctx.parents[2].requires_grad:
+        grad_bias = (np.ones((1, n), dtype=g.dtype) @ g)[0]  # (C,), one BLAS product
+    grads = (dx.reshape(x.shape), grad_weight)
+    return grads + (grad_bias,) if len(ctx.parents) == 3 else grads
+
+
+def add_backward_bias_blas(ctx, grad):
+    """d(a + b) = (grad, grad); a bias b of shape (C,) under a 2-D grad gets ones @ grad"""
+    a, b = ctx.inputs
+    grad_b = grad
+    if (grad.ndim == 2 and b.ndim == 1 and a.shape == grad.shape and grad.shape[0] > 1
+            and b.shape[0] == grad.shape[1] and ctx.parents[1].requires_grad):
+        grad_b = (np.ones((1, grad.shape[0]), dtype=grad.dtype) @ grad)[0]  # (C,)
+    return grad, grad_b
+
+
+# %% nbgrader={"grade": false, "grade_id": "check-forward-kernels", "locked": true, "schema_version": 3, "solution": false, "task": false}
+def check_forward_kernels():
+    x = Tensor(f32(768, 512, seed=70, scale=2.0), requires_grad=True)
+    xs = Tensor(f32(768, 128, seed=71), requires_grad=True)
+    w, b = (Tensor(f32(128, seed=s), requires_grad=True) for s in (72, 73))
+    cases = (("gelu tanh", GELUFunction, GELUTanhKernel, KERNELS,
+              lambda: gelu(x, approximate="tanh"), [x]),
+             ("layer norm", LayerNormFunction, LayerNormKernel, KERNELS,
+              lambda: layer_norm(xs, w, b), [xs, w, b]),
+             ("bias add", Add, add_backward_bias_blas, DERIVATIVES,
+              lambda: xs + b, [xs, b]))
+    for label, key, fast, table, fn, leaves in cases:
+        weights = f32(*fn().shape, seed=74)
+        results = {}
+        for on in (False, True):
+            def step():
+                for t in leaves:
+                    t.grad = None
+                out = fn()
+                (out * weights).sum().backward()
+                return out
+            run = step if not on else (lambda: with_rule(table, key, fast, step))
+            out = run()
+            results[on] = (out.data, [t.grad.data for t in leaves], best_time(run, repeat=5))
+        (want, want_g, slow), (got, got_g, quick) = results[False], results[True]
+        assert got.dtype == np.float32 and np.allclose(got, want, rtol=1e-5, atol=1e-6), (
+            f"{label}: the kernel's forward differs by {np.abs(got - want).max():.3g}")
+        for i, (g1, g0) in enumerate(zip(got_g, want_g)):
+            assert g1.dtype == np.float32 and np.allclose(g1, g0, rtol=1e-4, atol=1e-5), (
+                f"{label}: gradient {i} differs by {np.abs(g1 - g0).max():.3g}")
+        print(f"{label}: forward+backward plain {slow * 1e3:.2f} ms, kernel "
+              f"{quick * 1e3:.2f} ms, same values")
+    x64 = Tensor(rng(75).standard_normal((4, 6)) * 2, dtype=np.float64, requires_grad=True)
+    w64, b64 = (Tensor(rng(s).standard_normal(6), dtype=np.float64, requires_grad=True)
+                for s in (76, 77))
+    with_rule(KERNELS, GELUFunction, GELUTanhKernel,
+              lambda: gradcheck(lambda t: gelu(t, approximate="tanh"), [x64]))
+    with_rule(KERNELS, LayerNormFunction, LayerNormKernel,
+              lambda: gradcheck(lambda t, u, v: layer_norm(t, u, v), [x64, w64, b64]))
+    with_rule(DERIVATIVES, Add, add_backward_bias_blas,
+              lambda: gradcheck(lambda t, v: t + v, [x64, b64]))
+
+
+with one_blas_thread():
+    check_forward_kernels()
+
+
+# %% [markdown]
+# ## Part 10: plugging the kernels in
 #
 # A fast kernel is worth nothing if the framework does not run it, and a framework that
 # runs it by reassigning another module's functions (`activations.GELUFunction.forward =
@@ -852,6 +1053,9 @@ FAST_KERNELS = (
     ("cross_entropy_backward_inplace", DERIVATIVES, CrossEntropyFunction,
      cross_entropy_backward_inplace),
     ("attention_keep_probs", KERNELS, AttentionFunction, AttentionKeepFunction),
+    ("gelu_tanh_kernel", KERNELS, GELUFunction, GELUTanhKernel),
+    ("layer_norm_kernel", KERNELS, LayerNormFunction, LayerNormKernel),
+    ("add_backward_bias_blas", DERIVATIVES, Add, add_backward_bias_blas),
 )
 _PLAIN_ENTRIES = {}  # name -> the table entry the fast kernel replaced (None: there was none)
 
@@ -1016,20 +1220,6 @@ def step_report(rounds=3):
     print(f"GPT step (2 layers, 64 wide, 4 x 64 tokens), forward+backward: plain "
           f"{plain * 1e3:.1f} ms, fast kernels {fast * 1e3:.1f} ms ({plain / fast:.2f}x); "
           f"kernels: {', '.join(names)}")
-
-
-@contextlib.contextmanager
-def one_blas_thread():
-    """Measure on one BLAS thread: on a shared machine, waiting for a second core swamps the
-    differences these measurements are about (Part 3)."""
-    before = blas_threads()
-    if before is not None:
-        set_blas_threads(1)
-    try:
-        yield
-    finally:
-        if before is not None:
-            set_blas_threads(before)
 
 
 with one_blas_thread():
