@@ -24,10 +24,11 @@
 # backward), small matrix products, and the Python around every operation.
 #
 # This module wins that time back, one measured change at a time, without making the earlier
-# lessons harder to read. Modules 06 and 12 stay textbook code. The fast versions live here
-# and plug into your framework through two documented tables: module 06's `DERIVATIVES`
-# (which rule differentiates an operation) and its `KERNELS` (which `Function` runs when a
-# lesson applies an operation). Nothing assigns attributes onto another module's classes:
+# lessons harder to read. Modules 02, 06, 12 and 13 stay textbook code. The fast versions
+# live here and plug into your framework through two documented tables: module 06's
+# `DERIVATIVES` (which rule differentiates an operation) and module 01's `KERNELS` (which
+# `Function` runs when any lesson applies an operation: `Function.apply` looks every
+# operation up there first). Nothing assigns attributes onto another module's classes:
 # you can always read off the tables what runs, and switch every fast kernel off again with
 # `use_fast_kernels(False)` to measure what it bought.
 #
@@ -42,6 +43,8 @@
 #   attention that keeps its probabilities, an AdamW update without temporaries), each
 #   checked against the plain one by value and by central differences.
 # - Measure the trade of keeping against recomputing: milliseconds against bytes.
+# - Swap an operation's forward without touching the lesson that applies it, through the
+#   kernel table that `Function.apply` reads.
 #
 # ## What you build
 #
@@ -50,9 +53,11 @@
 # - `row_sums(a)` and `AttentionKeepFunction`: attention whose forward keeps the
 #   probabilities, so its backward does not recompute them.
 # - `FusedAdamW`: AdamW's update with no temporaries, state for state the same optimizer.
-# - Given: `set_blas_threads(n)`, `blas_threads()`, `keep_freed_memory()`, the table of
-#   fast kernels `FAST_KERNELS`, `use_fast_kernels(on)`, `fast_kernels(on)` and
-#   `active_kernels()`.
+# - Given: `set_blas_threads(n)`, `blas_threads()`, `keep_freed_memory()`; three more
+#   kernels to read, `GELUTanhKernel` (GELU's forward and backward as a pair),
+#   `LayerNormKernel` (layer norm with BLAS row sums) and `add_backward_bias_blas` (a bias
+#   gradient as one BLAS product); the table of fast kernels `FAST_KERNELS`,
+#   `use_fast_kernels(on)`, `fast_kernels(on)` and `active_kernels()`.
 #
 # ## What you are not building yet
 #
@@ -905,8 +910,22 @@ def gelu_tanh_kernel_backward(ctx, grad):
     return (s,)
 
 
+_CONSTANTS = {}  # (shape, fill, dtype) -> a read-only array, made once and reused
+
+
+def _constant(shape, fill, dtype):
+    """A read-only array of `fill`: BLAS operands that every step would otherwise rebuild."""
+    key = (shape, fill, np.dtype(dtype))
+    array = _CONSTANTS.get(key)
+    if array is None:
+        array = np.full(shape, fill, dtype=dtype)
+        array.flags.writeable = False
+        _CONSTANTS[key] = array
+    return array
+
+
 def _mean_column(c, dtype):
-    return np.full((c, 1), 1.0 / c, dtype=dtype)  # x @ this = the mean of each row
+    return _constant((c, 1), 1.0 / c, dtype)  # x @ this = the mean of each row
 
 
 class LayerNormKernel(LayerNormFunction):
@@ -949,7 +968,7 @@ def layer_norm_kernel_backward(ctx, grad):
     if ctx.parents[1].requires_grad:
         grad_weight = np.einsum("ij,ij->j", g, x_hat)  # (C,)
     if len(ctx.parents) == 3 and ctx.parents[2].requires_grad:
-        grad_bias = (np.ones((1, n), dtype=g.dtype) @ g)[0]  # (C,), one BLAS product
+        grad_bias = (_constant((1, n), 1.0, g.dtype) @ g)[0]  # (C,), one BLAS product
     grads = (dx.reshape(x.shape), grad_weight)
     return grads + (grad_bias,) if len(ctx.parents) == 3 else grads
 
@@ -960,7 +979,7 @@ def add_backward_bias_blas(ctx, grad):
     grad_b = grad
     if (grad.ndim == 2 and b.ndim == 1 and a.shape == grad.shape and grad.shape[0] > 1
             and b.shape[0] == grad.shape[1] and ctx.parents[1].requires_grad):
-        grad_b = (np.ones((1, grad.shape[0]), dtype=grad.dtype) @ grad)[0]  # (C,)
+        grad_b = (_constant((1, grad.shape[0]), 1.0, grad.dtype) @ grad)[0]  # (C,)
     return grad, grad_b
 
 
@@ -1017,14 +1036,15 @@ with one_blas_thread():
 # A fast kernel is worth nothing if the framework does not run it, and a framework that
 # runs it by reassigning another module's functions (`activations.GELUFunction.forward =
 # ...`) can no longer be read: what runs depends on what was imported last. Your framework
-# has two tables instead, both in module 06 and both plain dictionaries:
+# has two tables instead, both plain dictionaries, both importable from module 06:
 #
 # - `DERIVATIVES[Op]` is the rule `backward` calls for records of `Op`. A faster rule for
 #   the same forward (GELU, cross-entropy) is registered by replacing the entry.
-# - `KERNELS[Op]` is the `Function` that `kernel(Op)` returns where a lesson applies `Op`
-#   (module 12's `scaled_dot_product_attention` calls `kernel(AttentionFunction).apply`).
-#   A kernel with a different forward (attention that keeps `P`) goes there, with its own
-#   rule in `DERIVATIVES` under its own class.
+# - `KERNELS[Op]` is the `Function` that runs wherever a lesson applies `Op`: module 01's
+#   `Function.apply` begins with `cls = KERNELS.get(cls, cls)`, and `kernel(Op)` tells which
+#   class that is. A kernel with a different forward (attention that keeps `P`, Part 9's
+#   GELU and layer norm) goes there, with its own rule in `DERIVATIVES` under its own
+#   class.
 #
 # The given cell lists every fast kernel once, in `FAST_KERNELS`: its name, the table, the
 # key and the fast entry. `use_fast_kernels(True)` puts each fast entry in its table and
@@ -1038,12 +1058,13 @@ with one_blas_thread():
 # `FusedAdamW`, `keep_freed_memory()` and `set_blas_threads` when they find the module
 # (`--plain` turns it off), and print which kernels ran.
 #
-# What the tables cannot do: replace a forward that a lesson applies directly. Attention's
-# forward is looked up (`kernel(AttentionFunction)`), so it can be swapped; GELU's forward
-# (module 02) and layer norm's (module 13) are applied as `GELUFunction.apply(...)`, so
-# only their derivative rules can. A framework that wants every forward swappable does the
-# lookup once, inside `Function.apply`; that is the next step if the profile says GELU's
-# forward is worth it (on TinyGPT it is about 5% of a step).
+# What the tables cost: one dictionary lookup per operation in `Function.apply`, about
+# 50 ns, against the tens of microseconds of a NumPy call on TinyGPT's arrays. What they
+# cannot do: fuse operations that a lesson applies one after the other. Slicing `q`, `k`
+# and `v` out of module 12's fused projection is three `GetItem`s, and each one's rule must
+# return a zero-filled gradient of the whole `(B, T, 3C)` array; one operation that splits
+# it into three would write the three gradients into one buffer, but that changes the
+# lesson that applies it, so it is not done here.
 
 # %% nbgrader={"grade": false, "grade_id": "registry", "locked": true, "schema_version": 3, "solution": false, "task": false}
 #| export

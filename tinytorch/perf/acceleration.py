@@ -280,8 +280,22 @@ def gelu_tanh_kernel_backward(ctx, grad):
     return (s,)
 
 
+_CONSTANTS = {}  # (shape, fill, dtype) -> a read-only array, made once and reused
+
+
+def _constant(shape, fill, dtype):
+    """A read-only array of `fill`: BLAS operands that every step would otherwise rebuild."""
+    key = (shape, fill, np.dtype(dtype))
+    array = _CONSTANTS.get(key)
+    if array is None:
+        array = np.full(shape, fill, dtype=dtype)
+        array.flags.writeable = False
+        _CONSTANTS[key] = array
+    return array
+
+
 def _mean_column(c, dtype):
-    return np.full((c, 1), 1.0 / c, dtype=dtype)  # x @ this = the mean of each row
+    return _constant((c, 1), 1.0 / c, dtype)  # x @ this = the mean of each row
 
 
 class LayerNormKernel(LayerNormFunction):
@@ -324,7 +338,7 @@ def layer_norm_kernel_backward(ctx, grad):
     if ctx.parents[1].requires_grad:
         grad_weight = np.einsum("ij,ij->j", g, x_hat)  # (C,)
     if len(ctx.parents) == 3 and ctx.parents[2].requires_grad:
-        grad_bias = (np.ones((1, n), dtype=g.dtype) @ g)[0]  # (C,), one BLAS product
+        grad_bias = (_constant((1, n), 1.0, g.dtype) @ g)[0]  # (C,), one BLAS product
     grads = (dx.reshape(x.shape), grad_weight)
     return grads + (grad_bias,) if len(ctx.parents) == 3 else grads
 
@@ -335,7 +349,7 @@ def add_backward_bias_blas(ctx, grad):
     grad_b = grad
     if (grad.ndim == 2 and b.ndim == 1 and a.shape == grad.shape and grad.shape[0] > 1
             and b.shape[0] == grad.shape[1] and ctx.parents[1].requires_grad):
-        grad_b = (np.ones((1, grad.shape[0]), dtype=grad.dtype) @ grad)[0]  # (C,)
+        grad_b = (_constant((1, grad.shape[0]), 1.0, grad.dtype) @ grad)[0]  # (C,)
     return grad, grad_b
 
 
