@@ -1258,12 +1258,18 @@ with one_blas_thread():
 #   recomputes, and why the choice is a measured trade, not a rule.
 # - **The fused layer norm** records one graph node instead of nine and is faster forward
 #   and backward (about 1.5x here): fewer passes over memory, fewer temporaries, one rule
-#   instead of nine.
+#   instead of nine. Part 9's kernel takes only a little more off it (its row means become
+#   BLAS products); GELU's pair, which drops a `tanh` from backward, takes about half.
 # - **The step** gets faster by a modest factor, not by 2x: matrix products are most of a
 #   step, and BLAS already runs them near the machine's peak. The kernels win back the
 #   element-wise passes and the recompute. On the milestone's model,
 #   `python benchmarks/gpt_step.py` prints the plain framework's ratio to PyTorch eager and
-#   the accelerated one's, side by side in one run.
+#   the accelerated one's, side by side in one run. Measured while writing this lesson, on
+#   two cores shared with other jobs (`--threads 1 --clock cpu`, five runs): the plain
+#   framework 1.02-1.17x PyTorch's step, with this module 0.93-1.03x (median 0.98x), 11-18%
+#   faster than plain; peak training memory 49 MiB against PyTorch's 61. With two threads
+#   (wall clock) it is 1.16-1.27x: PyTorch spreads its element-wise work over both cores,
+#   NumPy does not. About 70% of the one-thread step is now BLAS.
 #
 # ## What comes next
 #
