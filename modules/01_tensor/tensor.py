@@ -372,6 +372,12 @@ test_unit_tensor_creation()
 # Module 06 adds each operation's derivative in a table keyed by the `Function` class, and
 # walks these records backwards. Nothing here changes then.
 #
+# One more line in `apply` is for much later: `KERNELS`, an empty dictionary from a plain
+# `Function` class to a faster class that computes the same values. `apply` looks the class
+# up there first (`cls = KERNELS.get(cls, cls)`: one dictionary lookup per operation, and
+# while the table is empty every operation runs exactly the `forward` you wrote). Module 06
+# explains the table beside its derivative table, and module 17 (acceleration) fills it.
+#
 # The cell also holds the course's one random generator: `manual_seed(0)` makes initial
 # weights and dropout masks repeatable, like `torch.manual_seed`.
 #
@@ -450,6 +456,21 @@ class Context:
         self.saved = None  # anything else forward chose to keep (fused ops)
 
 
+KERNELS = {}  # plain Function class -> a faster Function class computing the same values
+
+
+def kernel(function_class):
+    """The Function that runs for `function_class`: its registered fast kernel, or itself.
+
+    `Function.apply` does this lookup for every operation, so a kernel registered with
+    `KERNELS[Plain] = Fast` runs wherever a lesson applies `Plain`; `KERNELS.pop(Plain)`
+    switches it off. A kernel is a Function subclass of its own, with its own forward and
+    its own derivative rule, computing the same values. Module 06 explains the table and
+    module 17 fills it; while it is empty, every lesson's own code runs.
+    """
+    return KERNELS.get(function_class, function_class)
+
+
 class Function:
     """An operation. Subclasses define `forward(*arrays, **params) -> array`.
 
@@ -466,6 +487,7 @@ class Function:
 
     @classmethod
     def apply(cls, *inputs, **params):
+        cls = KERNELS.get(cls, cls)  # a faster registered twin (module 17), else cls itself
         tensors = []
         dtype = None
         for x in inputs:

@@ -168,10 +168,14 @@ from tinytorch.core.losses import BCEWithLogitsFunction, CrossEntropyFunction
 #
 # The cell below is given: read it. Later modules (embeddings, attention, layer norm) import
 # `derivative` and register the rules of their new operations beside the operations. It also
-# holds a second, empty table, `KERNELS`, that you will not need until module 17: there a
-# faster version of an operation is registered under the plain one, and the places that apply
-# the operation look it up with `kernel(Plain)`. Both tables are plain dictionaries: what
-# runs can always be read off them.
+# re-exports a second, empty table, `KERNELS`, that you will not need until module 17. It
+# lives in module 01 because `Function.apply` reads it: every `Op.apply(...)` first runs
+# `cls = KERNELS.get(cls, cls)`. A faster version of an operation (its own `Function`
+# subclass, with its own forward and its own rule here in `DERIVATIVES`) is registered
+# under the plain one, `KERNELS[Plain] = Fast`, and then runs wherever any lesson applies
+# `Plain`, with no lesson's code changed; `kernel(Plain)` tells which class that is. A
+# faster *rule* for an unchanged forward is simply a new entry `DERIVATIVES[Plain]`. Both
+# tables are plain dictionaries: what runs can always be read off them.
 
 # %% nbgrader={"grade": false, "grade_id": "derivative-table", "locked": true, "schema_version": 3, "solution": false, "task": false}
 #| export
@@ -199,21 +203,9 @@ def derivative(function_class):
     return register
 
 
-KERNELS = {}  # plain Function class -> a faster Function class that computes the same values
-
-
-def kernel(function_class):
-    """The Function that runs for `function_class`: its registered fast kernel, or itself.
-
-    The kernel table lets module 17 (acceleration) offer a faster implementation of an
-    operation without touching the class a lesson wrote. A kernel is a Function subclass of
-    its own, with its own forward and its own rule in DERIVATIVES, computing the same values.
-    Register: `KERNELS[Plain] = Fast`. Look up, where the operation is applied:
-    `kernel(Plain).apply(...)`. Switch off: `KERNELS.pop(Plain, None)`. The table is empty
-    unless someone fills it, so every lesson's own code runs. A faster derivative rule for an
-    unchanged forward is registered the same way, as the entry `DERIVATIVES[Plain]`.
-    """
-    return KERNELS.get(function_class, function_class)
+# The kernel table is module 01's: `Function.apply` looks every operation up in it. It is
+# re-exported here, beside the derivative table, because the two are used together.
+from tinytorch.core.tensor import KERNELS, kernel  # noqa: E402, F401
 
 
 # %% [markdown]

@@ -2,7 +2,7 @@
 # Do not edit: change the lesson and export again.
 """Module 06 (Autograd): Reverse-mode differentiation: derivative rules, an iterative topological backward, no_grad, detach and gradcheck."""
 
-__all__ = ['DERIVATIVES', 'derivative', 'KERNELS', 'kernel', 'backward', 'no_grad', 'enable_grad', 'GradcheckError', 'gradcheck']
+__all__ = ['DERIVATIVES', 'derivative', 'backward', 'no_grad', 'enable_grad', 'GradcheckError', 'gradcheck']
 
 import functools
 import math
@@ -44,21 +44,9 @@ def derivative(function_class):
     return register
 
 
-KERNELS = {}  # plain Function class -> a faster Function class that computes the same values
-
-
-def kernel(function_class):
-    """The Function that runs for `function_class`: its registered fast kernel, or itself.
-
-    The kernel table lets module 17 (acceleration) offer a faster implementation of an
-    operation without touching the class a lesson wrote. A kernel is a Function subclass of
-    its own, with its own forward and its own rule in DERIVATIVES, computing the same values.
-    Register: `KERNELS[Plain] = Fast`. Look up, where the operation is applied:
-    `kernel(Plain).apply(...)`. Switch off: `KERNELS.pop(Plain, None)`. The table is empty
-    unless someone fills it, so every lesson's own code runs. A faster derivative rule for an
-    unchanged forward is registered the same way, as the entry `DERIVATIVES[Plain]`.
-    """
-    return KERNELS.get(function_class, function_class)
+# The kernel table is module 01's: `Function.apply` looks every operation up in it. It is
+# re-exported here, beside the derivative table, because the two are used together.
+from tinytorch.core.tensor import KERNELS, kernel  # noqa: E402, F401
 
 
 @derivative(Add)

@@ -2,7 +2,7 @@
 # Do not edit: change the lesson and export again.
 """Module 01 (Tensor): N-dimensional arrays on NumPy: creation, arithmetic with broadcasting, matmul, reductions, reshaping, indexing, and the op records autograd will need."""
 
-__all__ = ['Tensor', 'ShapeError', 'reduction_args', 'is_grad_enabled', 'set_grad_enabled', 'manual_seed', 'default_generator', 'Context', 'Function']
+__all__ = ['Tensor', 'ShapeError', 'reduction_args', 'is_grad_enabled', 'set_grad_enabled', 'manual_seed', 'default_generator', 'Context', 'KERNELS', 'kernel', 'Function']
 
 import numpy as np
 
@@ -275,6 +275,21 @@ class Context:
         self.saved = None  # anything else forward chose to keep (fused ops)
 
 
+KERNELS = {}  # plain Function class -> a faster Function class computing the same values
+
+
+def kernel(function_class):
+    """The Function that runs for `function_class`: its registered fast kernel, or itself.
+
+    `Function.apply` does this lookup for every operation, so a kernel registered with
+    `KERNELS[Plain] = Fast` runs wherever a lesson applies `Plain`; `KERNELS.pop(Plain)`
+    switches it off. A kernel is a Function subclass of its own, with its own forward and
+    its own derivative rule, computing the same values. Module 06 explains the table and
+    module 17 fills it; while it is empty, every lesson's own code runs.
+    """
+    return KERNELS.get(function_class, function_class)
+
+
 class Function:
     """An operation. Subclasses define `forward(*arrays, **params) -> array`.
 
@@ -291,6 +306,7 @@ class Function:
 
     @classmethod
     def apply(cls, *inputs, **params):
+        cls = KERNELS.get(cls, cls)  # a faster registered twin (module 17), else cls itself
         tensors = []
         dtype = None
         for x in inputs:

@@ -2,7 +2,7 @@
 # Do not edit: change the lesson and export again.
 """Module 17 (Acceleration): Vectorization, memory layout, BLAS threads, allocation reuse and fused kernels, plugged into your framework through its kernel table and measured."""
 
-__all__ = ['set_blas_threads', 'blas_threads', 'keep_freed_memory', 'gelu_backward_inplace', 'cross_entropy_backward_inplace', 'row_sums', 'attention_probs_fast', 'AttentionKeepFunction', 'attention_keep_backward', 'FusedAdamW', 'FAST_KERNELS', 'active_kernels', 'use_fast_kernels', 'fast_kernels']
+__all__ = ['set_blas_threads', 'blas_threads', 'keep_freed_memory', 'gelu_backward_inplace', 'cross_entropy_backward_inplace', 'row_sums', 'attention_probs_fast', 'AttentionKeepFunction', 'attention_keep_backward', 'FusedAdamW', 'GELUTanhKernel', 'gelu_tanh_kernel_backward', 'LayerNormKernel', 'layer_norm_kernel_backward', 'add_backward_bias_blas', 'FAST_KERNELS', 'active_kernels', 'use_fast_kernels', 'fast_kernels']
 
 import contextlib
 import ctypes
@@ -19,6 +19,8 @@ from tinytorch.core.autograd import DERIVATIVES, KERNELS, derivative
 from tinytorch.core.autograd import gelu_backward as plain_gelu_backward
 from tinytorch.core.losses import CrossEntropyFunction
 from tinytorch.core.optimizers import AdamW
+from tinytorch.core.tensor import Add
+from tinytorch.models.transformer import LayerNormFunction
 
 
 _BLAS_SETTERS = ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_",
@@ -233,12 +235,133 @@ class FusedAdamW(AdamW):
         param -= tmp
 
 
+class GELUTanhKernel(GELUFunction):
+    """GELU in two arrays; the tanh form keeps tanh(u) so that backward skips the tanh."""
+
+    saves_for_backward = True  # forward returns (out, tanh_u), tanh_u None for the erf form
+
+    @staticmethod
+    def forward(x, approximate):
+        if approximate != "tanh":
+            return GELUFunction.forward(x, approximate), None
+        dtype = x.dtype.type
+        c, k = dtype(math.sqrt(2 / math.pi)), dtype(0.044715)
+        t = np.multiply(x, x)  # (N, 4C), ours
+        t *= k * c
+        t += c
+        t *= x  # u = c (x + k x^3)
+        np.tanh(t, out=t)  # kept for backward
+        out = np.add(t, dtype(1))
+        out *= x
+        out *= dtype(0.5)  # 0.5 x (1 + tanh u)
+        return out, t
+
+
+@derivative(GELUTanhKernel)
+def gelu_tanh_kernel_backward(ctx, grad):
+    """Part 5's slope, 0.5 (1 + t) + x (1 - t^2) u' / 2, with t = tanh(u) read from ctx.saved"""
+    t = ctx.saved
+    if t is None:  # the erf form: module 06's rule
+        return plain_gelu_backward(ctx, grad)
+    x = ctx.inputs[0]
+    dtype = x.dtype.type
+    c, k, half = dtype(math.sqrt(2 / math.pi)), dtype(0.044715), dtype(0.5)
+    s = np.multiply(t, t)
+    np.subtract(dtype(1), s, out=s)  # 1 - tanh^2 u
+    a = np.multiply(x, x)
+    a *= dtype(1.5) * k * c
+    a += half * c
+    a *= x  # x u' / 2
+    a *= s
+    np.multiply(t, half, out=s)
+    s += half
+    s += a  # the slope
+    s *= grad
+    return (s,)
+
+
+_CONSTANTS = {}  # (shape, fill, dtype) -> a read-only array, made once and reused
+
+
+def _constant(shape, fill, dtype):
+    """A read-only array of `fill`: BLAS operands that every step would otherwise rebuild."""
+    key = (shape, fill, np.dtype(dtype))
+    array = _CONSTANTS.get(key)
+    if array is None:
+        array = np.full(shape, fill, dtype=dtype)
+        array.flags.writeable = False
+        _CONSTANTS[key] = array
+    return array
+
+
+def _mean_column(c, dtype):
+    return _constant((c, 1), 1.0 / c, dtype)  # x @ this = the mean of each row
+
+
+class LayerNormKernel(LayerNormFunction):
+    """Module 13's layer norm, its row means and bias sum done as BLAS products."""
+
+    saves_for_backward = True  # forward returns (out, (x_hat, rstd)), both (N, C) / (N, 1)
+
+    @staticmethod
+    def forward(x, weight, *bias, eps=1e-5):
+        dtype = x.dtype.type
+        c = x.shape[-1]
+        rows = x.reshape(-1, c)  # (N, C), N = B*T
+        x_hat = rows - rows @ _mean_column(c, x.dtype)  # (N, C), a new array
+        var = np.einsum("ij,ij->i", x_hat, x_hat)[:, None]  # (N, 1)
+        var *= dtype(1.0 / c)
+        var += dtype(eps)
+        rstd = np.reciprocal(np.sqrt(var, out=var), out=var)
+        x_hat *= rstd
+        out = x_hat * weight
+        if bias:
+            out += bias[0]
+        return out.reshape(x.shape), (x_hat, rstd)
+
+
+@derivative(LayerNormKernel)
+def layer_norm_kernel_backward(ctx, grad):
+    """module 13's rule: rstd * (g_hat - mean(g_hat) - x_hat * mean(g_hat * x_hat))"""
+    x_hat, rstd = ctx.saved
+    x, weight = ctx.inputs[0], ctx.inputs[1]
+    n, c = x_hat.shape
+    g = grad.reshape(n, c)
+    g_hat = g * weight  # (N, C)
+    mean_gx = np.einsum("ij,ij->i", g_hat, x_hat)[:, None]  # (N, 1)
+    mean_gx *= x.dtype.type(1.0 / c)
+    dx = x_hat * mean_gx
+    dx += g_hat @ _mean_column(c, x.dtype)  # + mean(g_hat), broadcast over the row
+    np.subtract(g_hat, dx, out=dx)
+    dx *= rstd
+    grad_weight = grad_bias = None
+    if ctx.parents[1].requires_grad:
+        grad_weight = np.einsum("ij,ij->j", g, x_hat)  # (C,)
+    if len(ctx.parents) == 3 and ctx.parents[2].requires_grad:
+        grad_bias = (_constant((1, n), 1.0, g.dtype) @ g)[0]  # (C,), one BLAS product
+    grads = (dx.reshape(x.shape), grad_weight)
+    return grads + (grad_bias,) if len(ctx.parents) == 3 else grads
+
+
+def add_backward_bias_blas(ctx, grad):
+    """d(a + b) = (grad, grad); a bias b of shape (C,) under a 2-D grad gets ones @ grad"""
+    a, b = ctx.inputs
+    grad_b = grad
+    if (grad.ndim == 2 and b.ndim == 1 and a.shape == grad.shape and grad.shape[0] > 1
+            and b.shape[0] == grad.shape[1] and ctx.parents[1].requires_grad):
+        grad_b = (_constant((1, grad.shape[0]), 1.0, grad.dtype) @ grad)[0]  # (C,)
+    return grad, grad_b
+
+
 FAST_KERNELS = (
     # (name, table, key, fast entry): switching on sets table[key] = fast entry
     ("gelu_backward_inplace", DERIVATIVES, GELUFunction, gelu_backward_inplace),
     ("cross_entropy_backward_inplace", DERIVATIVES, CrossEntropyFunction,
      cross_entropy_backward_inplace),
     ("attention_keep_probs", KERNELS, AttentionFunction, AttentionKeepFunction),
+    ("gelu_tanh_kernel", KERNELS, GELUFunction, GELUTanhKernel),
+    ("layer_norm_kernel", KERNELS, LayerNormFunction, LayerNormKernel),
+    ("add_backward_bias_blas", DERIVATIVES, Add, add_backward_bias_blas),
 )
 _PLAIN_ENTRIES = {}  # name -> the table entry the fast kernel replaced (None: there was none)
 
