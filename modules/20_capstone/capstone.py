@@ -1104,7 +1104,7 @@ def test_unit_submission():
     d = s["derived"]
     assert abs(d["speedup"] - 0.2 / 0.09) < 1e-9, (
         f"speedup should be baseline median / optimized median = {0.2 / 0.09:.4f}, got "
-        f"{d['speedup']}" + (" (the inverse: optimized / baseline)"
+        f"{d['speedup']:.4g}" + (" (the inverse: optimized / baseline)"
                              if abs(d["speedup"] - 0.45) < 1e-9 else ""))
     assert np.allclose(d["speedup_ci"], [2.0, 2.5]), (
         f"the comparison's ci (0.4, 0.5) is of optimized / baseline; the speed-up's interval "
