@@ -73,3 +73,10 @@ def test_find_upwards_returns_the_nearest_folder_or_none(tmp_path):
     marker = lambda folder: (folder / ".tito").is_dir()  # noqa: E731
     assert find_upwards(deep, marker) == (tmp_path / "course").resolve()
     assert find_upwards(tmp_path, marker) is None
+
+
+def test_atomic_write_takes_bytes(tmp_path):
+    target = tmp_path / "state.npz"
+    atomic_write(target, b"\x00\x01binary\n")
+    assert target.read_bytes() == b"\x00\x01binary\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["state.npz"]  # no temporary file left

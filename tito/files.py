@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Callable
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` via a temporary file in the same folder and a rename: a reader (or a
-    crash) never sees a half-written file, only the old text or the new.
+def atomic_write(path: Path, text: str | bytes) -> None:
+    """Write ``text`` (or bytes) via a temporary file in the same folder and a rename: a
+    reader (or a crash) never sees a half-written file, only the old content or the new.
 
     The temporary file is created with mode 0666 and ``O_EXCL``, so the kernel applies the
     process umask to it exactly as it does to any file ``open()`` makes: the result has the
@@ -23,8 +23,12 @@ def atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(f"{path.name}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
+        if isinstance(text, bytes):
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(text)
+        else:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+                handle.write(text)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -144,12 +144,12 @@ def save_optimizer(folder, optimizer):
     """The optimizer's state_dict() (module 07: steps, moments, groups) as folder/optimizer.npz.
 
     Beside the Hugging Face files, which stay untouched; AdamW and FusedAdamW read it back
-    with load_optimizer. Written to a temporary file first, then renamed."""
-    path = Path(folder) / OPTIMIZER_STATE
-    partial = path.with_name(path.name + ".partial")
-    with open(partial, "wb") as f:
-        np.savez(f, **{key: np.asarray(value) for key, value in optimizer.state_dict().items()})
-    partial.replace(path)
+    with load_optimizer. Written atomically (tito.files.atomic_write)."""
+    import io
+
+    buffer = io.BytesIO()
+    np.savez(buffer, **{key: np.asarray(value) for key, value in optimizer.state_dict().items()})
+    atomic_write(Path(folder) / OPTIMIZER_STATE, buffer.getvalue())
 
 
 def load_optimizer(folder, optimizer):
