@@ -642,7 +642,8 @@ def test_unit_quantized_weight():
         assert rel < tol, (
             f"int{bits}: x @ qw differs from x @ w by {rel:.2%} of its scale (allowed "
             f"{tol:.0%}). Quantize w.T, (out, in): one scale per *output* column of the (in, "
-            "out) weight; a scale per input row mixes the columns' ranges.")
+            "out) weight (a scale per input row mixes the columns' ranges), and scale the "
+            "integer product back: (x @ q.T) * scale for int8.")
         d = qw.dequantized()
         assert d.shape == (64, 48), f"dequantized() should be (in, out) = (64, 48), got {d.shape}"
         assert np.allclose(x @ d, y, rtol=1e-4, atol=1e-4), (
@@ -915,6 +916,9 @@ def test_unit_optimize():
         f"the baseline runs as it is: cache None, fast False, no techniques; got cache "
         f"{base.cache!r}, fast {base.fast!r}, techniques {base.techniques}")
     entry = optimize(tiny_model(), bits=8, cache="dense", fast=True)
+    assert entry.cache == "dense" and entry.fast is True, (
+        f"the optimized entry should run as it was asked, cache 'dense' and fast True; got "
+        f"cache {entry.cache!r}, fast {entry.fast!r} (listing a technique is not applying it)")
     names = [t["name"] for t in entry.techniques]
     assert sorted(names) == ["fast_kernels", "kv_cache", "quantization"], (
         f"int8 + dense cache + fast kernels should list those three techniques, got {names}")
