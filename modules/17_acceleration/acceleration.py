@@ -595,7 +595,7 @@ test_unit_cross_entropy_inplace()
 #
 # `AttentionKeepFunction` subclasses `AttentionFunction`, so code that asks "is this
 # attention?" still says yes; the registry (Part 10) puts it in `KERNELS` under
-# `AttentionFunction`, where module 12's `scaled_dot_product_attention` looks it up.
+# `AttentionFunction`, where `Function.apply` finds it when module 12's attention runs.
 
 # %% nbgrader={"grade": false, "grade_id": "row-sums", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export

@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from tinytorch.core.activations import softmax
-from tinytorch.core.autograd import derivative, kernel
+from tinytorch.core.autograd import derivative
 from tinytorch.core.embeddings import apply_rotary
 from tinytorch.core.layers import Dropout, Linear, Module
 from tinytorch.core.tensor import Function, ShapeError, Tensor, default_generator
@@ -180,8 +180,8 @@ def scaled_dot_product_attention(q, k, v, mask=None, is_causal=False, dropout_p=
     scores_shape = _check_qkv(q, k, v)
     keep = _keep_mask(mask, is_causal, scores_shape)
     drop = _dropout(dropout_p, scores_shape, q.dtype)
-    # kernel(...) is AttentionFunction itself unless module 17 registered a faster twin.
-    return kernel(AttentionFunction).apply(q, k, v, keep=keep, drop=drop)
+    # Function.apply runs a faster twin instead if module 17 registered one in KERNELS.
+    return AttentionFunction.apply(q, k, v, keep=keep, drop=drop)
 
 
 def attention_weights(q, k, mask=None, is_causal=False):
