@@ -219,6 +219,65 @@ def test_row_sums_is_sum():
     np.testing.assert_allclose(got, a.sum(axis=-1, keepdims=True), rtol=1e-5, atol=1e-5)
 
 
+# ---- the softmax without the row max ---------------------------------------------------------
+@pytest.fixture
+def max_first_calls(monkeypatch):
+    """How often attention_probs_fast handed a call to module 12's max-first softmax."""
+    from tinytorch.core.attention import _attention_probs
+
+    calls = []
+
+    def counted(q, k, keep=None):
+        calls.append(q.shape)
+        return _attention_probs(q, k, keep)
+
+    monkeypatch.setattr(acc, "_attention_probs", counted)
+    return calls
+
+
+def _module12_probs(q, k, keep=None):
+    from tinytorch.core.attention import _attention_probs
+
+    return _attention_probs(q, k, keep)
+
+
+@pytest.mark.parametrize("mask", [None, "causal", "padding"])
+def test_probs_skip_the_max_for_ordinary_scores(mask, max_first_calls):
+    q, k = f32(2, 3, 8, 16, seed=40), f32(2, 3, 8, 16, seed=41)
+    keep = None
+    if mask == "causal":
+        keep = np.tril(np.ones((8, 8), dtype=bool))
+    elif mask == "padding":  # batch 1 hides its last three keys
+        keep = np.ones((2, 1, 1, 8), dtype=bool)
+        keep[1, ..., 5:] = False
+    got = acc.attention_probs_fast(q, k, keep)
+    assert max_first_calls == [], "ordinary scores took the max-first path"
+    np.testing.assert_allclose(got, _module12_probs(q, k, keep), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("scale", [60.0, -60.0])
+def test_probs_fall_back_when_exp_leaves_float_range(scale, max_first_calls):
+    # scores of about +-scale^2: exp overflows (+) or every weight of a row underflows (-)
+    q = np.full((1, 1, 4, 8), scale, dtype=np.float32)
+    k = np.ones((1, 1, 4, 8), dtype=np.float32)
+    k[..., 0, :] *= 1.01  # one key slightly ahead, so the answer is not uniform for +scale
+    with np.errstate(over="raise", invalid="raise"):  # no overflow escapes, no NaN is made
+        got = acc.attention_probs_fast(q, k)
+    assert len(max_first_calls) == 1, "scores far outside exp's range must take the max-first path"
+    np.testing.assert_array_equal(got, _module12_probs(q, k))
+    assert np.isfinite(got).all() and np.allclose(got.sum(-1), 1)
+
+
+def test_fully_masked_rows_stay_zero_without_the_fallback(max_first_calls):
+    q, k = f32(1, 2, 4, 8, seed=42), f32(1, 2, 4, 8, seed=43)
+    keep = np.ones((4, 4), dtype=bool)
+    keep[2] = False  # query 2 may see nothing
+    got = acc.attention_probs_fast(q, k, keep)
+    assert max_first_calls == []
+    assert (got[..., 2, :] == 0).all()
+    np.testing.assert_allclose(got, _module12_probs(q, k, keep), rtol=1e-6, atol=1e-7)
+
+
 # ---- the fused optimizer --------------------------------------------------------------------
 def _train(cls, steps=4):
     manual_seed(0)

@@ -82,7 +82,7 @@ import sys
 import numpy as np
 
 from tinytorch.core.activations import GELUFunction
-from tinytorch.core.attention import AttentionFunction
+from tinytorch.core.attention import AttentionFunction, _attention_probs
 from tinytorch.core.autograd import DERIVATIVES, KERNELS, derivative
 from tinytorch.core.autograd import gelu_backward as plain_gelu_backward
 from tinytorch.core.losses import CrossEntropyFunction
@@ -585,8 +585,16 @@ test_unit_cross_entropy_inplace()
 # - **Row sums with BLAS.** The softmax divides by row sums of `(T, S)` blocks with `S = 64`.
 #   NumPy's `sum(axis=-1)` over short rows runs a reduction per row; a product with a
 #   column of ones, `a @ ones((S, 1))`, is one BLAS call that streams the whole block. Write
-#   `row_sums(a)` that way (same values, `(..., T, 1)`, the array's dtype). The given
-#   `attention_probs_fast` is module 12's `_attention_probs` with your `row_sums`.
+#   `row_sums(a)` that way (same values, `(..., T, 1)`, the array's dtype).
+# - **No row max when none is needed.** Module 12 subtracts each row's maximum before `exp`
+#   so that `exp` cannot overflow; softmax does not change when every score of a row moves
+#   by the same amount. But the max is one more reduction over short rows, as slow as the
+#   sum was, and at TinyGPT's scale the scores are far from `exp`'s limits (about 88 in
+#   float32). The given `attention_probs_fast` takes `exp` of the scores as they are, masks
+#   by adding `-inf` (whose `exp` is exactly 0), and then *checks* what it skipped: a row
+#   sum that overflowed to `inf`, or one so small that float rounding would be lost. Any
+#   such row sends the whole call to module 12's `_attention_probs`, max first. The check
+#   reads one number per row; the max read every score.
 # - **The backward without the recompute.** With `P` (and `Pd = P * drop`, the same array
 #   when there is no dropout) from `ctx.saved`, the rule is module 12's: `dV = Pd^T dO`,
 #   `dP = (dO V^T) * drop`, `dS = P * (dP - rowsum(dO * O))`, `dQ = dS K * scale`,
@@ -609,18 +617,23 @@ def row_sums(a):
 # %% nbgrader={"grade": false, "grade_id": "attention-probs-fast", "locked": true, "schema_version": 3, "solution": false, "task": false}
 #| export
 def attention_probs_fast(q, k, keep=None):
-    """softmax(q @ k^T / sqrt(D)), masked weights 0 and fully masked rows 0 (module 12's)."""
+    """module 12's softmax(q @ k^T / sqrt(D)), masked weights 0, fully masked rows 0;
+    without the row max unless the row sums show that exp left float range"""
     dtype = q.dtype.type
     scores = np.matmul(q, np.swapaxes(k, -1, -2))  # (..., T, S), a new array
     scores *= dtype(1.0 / math.sqrt(q.shape[-1]))
     if keep is not None:
-        np.copyto(scores, dtype(-np.inf), where=~keep)
-    top = scores.max(axis=-1, keepdims=True)
-    if keep is not None:
-        top[np.isneginf(top)] = 0  # fully masked rows: exp(-inf - 0) = 0, not NaN
-    scores -= top
-    np.exp(scores, out=scores)
+        scores += np.where(keep, dtype(0), dtype(-np.inf))  # exp(-inf) = 0: masked weights
+    with np.errstate(over="ignore"):  # an overflow is caught below, by its row sum
+        np.exp(scores, out=scores)
     total = row_sums(scores)  # (..., T, 1)
+    info = np.finfo(scores.dtype)
+    fine = total >= info.tiny / info.eps  # no row so small that rounding is lost
+    if keep is not None:
+        fine |= ~keep.any(axis=-1, keepdims=True)  # fully masked rows: 0 is right
+    fine &= np.isfinite(total)  # no exp overflowed
+    if not fine.all():
+        return _attention_probs(q, k, keep)  # module 12's: subtract each row's max first
     if keep is not None:
         total[total == 0] = 1
     scores /= total

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 from tinytorch.core.activations import GELUFunction
-from tinytorch.core.attention import AttentionFunction
+from tinytorch.core.attention import AttentionFunction, _attention_probs
 from tinytorch.core.autograd import DERIVATIVES, KERNELS, derivative
 from tinytorch.core.autograd import gelu_backward as plain_gelu_backward
 from tinytorch.core.losses import CrossEntropyFunction
@@ -139,18 +139,23 @@ def row_sums(a):
 
 
 def attention_probs_fast(q, k, keep=None):
-    """softmax(q @ k^T / sqrt(D)), masked weights 0 and fully masked rows 0 (module 12's)."""
+    """module 12's softmax(q @ k^T / sqrt(D)), masked weights 0, fully masked rows 0;
+    without the row max unless the row sums show that exp left float range"""
     dtype = q.dtype.type
     scores = np.matmul(q, np.swapaxes(k, -1, -2))  # (..., T, S), a new array
     scores *= dtype(1.0 / math.sqrt(q.shape[-1]))
     if keep is not None:
-        np.copyto(scores, dtype(-np.inf), where=~keep)
-    top = scores.max(axis=-1, keepdims=True)
-    if keep is not None:
-        top[np.isneginf(top)] = 0  # fully masked rows: exp(-inf - 0) = 0, not NaN
-    scores -= top
-    np.exp(scores, out=scores)
+        scores += np.where(keep, dtype(0), dtype(-np.inf))  # exp(-inf) = 0: masked weights
+    with np.errstate(over="ignore"):  # an overflow is caught below, by its row sum
+        np.exp(scores, out=scores)
     total = row_sums(scores)  # (..., T, 1)
+    info = np.finfo(scores.dtype)
+    fine = total >= info.tiny / info.eps  # no row so small that rounding is lost
+    if keep is not None:
+        fine |= ~keep.any(axis=-1, keepdims=True)  # fully masked rows: 0 is right
+    fine &= np.isfinite(total)  # no exp overflowed
+    if not fine.all():
+        return _attention_probs(q, k, keep)  # module 12's: subtract each row's max first
     if keep is not None:
         total[total == 0] = 1
     scores /= total
