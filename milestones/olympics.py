@@ -24,6 +24,11 @@ with module 20's `write_submission` and checks it with the course's validator.
     tito milestone run olympics --prune 0.25          # a quarter of the MLP neurons removed first
     tito milestone run olympics --checkpoint DIR --out my/submission.json
     tito milestone run olympics --quick               # an untrained model, a few windows (tests)
+
+Exit status: 0 qualified; 3 disqualified (the submission is still written, with
+`"qualified": false`); 1 a run that stopped on a bad setting; 2 nothing to run (no
+checkpoint, missing modules, bad arguments). A script can tell the verdict without reading
+the scoreboard.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from tito.course.datasets import encode_splits, load_text, tiled_windows
 DEFAULT_CHECKPOINT = Path("runs/tinygpt")
 DEFAULT_OUT = Path("runs/olympics/submission.json")
 PROMPT = "ROMEO:"
+DISQUALIFIED = 3  # the exit status of a run whose loss rose by more than the rule allows
 
 
 def arguments(argv=None):
@@ -227,6 +233,7 @@ def main(argv=None):
         console.print(f"[red bold]DISQUALIFIED[/]: the optimized model's validation loss rose "
                       f"by {d['loss_change']:+.4f}, more than the allowed "
                       f"+{rule['max_loss_increase']}; its speed and size do not count")
+        return DISQUALIFIED
     return 0
 
 

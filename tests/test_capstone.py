@@ -18,6 +18,7 @@ from tito.course.registry import COURSE_ROOT, get_milestone, written_modules
 from tinytorch.capstone import (
     MAX_LOSS_INCREASE, QuantizedWeight, SubmissionError, make_submission, quantize_weights,
     run_olympics, val_loss, validate_submission, weight_nbytes, write_submission)
+from tinytorch.core.tensor import manual_seed
 from tinytorch.models.llm import Config, ModelForCausalLM, WeightStore
 from tinytorch.perf.benchmarking import Benchmark
 
@@ -232,6 +233,51 @@ def test_olympics_quick_run_prints_the_scoreboard_and_writes_the_submission(tmp_
     assert s["workload"]["val_windows"] == 32 and s["workload"]["new_tokens"] == 24
     assert s["derived"]["size_ratio"] > 3  # int8 blocks, float32 embeddings: 3.6x
     assert s["rule"]["qualified"] is True
+
+
+def _briefly_trained_checkpoint(folder):
+    """A 1-layer TinyGPT trained for 150 steps (about a second): pruning now costs loss."""
+    from tito.course.checkpoints import save_pretrained
+    from tito.course.datasets import encode_splits, load_text
+    from tinytorch.core.optimizers import AdamW
+    from tinytorch.models.transformer import GPT, GPTConfig
+    from tinytorch.text.tokenization import CharTokenizer
+
+    text = load_text()
+    tokenizer = CharTokenizer.train(text)
+    train, _ = encode_splits(text, tokenizer)
+    manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, block_size=32, n_layer=1,
+                          n_head=2, n_embd=32))
+    opt = AdamW(model.parameters(), lr=3e-3)
+    rng = np.random.default_rng(0)
+    for _ in range(150):
+        ix = rng.integers(0, len(train) - 33, 16)
+        window = train[ix[:, None] + np.arange(33)]
+        _, loss = model(window[:, :-1], window[:, 1:])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < 3.0  # learned something, or the pruning below costs nothing
+    save_pretrained(folder, model, {"chars": tokenizer.chars, "step": 150})
+    return folder
+
+
+def test_a_disqualified_run_exits_3_and_still_writes_its_submission(tmp_path):
+    folder = _briefly_trained_checkpoint(tmp_path / "ckpt")
+    out = tmp_path / "submission.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(COURSE_ROOT), str(COURSE_ROOT / "milestones")]))
+    done = subprocess.run(
+        [sys.executable, str(COURSE_ROOT / "milestones" / "olympics.py"), "--checkpoint",
+         str(folder), "--prune", "0.9", "--windows", "16", "--new-tokens", "4", "--repeats", "3",
+         "--threads", "1", "--out", str(out)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    text = done.stdout + done.stderr
+    assert done.returncode == 3, text
+    assert "DISQUALIFIED" in text and "do not count" in text, text
+    s = validate_submission(out)
+    assert s["rule"]["qualified"] is False and s["derived"]["loss_change"] > MAX_LOSS_INCREASE
 
 
 def test_olympics_without_a_checkpoint_names_the_command(tmp_path):
