@@ -259,6 +259,95 @@ def threads_report():
 threads_report()
 
 # %% [markdown]
+# ### Why the element-wise work stays on one core
+#
+# BLAS is the only part of a step that uses the second core. GELU, layer norm, softmax and
+# attention's small per-head products run on one (BLAS runs a small product on one thread
+# too). PyTorch runs those kernels on both cores as well, and that is most of its lead on
+# two cores. Can Python threads do the same for NumPy? NumPy lets go of Python's global
+# interpreter lock (the GIL) while a ufunc's loop or a BLAS call runs, so two threads that
+# each call NumPy on half of an array do run at the same time. The cell below measures it:
+# a helper thread waits on a lock, takes the second half of a chain of ufuncs, and hands
+# back.
+
+# %% nbgrader={"grade": false, "grade_id": "demo-helper-thread", "locked": false, "schema_version": 3, "solution": false, "task": false}
+def helper_thread_report(rows=768, cols=512):
+    import threading
+
+    x, out = f32(rows, cols), np.empty((rows, cols), np.float32)
+
+    def chain(lo, hi):  # GELU's passes over rows lo:hi, written into out
+        o, a = out[lo:hi], x[lo:hi]
+        np.multiply(a, a, out=o)
+        o *= a
+        o *= 0.044715
+        o += a
+        np.tanh(o, out=o)
+        o += 1.0
+        o *= a
+
+    go, done = threading.Lock(), threading.Lock()
+    go.acquire()
+    done.acquire()
+    job = {}
+
+    def helper():
+        while True:
+            go.acquire()  # sleeps until there is work
+            if job.get("stop"):
+                return
+            job["task"]()
+            done.release()
+
+    threading.Thread(target=helper, daemon=True).start()
+
+    def both(first, second):
+        job["task"] = second
+        go.release()  # wake the helper with the second half
+        first()  # the first half here, meanwhile
+        done.acquire()  # wait for the helper's half
+
+    half = rows // 2
+    one = best_time(lambda: chain(0, rows), repeat=20)
+    two = best_time(lambda: both(lambda: chain(0, half), lambda: chain(half, rows)), repeat=20)
+    hand = best_time(lambda: both(lambda: None, lambda: None), repeat=50)
+    job["stop"] = True
+    go.release()
+    print(f"7 ufuncs over ({rows}, {cols}): one thread {one * 1e6:.0f} us, two threads "
+          f"{two * 1e6:.0f} us ({one / two:.2f}x); an empty hand-over {hand * 1e6:.0f} us")
+
+
+if (os.cpu_count() or 1) >= 2:
+    helper_thread_report()
+
+# %% [markdown]
+# On two cores this shows a real gain: 1.6-1.8x when this lesson was written, with an
+# empty hand-over, there and back, of 25-65 microseconds. Inside a training step it does
+# not survive. We built it into the kernels and measured (TinyGPT's step, two cores,
+# separate processes, several rounds):
+#
+# - **The step needs many hand-overs.** Splitting every GELU, layer norm, attention and
+#   matrix product made 68 per step. Between them the second core sat idle, and the
+#   operating system put it to sleep. Each hand-over then took about 80 microseconds
+#   (median): 45 to wake the helper, 35 to wake the caller back.
+# - **Two thread pools fight.** OpenBLAS's threads keep spinning for a while after each
+#   product, holding the second core just when the helper wants it. So BLAS had to go to
+#   one thread and the helper split the products instead, 15% slower than OpenBLAS's
+#   own split, which shares the packed matrix between its threads.
+# - **The result:** attention got about 2 ms faster and GELU up to 1 ms, layer norm 1 ms
+#   slower and the products 3.5 ms slower. Over four variants (everything split; all but
+#   layer norm; only attention and GELU, with BLAS on one thread or on two) the whole step
+#   came out between 3% faster and 13% slower, never a gain outside the noise. PyTorch's
+#   thread pool (OpenMP) *spins* between
+#   kernels, so its threads are awake when the next kernel comes; a Python thread cannot
+#   spin without holding the GIL that the main thread needs.
+#
+# So the kernels below make each pass cheaper on one core instead, and two threads stay
+# BLAS's. What the measurement says is how much that leaves on the table: on one thread
+# each, this module's step is faster than PyTorch's; on two, PyTorch's element-wise
+# kernels use the second core and these do not.
+
+# %% [markdown]
 # ## Part 4: allocation reuse
 #
 # Every NumPy temporary is a `malloc`. glibc serves a large request (above about 128 KiB at
@@ -1278,11 +1367,12 @@ with one_blas_thread():
 #   element-wise passes and the recompute. On the milestone's model,
 #   `python benchmarks/gpt_step.py` prints the plain framework's ratio to PyTorch eager and
 #   the accelerated one's, side by side in one run. Measured while writing this lesson, on
-#   two cores shared with other jobs (`--threads 1 --clock cpu`, five runs): the plain
-#   framework 1.02-1.17x PyTorch's step, with this module 0.93-1.03x (median 0.98x), 11-18%
-#   faster than plain; peak training memory 49 MiB against PyTorch's 61. With two threads
-#   (wall clock) it is 1.16-1.27x: PyTorch spreads its element-wise work over both cores,
-#   NumPy does not. About 70% of the one-thread step is now BLAS.
+#   two idle cores (`--threads 1 --clock cpu`, three runs): the plain framework 1.04-1.21x
+#   PyTorch's step, with this module 0.91-0.99x (two runs faster, one within noise),
+#   14-22% faster than plain; peak training memory 48 MiB against PyTorch's 61-63. With
+#   two threads (wall clock) it is 1.20-1.21x: PyTorch spreads its element-wise work over
+#   both cores, NumPy does not, and Part 3 showed why a Python helper thread does not buy
+#   it back. About 70% of the one-thread step is BLAS.
 #
 # ## What comes next
 #
