@@ -42,6 +42,8 @@ import sys
 import time
 from pathlib import Path
 
+from tito.course.packages import acceleration  # imports no NumPy: thread settings first
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
@@ -80,17 +82,6 @@ def parse_args(argv=None):
 
 
 clock = time.perf_counter
-
-
-def acceleration():
-    """tinytorch.perf.acceleration when module 17 is in the package, else None."""
-    try:
-        from tinytorch.perf import acceleration as module
-
-        module.use_fast_kernels  # noqa: B018  (a half-exported module lacks it)
-    except (ImportError, AttributeError):
-        return None
-    return module
 
 
 def setup_process(args):

@@ -49,6 +49,7 @@ from tito.course.checkpoints import (
     GPT2_CONFIG, GPT2_WEIGHTS, OPTIMIZER_STATE, CheckpointFolderError, load_pretrained,
     save_optimizer, save_pretrained)
 from tito.course.datasets import encode_splits, get_batch, load_text, split_loss, tiled_windows
+from tito.course.packages import acceleration
 
 DEFAULTS = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64}
 
@@ -84,17 +85,6 @@ def verdict(val):
                    "A correct framework matches PyTorch to float32 rounding from the same weights "
                    "on the same batches; rerun your modules' tests (`tito module test NN`, "
                    "modules 06-13), whose gradient checks find most such bugs.")
-
-
-def acceleration():
-    """tinytorch.perf.acceleration when module 17 is completed, else None."""
-    try:
-        from tinytorch.perf import acceleration as module
-
-        module.use_fast_kernels  # noqa: B018  (a half-exported module lacks it)
-    except (ImportError, AttributeError):
-        return None
-    return module
 
 
 def speed_setup(args):

@@ -160,3 +160,16 @@ def test_float64_constructor_is_blamed_on_the_constructor_not_the_ops(tmp_path):
     assert messages, "the ops' tests should fail too"
     for name, text in messages.items():
         assert "your Tensor constructor changes the dtype" in text, (name, text)
+
+
+def test_completed_finds_a_module_only_with_the_name_it_needs(tmp_path, monkeypatch):
+    from tito.course.packages import acceleration, completed
+
+    half = tmp_path / "half_exported.py"  # what `tito export` writes for an unfinished lesson
+    half.write_text("EARLY = 1\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert completed("half_exported", "EARLY").EARLY == 1
+    assert completed("half_exported", "LAST_CELL") is None
+    assert completed("no_such_package.module", "anything") is None
+    accel = acceleration()  # module 17 is completed in the course's own package
+    assert accel is not None and callable(accel.use_fast_kernels)
