@@ -332,20 +332,21 @@ if (os.cpu_count() or 1) >= 2:
 #   (median): 45 to wake the helper, 35 to wake the caller back.
 # - **Two thread pools fight.** OpenBLAS's threads keep spinning for a while after each
 #   product, holding the second core just when the helper wants it. So BLAS had to go to
-#   one thread and the helper split the products instead, 15% slower than OpenBLAS's
-#   own split, which shares the packed matrix between its threads.
+#   one thread and the helper split the products instead: in the step, 15% slower than
+#   OpenBLAS's own split of the same products.
 # - **The result:** attention got about 2 ms faster and GELU up to 1 ms, layer norm 1 ms
 #   slower and the products 3.5 ms slower. Over four variants (everything split; all but
 #   layer norm; only attention and GELU, with BLAS on one thread or on two) the whole step
-#   came out between 3% faster and 13% slower, never a gain outside the noise. PyTorch's
-#   thread pool (OpenMP) *spins* between
-#   kernels, so its threads are awake when the next kernel comes; a Python thread cannot
-#   spin without holding the GIL that the main thread needs.
+#   came out between 3% faster and 13% slower, never a gain outside the noise.
+#
+# PyTorch's thread pool (OpenMP) *spins* between kernels, so its threads are awake when the
+# next kernel comes. A Python thread cannot wait that way: spinning in Python holds the GIL
+# that the main thread needs.
 #
 # So the kernels below make each pass cheaper on one core instead, and two threads stay
-# BLAS's. What the measurement says is how much that leaves on the table: on one thread
-# each, this module's step is faster than PyTorch's; on two, PyTorch's element-wise
-# kernels use the second core and these do not.
+# BLAS's. The measurement also says what that leaves on the table: on one thread each,
+# this module's step is at or below PyTorch's; on two, PyTorch's element-wise kernels use
+# the second core and these do not.
 
 # %% [markdown]
 # ## Part 4: allocation reuse
