@@ -257,7 +257,8 @@ def test_probs_skip_the_max_for_ordinary_scores(mask, max_first_calls):
 
 @pytest.mark.parametrize("scale", [60.0, -60.0])
 def test_probs_fall_back_when_exp_leaves_float_range(scale, max_first_calls):
-    # scores of about +-scale^2: exp overflows (+) or every weight of a row underflows (-)
+    # scores of about +-170 (scale * 8 / sqrt(8)): exp overflows (+), or every weight of a row
+    # underflows (-)
     q = np.full((1, 1, 4, 8), scale, dtype=np.float32)
     k = np.ones((1, 1, 4, 8), dtype=np.float32)
     k[..., 0, :] *= 1.01  # one key slightly ahead, so the answer is not uniform for +scale
