@@ -810,7 +810,9 @@ def test_unit_attention_keep():
         got_out, got_grads = run_attention(AttentionKeepFunction, q, k, v, mask, dropout)
         assert got_out.dtype == np.float32 and np.allclose(got_out, want_out, atol=1e-6), (
             f"forward differs from module 12's by {np.abs(got_out - want_out).max():.3g}: "
-            "return (probs * drop) @ v and the saved arrays as (out, (probs, dropped))")
+            "return (probs * drop) @ v and the saved arrays as (out, (probs, dropped)); the "
+            "probabilities come from attention_probs_fast, which divides by your row_sums: "
+            "if test_unit_row_sums fails too, fix that first")
         for name, got, want in zip("qkv", got_grads, want_grads):
             assert np.allclose(got, want, atol=1e-5), (
                 f"d{name} differs from module 12's rule by {np.abs(got - want).max():.3g} "
