@@ -1480,6 +1480,13 @@ test_unit_bytes_to_unicode()
 #
 # 1. Cut the text around the added tokens, leftmost and longest match first (Part 3), with
 #    each token's `lstrip`, `rstrip` and `single_word` rules. Each added token is its id.
+#    `tokenizers` states these rules with Rust's regex classes, and the given code follows
+#    them exactly: a `single_word` match with a word character (`\w`: a letter, a combining
+#    mark, a decimal digit, `_`, a zero-width joiner) just before or after it is rejected,
+#    and the search goes on after the rejected text; `lstrip`/`rstrip` swallow Unicode
+#    whitespace (`\s`). Python's `str.isalnum` and `str.isspace` draw both lines elsewhere
+#    (`"²"` is alphanumeric to Python, `"\x1c"` is a space), and one such character changes
+#    the ids.
 # 2. Normalize the rest (Unicode `NFC` and friends, `unicodedata.normalize`).
 # 3. Pre-tokenize: run the steps in order; `Split` cuts each piece at the pattern's matches,
 #    keeping them ("Isolated"); `ByteLevel` adds a space in front if `add_prefix_space`,
@@ -1601,35 +1608,45 @@ def _match_added(text, tokens):
     by_content = {t["content"]: t for t in tokens}
     pattern = regex.compile("|".join(regex.escape(c)
                                      for c in sorted(by_content, key=len, reverse=True)))
-    out, last, pos = [], 0, 0
-    while True:
-        match = pattern.search(text, pos)
-        if match is None:
-            break
+    out, last = [], 0
+    # Each search starts where the previous match ended, accepted or not, and before the
+    # whitespace an rstrip swallowed: tokenizers scans the text once, left to right.
+    for match in pattern.finditer(text):
         token = by_content[match.group()]
         start, end = match.span()
         if token.get("single_word") and (
                 (start > 0 and _is_word_char(text[start - 1]))
                 or (end < len(text) and _is_word_char(text[end]))):
-            pos = start + 1
-            continue
+            continue  # inside a word: rejected, and the search goes on after it
         if token.get("lstrip"):
-            while start > last and text[start - 1].isspace():
+            while start > last and _is_space(text[start - 1]):
                 start -= 1
         if token.get("rstrip"):
-            while end < len(text) and text[end].isspace():
+            while end < len(text) and _is_space(text[end]):
                 end += 1
         if start > last:
             out.append((text[last:start], None))
         out.append((text[start:end], token))
-        last = pos = end
+        last = end
     if last < len(text):
         out.append((text[last:], None))
     return out
 
 
+# What `tokenizers` calls a word character and a space: the regex classes \w and \s of Rust's
+# `regex` crate. \w is wider than str.isalnum() + "_" (combining marks, the zero-width joiner)
+# and narrower (no "²" or "½": they are numbers, not decimal digits); str.isspace() also
+# takes the control characters \x1c-\x1f, which are not Unicode White_Space.
+_WORD_CHAR = regex.compile(r"[\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}]")
+_SPACE = regex.compile(r"\p{White_Space}")
+
+
 def _is_word_char(ch):
-    return ch.isalnum() or ch == "_"
+    return _WORD_CHAR.match(ch) is not None
+
+
+def _is_space(ch):
+    return _SPACE.match(ch) is not None
 
 
 # %% nbgrader={"grade": false, "grade_id": "hf-tokenizer", "locked": false, "schema_version": 3, "solution": true, "task": false}
