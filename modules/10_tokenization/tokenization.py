@@ -1503,7 +1503,7 @@ test_unit_bytes_to_unicode()
 # result: with merges `e l` (rank 0) and `h e` (rank 1), `"hel"` is `h el`, not `he l`.
 #
 # `decode(ids, skip_special_tokens=True)` (the defaults of `tokenizers`) looks each id up
-# (an added token's id gives its content), drops special tokens if asked, and undoes the
+# (an added token's id gives its content, normalized if the token is), drops special tokens if asked, and undoes the
 # byte table: a token whose characters are all in the table becomes those bytes; a token
 # with a character outside it (an added token such as `<|思考|>`) contributes its own UTF-8
 # bytes. The bytes are decoded with `errors="replace"`, as in Part 6.
@@ -1680,10 +1680,16 @@ class ByteLevelBPETokenizer(Tokenizer):
         self.ignore_merges = bool(model.get("ignore_merges", False))
         self.added = list(data.get("added_tokens") or [])
         self.special_tokens = {t["content"]: t["id"] for t in self.added if t.get("special")}
-        self.id_to_token = {i: token for token, i in self.vocab.items()}
-        for token in self.added:
-            self.id_to_token[token["id"]] = token["content"]
         self.normal_forms = _normalizer_steps(data.get("normalizer"), path)
+        # Added tokens matched in the raw text, and those matched after normalizing, in their
+        # normalized form (as tokenizers does: "cafe" + a combining accent is found as "café")
+        self.raw_added = [t for t in self.added
+                          if not t.get("normalized", True) or not self.normal_forms]
+        self.normalized_added = [dict(t, content=self.normalize(t["content"]))
+                                 for t in self.added if t not in self.raw_added]
+        self.id_to_token = {i: token for token, i in self.vocab.items()}
+        for token in self.raw_added + self.normalized_added:
+            self.id_to_token[token["id"]] = token["content"]
         self.steps = _pre_tokenizer_steps(data.get("pre_tokenizer"), path)
         self.prefix_ids, self.suffix_ids = _template(data.get("post_processor"), path)
         decoder = data.get("decoder")
@@ -1725,14 +1731,12 @@ class ByteLevelBPETokenizer(Tokenizer):
         """text -> ids, as tokenizers' Tokenizer.encode(text).ids; `add_special_tokens` adds
         what the post-processor adds (Llama 3's <|begin_of_text|>)."""
         _require_text(text)
-        raw = [t for t in self.added if not t.get("normalized", True) or not self.normal_forms]
-        normalized = [t for t in self.added if t not in raw]
         ids = []
-        for piece, token in _match_added(text, raw):
+        for piece, token in _match_added(text, self.raw_added):
             if token is not None:
                 ids.append(token["id"])
                 continue
-            for inner, token in _match_added(self.normalize(piece), normalized):
+            for inner, token in _match_added(self.normalize(piece), self.normalized_added):
                 if token is not None:
                     ids.append(token["id"])
                 else:
