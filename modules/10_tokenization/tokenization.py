@@ -1503,10 +1503,11 @@ test_unit_bytes_to_unicode()
 # result: with merges `e l` (rank 0) and `h e` (rank 1), `"hel"` is `h el`, not `he l`.
 #
 # `decode(ids, skip_special_tokens=True)` (the defaults of `tokenizers`) looks each id up
-# (an added token's id gives its content, normalized if the token is), drops special tokens if asked, and undoes the
-# byte table: a token whose characters are all in the table becomes those bytes; a token
-# with a character outside it (an added token such as `<|思考|>`) contributes its own UTF-8
-# bytes. The bytes are decoded with `errors="replace"`, as in Part 6.
+# (an added token's id gives its content, normalized if the token is), drops special
+# tokens if asked, and undoes the byte table: a token whose characters are all in the table
+# becomes those bytes; a token with a character outside it (an added token such as
+# `<|思考|>`) contributes its own UTF-8 bytes. The bytes are decoded with
+# `errors="replace"`, as in Part 6.
 #
 # Write the merge loop `_bpe` and the byte part of `decode`. The rest is given: it is
 # bookkeeping over the file's options, and the tests compare it with `tokenizers` itself on
