@@ -179,6 +179,71 @@ def test_pooling_gradients_match_central_differences_float64(fn, k, s, p):
                                         padding=layer.padding), [x])
 
 
+def test_max_pool_sends_the_gradient_to_the_nan_as_torch_does():
+    """Issue #25: a NaN in a window makes the maximum NaN and takes its gradient, as in torch."""
+    x = np.array([[[[1.0, np.nan], [0.5, 2.0]]]], dtype=np.float32)
+    xt = torch.tensor(x, requires_grad=True)
+    F.max_pool2d(xt, 2).sum().backward()
+    assert xt.grad.numpy()[0, 0].tolist() == [[0, 1], [0, 0]], "torch itself changed"
+    xs = Tensor(x, requires_grad=True)
+    out = MaxPool2d(2)(xs)
+    out.sum().backward()
+    assert np.isnan(out.data).all(), f"the maximum of a window with a NaN is NaN, got {out.data}"
+    assert xs.grad.data[0, 0].tolist() == [[0, 1], [0, 0]], (
+        f"the gradient should go to the NaN, as torch sends it, got {xs.grad.data[0, 0]}: "
+        "window > out is False against NaN, so record a NaN with | np.isnan(window)")
+
+
+@pytest.mark.parametrize("k, s, p", POOL_CASES)
+def test_max_pool_with_nans_matches_torch(k, s, p):
+    """NaNs scattered (two in a window, overlapping windows, beside padding): same NaN outputs,
+    same values elsewhere, same gradients; the last NaN of a window wins, as in torch."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((2, 3, 7, 8)).astype(np.float32)
+    x[rng.random(x.shape) < 0.15] = np.nan
+    x[0, 0, :2, :2] = np.nan  # a window of NaNs only
+    xt = torch.tensor(x, requires_grad=True)
+    want = F.max_pool2d(xt, k, stride=s, padding=p)
+    g = rng.standard_normal(tuple(want.shape)).astype(np.float32)
+    want.backward(torch.from_numpy(g))
+    xs = Tensor(x, requires_grad=True)
+    got = MaxPool2d(k, stride=s, padding=p)(xs)
+    got.backward(g)
+    np.testing.assert_array_equal(got.data, want.detach().numpy())  # NaN where torch has NaN
+    assert np.isnan(got.data).any() and not np.isnan(got.data).all()
+    np.testing.assert_allclose(xs.grad.data, xt.grad.numpy(), atol=1e-6)
+    assert xs.grad.dtype == np.float32
+
+
+@pytest.mark.parametrize("k, s, p", POOL_CASES)
+def test_max_pool_gradient_beside_nans_matches_central_differences_float64(k, s, p):
+    """Where the derivative exists (a finite input, through the windows without a NaN), the
+    gradient equals float64 central differences; windows with a NaN give their inputs 0."""
+    layer = MaxPool2d(k, stride=s, padding=p)
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1, 2, 6, 7))
+    x[rng.random(x.shape) < 0.1] = np.nan
+    x[0, 1, 2, 3] = np.nan
+
+    def pool(a):
+        return MaxPool2dFunction.forward(a, kernel=layer.kernel_size, stride=layer.stride,
+                                         padding=layer.padding)[0]
+
+    out = pool(x)
+    g = np.where(np.isnan(out), 0.0, rng.standard_normal(out.shape))  # NaN outputs left out
+    finite = ~np.isnan(out)
+    assert finite.any() and not finite.all()
+    xs = Tensor(x, dtype=np.float64, requires_grad=True)
+    layer(xs).backward(g)
+    eps = 1e-6
+    for i in zip(*np.nonzero(~np.isnan(x))):
+        up, down = x.copy(), x.copy()
+        up[i] += eps
+        down[i] -= eps
+        numeric = np.sum(g[finite] * (pool(up)[finite] - pool(down)[finite])) / (2 * eps)
+        assert abs(xs.grad.data[i] - numeric) < 1e-6, (i, xs.grad.data[i], numeric)
+
+
 def test_flatten_matches_torch_and_keeps_nchw_order():
     manual_seed(0)
     conv = Conv2d(2, 3, 3, padding=1)  # its output is channels-last in memory

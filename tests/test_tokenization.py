@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 import time
+import unicodedata
 from collections import Counter
 
 import numpy as np
@@ -478,6 +479,145 @@ def test_hf_tokenizer_on_random_text_and_ids(hf_tokenizers, style, tmp_path):
         ids = [rng.randrange(theirs.get_vocab_size()) for _ in range(rng.randint(0, 8))]
         assert ours.decode(ids) == theirs.decode(ids), ids
         assert ours.decode(ids, False) == theirs.decode(ids, skip_special_tokens=False), ids
+
+
+# ---- added tokens at the edges: single_word, lstrip/rstrip, as tokenizers draws them -----
+
+def added_token_pair(tmp_path, added, normalizer=None):
+    """(tokenizers' Tokenizer, ours) from one tokenizer.json: the 256 byte tokens (id = byte),
+    no merges, ByteLevel, and the given AddedTokens (ids 256, 257, ... in order)."""
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models, pre_tokenizers
+
+    from tinytorch.text.tokenization import bytes_to_unicode, load_hf_tokenizer
+
+    table = bytes_to_unicode()
+    theirs = HFTokenizer(models.BPE(vocab={table[b]: b for b in range(256)}, merges=[]))
+    theirs.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    theirs.decoder = decoders.ByteLevel()
+    if normalizer is not None:
+        theirs.normalizer = normalizer
+    theirs.add_tokens(added)
+    theirs.save(str(tmp_path / "tokenizer.json"))
+    return theirs, load_hf_tokenizer(tmp_path / "tokenizer.json")
+
+
+def assert_same_ids(theirs, ours, texts, what):
+    wrong = [(t, theirs.encode(t).ids, ours.encode(t)) for t in texts
+             if ours.encode(t) != theirs.encode(t).ids]
+    assert not wrong, (
+        f"{what}: {len(wrong)} of {len(texts)} texts get other ids than tokenizers'; first "
+        + "; ".join(f"{t!r}: tokenizers {a}, ours {b}" for t, a, b in wrong[:3]))
+
+
+def assert_same_ids_for_every_char(theirs, ours, chars, around, what):
+    """around(ch) is a short text with ch beside an added token; forty such texts are joined
+    by "|" (no word, no space) into one encode, and a chunk that disagrees is retried one
+    character at a time to name the characters."""
+    wrong = []
+    for i in range(0, len(chars), 40):
+        chunk = chars[i:i + 40]
+        text = "|".join(map(around, chunk))
+        if ours.encode(text) != theirs.encode(text).ids:
+            wrong += [ch for ch in chunk
+                      if ours.encode(around(ch)) != theirs.encode(around(ch)).ids]
+    assert not wrong, (
+        f"{what}: {len(wrong)} characters give other ids than tokenizers', e.g. "
+        + "; ".join(f"U+{ord(ch):04X} ({unicodedata.category(ch)}) in {around(ch)!r}: tokenizers "
+                    f"{theirs.encode(around(ch)).ids}, ours {ours.encode(around(ch))}"
+                    for ch in wrong[:3]))
+
+
+def test_single_word_uses_tokenizers_word_characters(tmp_path):
+    """Issue #20: a single_word token next to a combining mark, a zero-width joiner, "²" or
+    "½" is accepted or rejected as tokenizers' \\w decides, id for id."""
+    pytest.importorskip("tokenizers")
+    from tokenizers import AddedToken
+
+    theirs, ours = added_token_pair(tmp_path, [AddedToken("abc", single_word=True,
+                                                          normalized=False)])
+    # tokenizers: a combining mark or a zero-width joiner continues the word (rejected);
+    # "²" and "½" are numbers but not decimal digits, so they end it (accepted)
+    cases = {"abc\u0301": [97, 98, 99, 0xCC, 0x81], "abc\u200d": [97, 98, 99, 0xE2, 0x80, 0x8D],
+             "\u00b2abc": [0xC2, 0xB2, 256], "abc\u00bd": [256, 0xC2, 0xBD],
+             "abc\u0903": [97, 98, 99, 0xE0, 0xA4, 0x83], "abc_": [97, 98, 99, 95],
+             "x abc!": [120, 32, 256, 33]}
+    for text, want in cases.items():
+        assert theirs.encode(text).ids == want, f"tokenizers itself changed on {text!r}"
+    assert_same_ids(theirs, ours, list(cases), "single_word beside awkward characters")
+    # every character of the first 0x3000 code points (Latin, Greek, Cyrillic, Arabic, Indic,
+    # combining marks, superscripts, fractions, Roman numerals, joiners), and a spread of
+    # the rest, on either side of the token. Only assigned characters: the `regex` package
+    # already knows Unicode 17's new letters, which tokenizers' Rust tables (Unicode 16) do not;
+    # no surrogates (not text).
+    chars = [chr(c) for c in [*range(0x3000), *range(0x3000, 0x110000, 97)]
+             if unicodedata.category(chr(c)) not in ("Cn", "Cs")]
+    assert_same_ids_for_every_char(theirs, ours, chars, lambda ch: f"abc{ch}",
+                                   "single_word before a character")
+    assert_same_ids_for_every_char(theirs, ours, chars, lambda ch: f"{ch}abc",
+                                   "single_word after a character")
+
+
+def test_lstrip_rstrip_strip_what_tokenizers_strips(tmp_path):
+    """Issue #20: lstrip/rstrip swallow Unicode whitespace (tokenizers' \\s), not the
+    separators \\x1c-\\x1f that str.isspace() also takes."""
+    pytest.importorskip("tokenizers")
+    from tokenizers import AddedToken
+
+    theirs, ours = added_token_pair(tmp_path, [AddedToken("<t>", lstrip=True, rstrip=True,
+                                                          normalized=False)])
+    assert theirs.encode("a\x1c <t>\t\x1fb").ids == [97, 28, 256, 31, 98], "tokenizers changed"
+    texts = ["a\x1c<t>\x1fb", "a\x1d\x1e <t> \x1e", "a \t\n<t>\r\n b", "a\x85<t>\u2028b",
+             "a\u3000<t>\u00a0b", "a\u200b<t>\u180eb", "a\x0b\x0c<t>\u2029\u205f"]
+    assert_same_ids(theirs, ours, texts, "lstrip/rstrip beside awkward characters")
+    # U+3000, the ideographic space, is Unicode's last whitespace character
+    assert_same_ids_for_every_char(theirs, ours, [chr(c) for c in range(0x3001)],
+                                   lambda ch: f"a{ch}<t>{ch}{ch}b",
+                                   "lstrip/rstrip beside a character")
+
+
+def test_a_rejected_single_word_match_is_not_searched_again(tmp_path):
+    """Issue #20: "abc" (single_word) rejected inside "abcd" hides "bcd" there, as in
+    tokenizers, which goes on after the rejected match instead of one character later."""
+    pytest.importorskip("tokenizers")
+    from tokenizers import AddedToken
+
+    theirs, ours = added_token_pair(tmp_path, [AddedToken("abc", single_word=True,
+                                                          normalized=False),
+                                               AddedToken("bcd", normalized=False)])
+    assert theirs.encode("abcd").ids == [97, 98, 99, 100], "tokenizers itself changed"
+    assert ours.encode("abcd") == [97, 98, 99, 100], (
+        f"'abcd': the rejected 'abc' covers 'bc', so 'bcd' is not found; got {ours.encode('abcd')}")
+    assert_same_ids(theirs, ours, ["abcd", "xabcd", "abcdabc bcd", "abc bcd", "abcbcd",
+                                   "ab abcd bcd abc"], "a rejected single_word match")
+
+
+def test_added_tokens_on_random_awkward_text(tmp_path):
+    """Random text of word characters, non-word characters and whitespace by both
+    definitions, around single_word, lstrip and rstrip tokens, normalized or not (one whose
+    content is not NFC is matched, and decoded, in its NFC form, as tokenizers does)."""
+    pytest.importorskip("tokenizers")
+    import random
+
+    from tokenizers import AddedToken, normalizers
+
+    added = [AddedToken("abc", single_word=True, normalized=False),
+             AddedToken("bcd", normalized=False),
+             AddedToken("<t>", lstrip=True, rstrip=True, normalized=False),
+             AddedToken("café", single_word=True, lstrip=True),  # matched after NFC
+             AddedToken("\t", rstrip=True, normalized=False),
+             AddedToken("nai\u0308ve", rstrip=True)]  # not NFC: matched as NFC "naïve"
+    theirs, ours = added_token_pair(tmp_path, added, normalizers.NFC())
+    rng = random.Random(0)
+    pieces = ["abc", "bcd", "<t>", "café", "cafe\u0301", "\t", "a", "b", "d", " ", "\n", "_",
+              "\u0301", "\u200d", "\u00b2", "\u00bd", "5", "\u0660", "\x1c", "\x1f", "\x85",
+              "\u3000", "\u00a0", "!", "-", "\u0903", "\u2167", "naïve", "nai\u0308ve"]
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 12))) for _ in range(3000)]
+    assert_same_ids(theirs, ours, texts, "random text around added tokens")
+    ids = [theirs.encode(text).ids for text in texts[:300]]
+    wrong = [i for i in ids if ours.decode(i) != theirs.decode(i)]
+    assert not wrong, (f"{len(wrong)} decodes differ, e.g. {wrong[0]}: tokenizers "
+                       f"{theirs.decode(wrong[0])!r}, ours {ours.decode(wrong[0])!r}")
 
 
 def test_hf_tokenizer_saves_and_loads_as_a_tinytorch_file(hf_tokenizers, tmp_path):

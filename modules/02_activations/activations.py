@@ -868,8 +868,11 @@ speed_report()
 
 # %% [markdown]
 # **Memory.** `tracemalloc` sees NumPy's allocations. Compare the peak extra memory of your
-# in-place softmax with the textbook one-liner on a `(1024, 4096)` float32 array (16 MiB,
-# roughly one attention score matrix of a small model).
+# in-place softmax with the formula written as it reads, `exp(x) / sum(exp(x))`, on a
+# `(1024, 4096)` float32 array (16 MiB, roughly one attention score matrix of a small
+# model). The inputs are standard-normal, so the formula does not overflow here; on logits
+# of 100 it gives `nan`, which is why yours subtracts the maximum first. The cell shows that
+# too, on one row.
 
 # %% nbgrader={"grade": false, "grade_id": "analysis-memory", "locked": false, "schema_version": 3, "solution": false, "task": false}
 import tracemalloc
@@ -890,13 +893,17 @@ def peak_mib(fn):
 def memory_report(shape=(1024, 4096)):
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
 
-    def textbook():
-        return np.exp(x - x.max(axis=-1, keepdims=True)) / np.exp(
-            x - x.max(axis=-1, keepdims=True)).sum(axis=-1, keepdims=True)
+    def as_written(a):  # no max subtraction: only safe for small scores
+        return np.exp(a) / np.exp(a).sum(axis=-1, keepdims=True)
 
     print(f"input {shape} float32: {x.nbytes / 2**20:.0f} MiB")
-    print(f"softmax, in place:  peak {peak_mib(lambda: SoftmaxFunction.forward(x, axis=-1)):5.1f} MiB")
-    print(f"softmax, textbook:  peak {peak_mib(textbook):5.1f} MiB")
+    in_place = peak_mib(lambda: SoftmaxFunction.forward(x, axis=-1))
+    print(f"softmax, in place:   peak {in_place:5.1f} MiB")
+    print(f"softmax, as written: peak {peak_mib(lambda: as_written(x)):5.1f} MiB")
+    big = np.array([[100.0, 99.0, 0.0]], dtype=np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        print(f"on logits {big[0].tolist()}: as written {as_written(big)[0]}, "
+              f"yours {SoftmaxFunction.forward(big, axis=-1)[0]}")
 
 
 memory_report()
@@ -915,8 +922,9 @@ memory_report()
 #   its twenty temporaries are small, reused and stay in cache, instead of twenty fresh
 #   4 MB arrays that the operating system must map and the CPU must stream through main
 #   memory. A fused kernel (module 17) computes the whole formula in one pass per element.
-# - The in-place softmax peaks at one output array; the textbook line keeps three alive at
-#   once. In a transformer, softmax runs on every attention score matrix, in every layer.
+# - The in-place softmax peaks at one output array; the formula as written keeps two alive
+#   at once (and a version that subtracts the maximum out of place, a third). In a
+#   transformer, softmax runs on every attention score matrix, in every layer.
 #
 # ## What comes next
 #

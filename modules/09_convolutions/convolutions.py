@@ -733,19 +733,27 @@ test_unit_conv2d_backward()
 #
 # **Max pooling.** Start from `out` full of `-inf` and `arg` (the winning offset `u * kw +
 # v` of each window) full of 0, made with `np.full_like` / `np.zeros_like` of that slice
-# (they copy its memory order). For each offset, `better = window > out`; record the offset
-# where the window is better (`arg[better] = u * kw + v`) and keep the larger values
-# (`np.maximum(out, window, out=out)`, in place). Return
-# `(out, arg)`: `arg` is saved for backward. The maximum is locally equal to the winning
-# pixel and does not depend on the others, so **the whole gradient of a window goes to its
-# arg-max**; the other pixels get 0. Padding for max pooling is `-inf` (a padded pixel never
-# wins).
+# (they copy its memory order). For each offset, `better = (window > out) |
+# np.isnan(window)` (the NaN part is explained below); record the offset where the window is
+# better (`arg[better] = u * kw + v`) and keep the larger values (`np.maximum(out, window,
+# out=out)`, in place). Return `(out, arg)`: `arg` is saved for backward. The maximum is
+# locally equal to the winning pixel and does not depend on the others, so **the whole
+# gradient of a window goes to its arg-max**; the other pixels get 0. Padding for max
+# pooling is `-inf` (a padded pixel never wins).
 #
 # **Ties.** When two pixels of a window share the maximum (ReLU outputs make many zeros)
 # the derivative does not exist. PyTorch gives the gradient to the first in row-major
 # order; the strict `>` keeps the earliest offset, which is the same pixel, so you agree
 # with PyTorch (the package tests check it). Module 06's `Max` split ties evenly instead;
 # for pooling, first-wins is the convention.
+#
+# **NaN.** A NaN in a window (a diverged activation) makes the window's maximum NaN:
+# `np.maximum` propagates it, as PyTorch does, so the bad value is seen downstream instead of
+# being hidden. Its gradient must follow it there. But every comparison with NaN is False,
+# so `window > out` alone never records a NaN, nor anything after one, and the gradient of
+# `[[1, nan], [0.5, 2]]` would land on the 1. PyTorch's rule is "greater, or NaN": each NaN
+# takes the window over, so the last NaN in row-major order gets the gradient. That is the
+# `| np.isnan(window)`.
 #
 # **Backward**, with the offset loop of col2im: for each offset `(u, v)`,
 # `dxp[:, :, u : u + sh*OH : sh, v : v + sw*OW : sw] += where(arg == u * kw + v, grad, 0)`.
@@ -777,7 +785,8 @@ class MaxPool2dFunction(Function):
         for u in range(kh):
             for v in range(kw):
                 window = xp[:, :, u:u + sh * OH:sh, v:v + sw * OW:sw]
-                better = window > out  # strict: a tie keeps the earlier offset, as PyTorch
+                # strict: a tie keeps the earlier offset; a NaN always takes over, as PyTorch
+                better = (window > out) | np.isnan(window)
                 arg[better] = u * kw + v
                 np.maximum(out, window, out=out)
         return out, arg

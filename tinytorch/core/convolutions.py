@@ -207,7 +207,8 @@ class MaxPool2dFunction(Function):
         for u in range(kh):
             for v in range(kw):
                 window = xp[:, :, u:u + sh * OH:sh, v:v + sw * OW:sw]
-                better = window > out  # strict: a tie keeps the earlier offset, as PyTorch
+                # strict: a tie keeps the earlier offset; a NaN always takes over, as PyTorch
+                better = (window > out) | np.isnan(window)
                 arg[better] = u * kw + v
                 np.maximum(out, window, out=out)
         return out, arg

@@ -537,35 +537,45 @@ def _match_added(text, tokens):
     by_content = {t["content"]: t for t in tokens}
     pattern = regex.compile("|".join(regex.escape(c)
                                      for c in sorted(by_content, key=len, reverse=True)))
-    out, last, pos = [], 0, 0
-    while True:
-        match = pattern.search(text, pos)
-        if match is None:
-            break
+    out, last = [], 0
+    # Each search starts where the previous match ended, accepted or not, and before the
+    # whitespace an rstrip swallowed: tokenizers scans the text once, left to right.
+    for match in pattern.finditer(text):
         token = by_content[match.group()]
         start, end = match.span()
         if token.get("single_word") and (
                 (start > 0 and _is_word_char(text[start - 1]))
                 or (end < len(text) and _is_word_char(text[end]))):
-            pos = start + 1
-            continue
+            continue  # inside a word: rejected, and the search goes on after it
         if token.get("lstrip"):
-            while start > last and text[start - 1].isspace():
+            while start > last and _is_space(text[start - 1]):
                 start -= 1
         if token.get("rstrip"):
-            while end < len(text) and text[end].isspace():
+            while end < len(text) and _is_space(text[end]):
                 end += 1
         if start > last:
             out.append((text[last:start], None))
         out.append((text[start:end], token))
-        last = pos = end
+        last = end
     if last < len(text):
         out.append((text[last:], None))
     return out
 
 
+# What `tokenizers` calls a word character and a space: the regex classes \w and \s of Rust's
+# `regex` crate. \w is wider than str.isalnum() + "_" (combining marks, the zero-width joiner)
+# and narrower (no "²" or "½": they are numbers, not decimal digits); str.isspace() also
+# takes the control characters \x1c-\x1f, which are not Unicode White_Space.
+_WORD_CHAR = regex.compile(r"[\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}]")
+_SPACE = regex.compile(r"\p{White_Space}")
+
+
 def _is_word_char(ch):
-    return ch.isalnum() or ch == "_"
+    return _WORD_CHAR.match(ch) is not None
+
+
+def _is_space(ch):
+    return _SPACE.match(ch) is not None
 
 
 class ByteLevelBPETokenizer(Tokenizer):
@@ -597,10 +607,16 @@ class ByteLevelBPETokenizer(Tokenizer):
         self.ignore_merges = bool(model.get("ignore_merges", False))
         self.added = list(data.get("added_tokens") or [])
         self.special_tokens = {t["content"]: t["id"] for t in self.added if t.get("special")}
-        self.id_to_token = {i: token for token, i in self.vocab.items()}
-        for token in self.added:
-            self.id_to_token[token["id"]] = token["content"]
         self.normal_forms = _normalizer_steps(data.get("normalizer"), path)
+        # Added tokens matched in the raw text, and those matched after normalizing, in their
+        # normalized form (as tokenizers does: "cafe" + a combining accent is found as "café")
+        self.raw_added = [t for t in self.added
+                          if not t.get("normalized", True) or not self.normal_forms]
+        self.normalized_added = [dict(t, content=self.normalize(t["content"]))
+                                 for t in self.added if t not in self.raw_added]
+        self.id_to_token = {i: token for token, i in self.vocab.items()}
+        for token in self.raw_added + self.normalized_added:
+            self.id_to_token[token["id"]] = token["content"]
         self.steps = _pre_tokenizer_steps(data.get("pre_tokenizer"), path)
         self.prefix_ids, self.suffix_ids = _template(data.get("post_processor"), path)
         decoder = data.get("decoder")
@@ -642,14 +658,12 @@ class ByteLevelBPETokenizer(Tokenizer):
         """text -> ids, as tokenizers' Tokenizer.encode(text).ids; `add_special_tokens` adds
         what the post-processor adds (Llama 3's <|begin_of_text|>)."""
         _require_text(text)
-        raw = [t for t in self.added if not t.get("normalized", True) or not self.normal_forms]
-        normalized = [t for t in self.added if t not in raw]
         ids = []
-        for piece, token in _match_added(text, raw):
+        for piece, token in _match_added(text, self.raw_added):
             if token is not None:
                 ids.append(token["id"])
                 continue
-            for inner, token in _match_added(self.normalize(piece), normalized):
+            for inner, token in _match_added(self.normalize(piece), self.normalized_added):
                 if token is not None:
                     ids.append(token["id"])
                 else:
