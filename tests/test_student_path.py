@@ -263,3 +263,40 @@ def test_reset_says_what_it_undoes_before_it_does_it(ws):
     done = run_tito("module", "reset", "01", cwd=ws)
     assert done.returncode == 2 and "02 (Activations)" in done.stdout + done.stderr
     assert "01" in progress(ws)
+
+
+# ---- doctor's package check, on a planted environment -----------------------------------------
+def test_doctor_follows_requirements_to_the_end(tmp_path, monkeypatch):
+    """The package check reads installed metadata instead of importing: a dependency of a
+    dependency that is missing or outside its version range is named; extras not asked for
+    (``dev``) are not required, extras asked for (``sqlalchemy[asyncio]``) are."""
+    import packaging.requirements  # noqa: F401 - imported before sys.path is replaced below
+
+    from tito.student.doctor import package_checks, requirement_problems
+
+    site = tmp_path / "site-packages"
+
+    def dist(name, version, *requires):
+        folder = site / f"{name}-{version}.dist-info"
+        folder.mkdir(parents=True)
+        (folder / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                                         + "".join(f"Requires-Dist: {r}\n" for r in requires))
+
+    dist("tinytorch", "0.1.0", "numpy>=1.26", "nbgrader<0.10,>=0.9", 'pytest>=8; extra == "dev"')
+    dist("numpy", "2.0.0")
+    dist("nbgrader", "0.9.6", "jupyter_server>=2", "SQLAlchemy[asyncio]>=2")
+    dist("jupyter_server", "1.5.0")
+    dist("SQLAlchemy", "2.0.1", 'greenlet>=1; extra == "asyncio"', 'mypy; extra == "mypy"')
+    monkeypatch.setattr(sys, "path", [str(site)])
+    ours, direct, problems = requirement_problems()
+    assert ours == "tinytorch" and direct == {"numpy": "2.0.0", "nbgrader": "0.9.6"}, direct
+    assert sorted(problems) == [
+        "greenlet is not installed (SQLAlchemy needs `greenlet>=1`)",
+        "jupyter_server 1.5.0 is installed, nbgrader needs `jupyter_server>=2`",
+    ], problems
+    (check,) = package_checks()
+    assert check.state == "failed" and "pip install --upgrade" in check.detail
+    dist("greenlet", "3.0.0")
+    (site / "jupyter_server-1.5.0.dist-info").rename(site / "jupyter_server-2.1.0.dist-info")
+    (check,) = package_checks()
+    assert check.state == "ok" and "numpy 2.0.0" in check.detail, check.detail

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import click
 from rich.markup import escape
@@ -26,7 +27,7 @@ from ..student.kernel import set_kernel
 from ..student.package import authority, check_export, sha256_text, verify_progress
 from ..student.results import CellResult, RunReport
 from ..student.runner import DEFAULT_TIMEOUT, run_notebook, run_student
-from ..student.workspace import Workspace, backup_path
+from ..student.workspace import Workspace, backup_path, not_a_workspace
 from .ui import Failure, console, interactive, table
 
 
@@ -339,8 +340,7 @@ def test(number, timeout):
     if ws is not None and ws.root == COURSE_ROOT:
         ws = None
     if ws is None and not m.source.is_file():
-        raise Failure("This is not a TinyTorch workspace (no .tito folder here or above): run "
-                      "`tito module test` inside the folder made by `tito init DIR`.")
+        raise Failure(not_a_workspace(Path.cwd(), f"run `tito module test {m.key}`"))
     report, _, label = _run(m, ws, timeout)
     _print_summary(report, label)
     raise SystemExit(0 if report.ok else 1)

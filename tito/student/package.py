@@ -33,10 +33,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..course.exporter import HEADER, PLACEHOLDER, public_names, render_module
+from ..course.exporter import HEADER, PLACEHOLDER, public_names
 from ..course.notebook import Cell, read_cells
 from ..course.registry import MODULES, Module
-from ..errors import ExportError, NotebookError, ReleaseIntegrityError
+from ..errors import NotebookError, ReleaseIntegrityError
 from .integrity import compare_with_authority, lesson_authority, release_authority, verify_release
 from .runner import forbidden_roots, run_cells
 from .workspace import Workspace
@@ -295,15 +295,6 @@ def release_problem(ws: Workspace, module: Module) -> str | None:
     return None
 
 
-def expected_names(ws: Workspace, module: Module) -> list[str]:
-    """The public names the module's release defines (its stubs define what the lesson does)."""
-    cells = read_cells(ws.release_path(module))
-    try:
-        return render_module(module, cells, str(ws.release_path(module).name), "").names
-    except ExportError:
-        return []
-
-
 def completion_problem(ws: Workspace, module: Module, record: dict) -> str | None:
     """Why the package does not back up "module is completed" (None: it does)."""
     rel = module.target_path
@@ -326,7 +317,7 @@ def completion_problem(ws: Workspace, module: Module, record: dict) -> str | Non
     if problem:
         return problem
     names = ws.exported_names(module) or []
-    missing = [n for n in expected_names(ws, module) if n not in names]
+    missing = [n for n in ws.release_names(module) if n not in names]
     if missing:
         return f"{rel} lacks {', '.join(missing[:5])}, which module {module.key} defines: {redo}"
     return None

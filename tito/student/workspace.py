@@ -17,7 +17,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..course.exporter import PLACEHOLDER, export_names, init_files, placeholder, render_module
+from ..course.exporter import PLACEHOLDER, export_names, init_files, placeholder, public_names
 from ..course.notebook import read_cells
 from ..course.registry import MODULES, Module, get_module
 from ..errors import ExportError, NotebookError, WorkspaceError
@@ -191,7 +191,7 @@ class Workspace:
         path = self.release_path(module)
         if path.is_file():
             try:
-                return render_module(module, read_cells(path), path.name, "").names
+                return public_names([c for c in read_cells(path) if c.is_public_export], path.name)
             except (NotebookError, ExportError):
                 pass  # a damaged release: the course's own list below
         return export_names(module)
