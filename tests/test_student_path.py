@@ -153,16 +153,22 @@ def test_doctor_checks_the_release_against_its_checksums(ws):
 
 
 def test_status_says_not_verified_when_the_export_was_edited_after_complete(ws):
-    """The package file of a completed module changed after `complete` wrote it."""
+    """The package file of a completed module changed after `complete` wrote it: status says
+    "not verified", and doctor's fresh-process import shows what the edit broke."""
     assert run_tito("module", "start", "01", cwd=ws).returncode == 0
     write_like_a_student(ws, 1)
     assert run_tito("module", "complete", "01", cwd=ws).returncode == 0
     assert "not verified" not in run_tito("module", "status", cwd=ws).stdout
     exported = ws / "tinytorch/core/tensor.py"
-    exported.write_text(exported.read_text() + "\nTensor.__add__ = lambda a, b: 42\n")
+    exported.write_text(exported.read_text() + "\nraise RuntimeError('edited by hand')\n")
     row = next(r for r in json.loads(run_tito("module", "status", "--json", cwd=ws).stdout)["modules"]
                if r["key"] == "01")
     assert row["state"] == "not verified" and "changed" in row["why"], row
+    # doctor imports the package for real, in a fresh process: the edit is caught there too
+    install_kernel(ws)
+    done = run_tito("system", "doctor", cwd=ws)
+    out = done.stdout.replace("\n", " ")
+    assert done.returncode == 1 and "edited by hand" in done.stdout and "module 01" in out, done.stdout
 
 
 def test_doctor_imports_no_heavy_package_in_its_own_process(ws):

@@ -40,8 +40,23 @@ from ..files import atomic_write
 
 PREFIX = "tinytorch-"
 WORKSPACE_KEY = "tinytorch_workspace"
-PROBE = ("import importlib.util, tinytorch; print(tinytorch.__file__); "
-         "print(importlib.util.find_spec('ipykernel') is not None)")
+# Which tinytorch the kernel's interpreter imports, and whether ipykernel is there. With the
+# argument "find", the file `import tinytorch` would run is located without running it: doctor
+# runs the package itself with this same interpreter in another process (it imports NumPy and
+# every completed module, half a second), and what differs in the kernel, PYTHONPATH and the
+# folder, decides which file is found. A kernel with another interpreter imports it for real.
+PROBE = """\
+import importlib.util, sys
+if sys.argv[1:] == ["find"]:
+    spec = importlib.util.find_spec("tinytorch")
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError("No module named 'tinytorch'")
+    print(spec.origin)
+else:
+    import tinytorch
+    print(tinytorch.__file__)
+print(importlib.util.find_spec("ipykernel") is not None)
+"""
 
 
 def kernel_name(root: Path) -> str:
@@ -215,11 +230,13 @@ def point_notebooks(root: Path) -> list[Misdirected]:
 # ---- does the kernel import the workspace's package? --------------------------------------
 def start_probe(kernel: Kernel, root: Path) -> subprocess.Popen:
     """Start the kernel's interpreter with its environment, from a notebook's folder, asking
-    which `tinytorch` it imports and whether ipykernel is there (read with ``probe_result``)."""
+    which `tinytorch` it imports and whether ipykernel is there (read with ``probe_result``).
+    When the kernel's interpreter is this one, the file is located, not run (see PROBE)."""
     root = Path(root).resolve()
     env = {**os.environ, **kernel.env}
     folder = root / "modules" if (root / "modules").is_dir() else root
-    return subprocess.Popen([kernel.argv[0], "-c", PROBE], cwd=folder, env=env, text=True,
+    how = ["find"] if Path(kernel.argv[0]).resolve() == Path(sys.executable).resolve() else []
+    return subprocess.Popen([kernel.argv[0], "-c", PROBE, *how], cwd=folder, env=env, text=True,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..course.exporter import HEADER, PLACEHOLDER, public_names
-from ..course.notebook import Cell, read_cells
+from ..course.notebook import Cell, cells_of, load_notebook, read_cells
 from ..course.registry import MODULES, Module
 from ..errors import NotebookError, ReleaseIntegrityError
 from .integrity import compare_with_authority, lesson_authority, release_authority, verify_release
@@ -190,8 +190,9 @@ def check_export(module: Module, root: Path, tested: list[Cell], notebook_dir: P
         package_root = root
         if files is not None:
             package_root = Path(tmp)
-            shutil.copytree(root / "tinytorch", package_root / "tinytorch",
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            if (root / "tinytorch").is_dir():  # else ``files`` holds the whole package
+                shutil.copytree(root / "tinytorch", package_root / "tinytorch",
+                                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
             Workspace(package_root).install_package(files)
         plan = check_plan(module, tested)
         forbidden = forbidden_roots(package_root)
@@ -274,17 +275,33 @@ def authority(module: Module) -> dict | None:
     return None
 
 
+_RELEASE_CHECKED: dict[tuple, str | None] = {}
+
+
 def release_problem(ws: Workspace, module: Module) -> str | None:
-    """Why the workspace's released notebook of ``module`` cannot be trusted (None: it can)."""
+    """Why the workspace's released notebook of ``module`` cannot be trusted (None: it can).
+    Remembered for the file as it is (path, size, time), so doctor reads each release once."""
     path = ws.release_path(module)
+    try:
+        stat = path.lstat()
+        key = (str(path), stat.st_size, stat.st_mtime_ns)
+    except OSError:
+        key = None
+    if key is not None and key in _RELEASE_CHECKED:
+        return _RELEASE_CHECKED[key]
+    found = _release_problem(ws, module, path)
+    if key is not None:
+        _RELEASE_CHECKED[key] = found
+    return found
+
+
+def _release_problem(ws: Workspace, module: Module, path: Path) -> str | None:
     label = str(path.relative_to(ws.root))
     if not path.is_file():
         return f"{label} is missing: run `tito init . --force`"
     if path.is_symlink():
         return f"{label} is a symbolic link, not the release: run `tito init . --force`"
     try:
-        from ..course.notebook import cells_of, load_notebook
-
         notebook = load_notebook(path)
         verify_release(notebook, label)
         found = authority(module)
@@ -316,10 +333,11 @@ def completion_problem(ws: Workspace, module: Module, record: dict) -> str | Non
     problem = release_problem(ws, module)
     if problem:
         return problem
-    names = ws.exported_names(module) or []
-    missing = [n for n in ws.release_names(module) if n not in names]
-    if missing:
-        return f"{rel} lacks {', '.join(missing[:5])}, which module {module.key} defines: {redo}"
+    if not recorded:  # completed before exports were recorded: check its names instead
+        names = ws.exported_names(module) or []
+        missing = [n for n in ws.release_names(module) if n not in names]
+        if missing:
+            return f"{rel} lacks {', '.join(missing[:5])}, which module {module.key} defines: {redo}"
     return None
 
 

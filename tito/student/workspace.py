@@ -45,6 +45,12 @@ def names_of_export(text: str) -> list[str] | None:
     """``__all__`` of an exported file's text; None for a placeholder."""
     if text.startswith(PLACEHOLDER):
         return None
+    for line in text.splitlines()[:12]:  # where `render_module` writes it: no need to parse it all
+        if line.startswith("__all__ = [") and line.endswith("]"):
+            try:
+                return list(ast.literal_eval(line.split("=", 1)[1].strip()))
+            except (ValueError, SyntaxError):
+                break
     try:
         body = ast.parse(text).body
     except SyntaxError:
