@@ -233,7 +233,7 @@ def _reset_consequences(ws: Workspace, m: Module) -> list[str]:
     stopped = [ms.name for ms in MILESTONES if m.number in ms.requires and set(ms.requires) <= done]
     if stopped:
         lines.append(f"stop the milestone{'s' if len(stopped) > 1 else ''} {', '.join(stopped)} "
-                     f"until then")
+                     f"until you complete {m.key} again")
     lines.append(f"keep your exported code in {m.target_path} as it is")
     return lines
 

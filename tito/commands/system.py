@@ -87,6 +87,11 @@ def kernel(prune):
     elif not prune:
         raise Failure(not_a_workspace(Path.cwd(), "run `tito system kernel`")
                       + " (`tito system kernel --prune` works anywhere.)")
+    if not prune:
+        dead = dead_kernels()
+        if dead:
+            console.print(f"  {len(dead)} kernel(s) of workspaces that no longer exist remain "
+                          "(a moved or deleted folder): `tito system kernel --prune` removes them")
     if prune:
         dead = dead_kernels()
         for k in dead:

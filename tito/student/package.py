@@ -222,6 +222,12 @@ def _explain(module: Module, result, tested: list[Cell], n_failing: int) -> str:
     name = (_NAME_ERROR.search(result.message or "") if result.error_type == "NameError"
             else _CAUGHT_NAME_ERROR.search((result.message or "") + "\n" + (result.traceback or "")))
     if name:
+        other = _other_module(result.traceback, module)
+        if other is not None and _use_of(tested, name[1]) is None:
+            return (f"`{name[1]}` is not defined in tinytorch.{other.target}, module {other.key}'s "
+                    f"export, which {context} calls into: that module was exported with a name "
+                    f"its package lacks. Run `tito module complete {other.key}` again: it now "
+                    "checks its package and names the cell to fix.")
         return _missing_name(module, name[1], tested, context)
     if result.error_type == "ImportError" and "circular import" in (result.message or ""):
         return (f"{text}. Your exported code imports the package while the package is being "
@@ -232,6 +238,18 @@ def _explain(module: Module, result, tested: list[Cell], n_failing: int) -> str:
     return (f"{text}{where}{more}. It passed in your notebook, so it depends on something that "
             "exists only in your notebook session (a cell without `#| export`, a value set by "
             "hand): everything the package needs must be in your exported cells.")
+
+
+def _other_module(traceback: str, module: Module) -> Module | None:
+    """The earlier module whose exported file the innermost package frame is in, if not ours."""
+    frames = _PACKAGE_FRAME.findall(traceback or "")
+    if not frames:
+        return None
+    path = frames[-1][0].replace("\\", "/")
+    for m in MODULES:
+        if m is not module and path.endswith("/" + m.target_path.as_posix()):
+            return m
+    return None
 
 
 def _missing_name(module: Module, name: str, tested: list[Cell], context: str) -> str:
