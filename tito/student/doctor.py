@@ -318,7 +318,11 @@ def kernel_checks(ws: Workspace, probe) -> list[Check]:
             False, f"{kernel.folder / 'kernel.json'} names no interpreter that starts")
         checks.append(Check("workspace kernel", "ok" if good else "failed",
                             f"{kernel.name} imports {detail}" if good else f"{detail}. {fix}"))
-    wrong = misdirected_notebooks(ws.root)
+    try:
+        wrong = misdirected_notebooks(ws.root)
+        dead = dead_kernels()
+    except Exception as error:  # noqa: BLE001 - a broken jupyter_core is a finding, not a crash
+        return checks + [Check("notebook kernels", "failed", f"cannot list Jupyter kernels: {error}")]
     if wrong:
         checks.append(Check("notebook kernels", "failed", "; ".join(w.describe(ws.root) for w in wrong[:3])
                             + (f" (and {len(wrong) - 3} more)" if len(wrong) > 3 else "")
@@ -326,7 +330,6 @@ def kernel_checks(ws: Workspace, probe) -> list[Check]:
     else:
         checks.append(Check("notebook kernels", "ok", "every course notebook here selects this "
                             "workspace's kernel"))
-    dead = dead_kernels()
     if dead:
         checks.append(Check("old kernels", "note", f"{len(dead)} kernel(s) of workspaces that no "
                             "longer exist (" + ", ".join(str(k.workspace) for k in dead[:3])
@@ -354,7 +357,10 @@ def run_checks(cwd: Path | None = None) -> tuple[list[Check], Workspace | None]:
     package_proc = start_package_probe(ws.root if ws else cwd, list(targets) if ws else None)
     kernel_probe = (None, None)
     if ws is not None:
-        kernel = find_kernel(ws.root)
+        try:
+            kernel = find_kernel(ws.root)
+        except Exception:  # noqa: BLE001 - a broken jupyter_core: jupyter_check says so
+            kernel = None
         proc = None
         if kernel is not None and kernel.argv:
             try:
