@@ -35,13 +35,14 @@ STATES = {"ok": "[green]✓[/]", "failed": "[red]✗[/]", "not verified": "[yell
 def doctor():
     """Check Python, packages, the Jupyter kernels and (inside one) the workspace."""
     checks, _ = run_checks()
+    outside = next((c for c in checks if c.name == "workspace" and c.state == "failed"), None)
     t = table("check", "", "detail", title="tito system doctor")
-    for c in checks:
-        t.add_row(c.name, STATES[c.state], escape(c.detail))
+    for c in checks:  # (where the student is, in full, is the last line)
+        detail = f"none: {Path.cwd()} is not a workspace" if c is outside else c.detail
+        t.add_row(c.name, STATES[c.state], escape(detail))
     console.print(t)
     failed = [c for c in checks if c.state == "failed"]
     unverified = [c for c in checks if c.state == "not verified"]
-    outside = next((c for c in checks if c.name == "workspace" and c.state == "failed"), None)
     if outside is not None:
         others = len(failed) - 1
         console.print(f"[red]No workspace was checked.[/] {escape(outside.detail)}"
