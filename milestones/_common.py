@@ -33,6 +33,14 @@ def need_tinytorch():
         import tinytorch  # noqa: F401
         from tinytorch import Tensor  # noqa: F401
         from tinytorch.core import autograd  # noqa: F401  (backward lives there)
+    except ModuleNotFoundError as error:
+        if error.name != "tinytorch":
+            raise
+        # no package at all: the wrong folder, not a module to complete
+        console.print(f"[red]No tinytorch package can be imported here[/] (you are in {Path.cwd()}). "
+                      "Run milestones inside your workspace, the folder `tito init DIR` made: "
+                      "`cd` there, then `tito milestone run NAME`.", markup=True)
+        sys.exit(2)
     except (ImportError, AttributeError) as error:
         console.print(f"[red]This milestone needs modules you have not completed:[/] {error}")
         sys.exit(2)

@@ -237,12 +237,17 @@ def test_doctor_checks_kernel_and_workspace(ws):
 
 
 def test_doctor_explains_a_missing_kernel(monkeypatch):
-    from jupyter_client.kernelspec import KernelSpecManager
+    """No python3 kernel in any kernel folder and no ipykernel: the check fails with the fix."""
+    import importlib.util
 
     from tito.commands.system import kernel_check
+    from tito.student import doctor
 
     assert kernel_check()[0], "this environment should have the python3 kernel"
-    monkeypatch.setattr(KernelSpecManager, "find_kernel_specs", lambda self: {})
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(doctor, "installed_kernels", lambda: {})
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *rest: None if name == "ipykernel" else find_spec(name, *rest))
     ok, detail = kernel_check()
     assert not ok and "ipykernel install" in detail and "--name python3" in detail
 

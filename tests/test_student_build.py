@@ -175,3 +175,29 @@ def test_reference_through_course_root_is_not_there(installed, tmp_path):
     path.write_text(json.dumps(nb))
     done = tito(installed, "module", "complete", "01", cwd=ws)
     assert done.returncode == 1 and "FileNotFoundError" in done.stdout and "0 passed" in done.stdout
+
+
+def test_the_wrong_folder_and_doctor_on_the_installed_build(installed, tmp_path):
+    """A student build has no reference package: outside the workspace, the milestone commands
+    and doctor say where the student is and which workspace to `cd` into; `init` refuses to
+    nest; inside, doctor passes (the build's own distribution and its requirements)."""
+    ws = tmp_path / "course"
+    assert tito(installed, "init", str(ws), cwd=tmp_path).returncode == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for args in (["milestone", "list"], ["milestone", "run", "perceptron"]):
+        done = tito(installed, *args, cwd=elsewhere)
+        text = done.stderr.replace("\n", " ")
+        assert done.returncode == 2 and "not a TinyTorch workspace" in text, (args, done.stdout, text)
+        assert str(elsewhere) in text and str(ws) in text, text
+    done = tito(installed, "system", "doctor", cwd=elsewhere)
+    assert done.returncode == 1 and "All checks passed" not in done.stdout
+    done = tito(installed, "init", "inner", cwd=ws)
+    assert done.returncode == 2 and "inside the workspace" in done.stderr and not (ws / "inner").exists()
+    site = next((installed[0] / "lib").glob("python*/site-packages"))
+    script = site / "tito" / "_course" / "milestones" / "perceptron.py"
+    done = subprocess.run([str(installed[0] / "bin" / "python"), str(script), "--quick"], cwd=elsewhere,
+                          env=clean_env(), capture_output=True, text=True)
+    assert done.returncode == 2 and "No tinytorch package can be imported here" in done.stdout, done.stdout
+    done = tito(installed, "system", "doctor", cwd=ws)
+    assert done.returncode == 0 and "tinytorch-course needs" in done.stdout, done.stdout

@@ -3,14 +3,22 @@
 Each verb group lives in its own file under ``tito/commands``; the logic they share lives
 in ``tito/course``, ``tito/student``, ``tito/grading`` and ``tito/site`` (map:
 ``tito/README.md``). Run ``tito --help`` for the map of commands.
+
+A verb group's file is imported when that verb runs, not before: `tito system doctor` has
+no use for the website's or nbgrader's code, and importing every group took half a second.
 """
+
+import importlib
 
 import click
 
 from . import __version__
-from .commands import dist, export, init, milestone, module, nbgrader, site, system
 from .commands.ui import Failure
 from .errors import TitoError
+
+# verb -> file under tito/commands holding the click group (or command) of the same name
+COMMANDS = {"init": "init", "module": "module", "export": "export", "milestone": "milestone",
+            "system": "system", "nbgrader": "nbgrader", "site": "site", "dist": "dist"}
 
 
 class TitoGroup(click.Group):
@@ -19,6 +27,14 @@ class TitoGroup(click.Group):
     This is the one place where core errors meet the terminal: the message is printed as
     it is (it already says what to fix), in red, with exit code 2.
     """
+
+    def list_commands(self, ctx):
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS:
+            return None
+        return getattr(importlib.import_module(f"{__package__}.commands.{COMMANDS[name]}"), name)
 
     def invoke(self, ctx):
         try:
@@ -31,11 +47,6 @@ class TitoGroup(click.Group):
 @click.version_option(__version__, prog_name="tito")
 def cli():
     """Run the TinyTorch course: modules, exports, milestones and grading."""
-
-
-for command in (init.init, module.module, export.export, milestone.milestone, system.system,
-                nbgrader.nbgrader, site.site, dist.dist):
-    cli.add_command(command)
 
 
 def main():

@@ -23,6 +23,7 @@ def init(directory, force):
             f"{root} is already a TinyTorch workspace. `tito init {directory} --force` refreshes "
             "its released notebooks; your notebooks, package and progress are never touched."
         )
+    Workspace.check_new_root(root)  # not inside another workspace, nor around one
     modules = written_modules()
     console.print(f"Releasing {len(modules)} module notebooks with nbgrader ...")
     releases = release_notebooks(modules)

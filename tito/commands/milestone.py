@@ -6,11 +6,13 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import click
+from rich.markup import escape
 
 from ..course.registry import COURSE_ROOT, MILESTONES, MILESTONES_DIR, get_milestone, get_module
-from ..student.workspace import Workspace
+from ..student.workspace import Workspace, not_a_workspace
 from .ui import Failure, console, table
 
 
@@ -19,21 +21,36 @@ def milestone():
     """Run the course's historical milestones with your own tinytorch."""
 
 
-def _context():
-    """(package root, completed-or-written module numbers, who) for the current folder."""
-    ws = Workspace.find()
-    if ws is None or ws.root == COURSE_ROOT:
-        from ..course.registry import written_modules
+def _context(what: str):
+    """(package root, completed-or-written module numbers, who) for the current folder.
 
-        return COURSE_ROOT, {m.number for m in written_modules()}, "the reference package"
-    return ws.root, ws.completed(), "your package"
+    In a workspace: the student's package and progress. In the course repository: the
+    reference package. Anywhere else the student is lost: with a course repository installed
+    (editable), its reference package, said loudly as not their code; in a student build,
+    which has no reference, a refusal that says where they are and where to go."""
+    from ..course.registry import written_modules
+
+    ws = Workspace.find()
+    if ws is not None and ws.root != COURSE_ROOT:
+        return ws.root, ws.completed(), "your package"
+    here = Path.cwd().resolve()
+    reference = (COURSE_ROOT / "tinytorch" / "__init__.py").is_file()
+    written = {m.number for m in written_modules()}
+    if ws is not None or (reference and here.is_relative_to(COURSE_ROOT)):
+        return COURSE_ROOT, written, "the reference package"
+    lost = not_a_workspace(here, what)
+    if not reference:
+        raise Failure(lost)
+    console.print(f"[yellow]{escape(lost)}[/] [bold]So this uses the course repository's reference "
+                  f"solution ({COURSE_ROOT / 'tinytorch'}), not your code.[/]")
+    return COURSE_ROOT, written, "the course's reference solution (not your code)"
 
 
 @milestone.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def list_(as_json):
     """The milestones and the modules each needs."""
-    _, have, _ = _context()
+    _, have, _ = _context("run `tito milestone list`")
     rows = [{"name": ms.name, "year": ms.year, "title": ms.title,
              "requires": [get_module(n).key for n in ms.requires],
              "missing": [get_module(n).key for n in ms.requires if n not in have],
@@ -55,7 +72,7 @@ def list_(as_json):
 def run(name, args):
     """Run milestone NAME with your package (extra ARGS go to the script, e.g. --quick)."""
     ms = get_milestone(name)
-    root, have, who = _context()
+    root, have, who = _context(f"run `tito milestone run {name}`")
     missing = [n for n in ms.requires if n not in have]
     unwritten = [n for n in missing if not get_module(n).written]
     if unwritten:

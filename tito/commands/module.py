@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import click
+from rich.markup import escape
 
 from ..course.exporter import render_module
-from ..course.notebook import load_notebook, read_cells
+from ..course.notebook import load_notebook
 from ..course.registry import (
     COURSE_ROOT,
     MILESTONES,
@@ -17,14 +19,15 @@ from ..course.registry import (
     get_module,
     prerequisites,
     unlocked_by,
+    written_modules,
 )
 from ..errors import NotebookError
-from ..grading.release import packaged_release, release_notebooks
-from ..student.integrity import lesson_authority, release_authority
+from ..grading.release import release_notebooks
 from ..student.kernel import set_kernel
+from ..student.package import authority, check_export, sha256_text, verify_progress
 from ..student.results import CellResult, RunReport
 from ..student.runner import DEFAULT_TIMEOUT, run_notebook, run_student
-from ..student.workspace import Workspace, backup_path
+from ..student.workspace import Workspace, backup_path, not_a_workspace
 from .ui import Failure, console, interactive, table
 
 
@@ -81,15 +84,21 @@ def list_(as_json):
 
 
 # ---- status ----------------------------------------------------------------------------
-def _states(ws: Workspace) -> list[dict]:
+def _states(ws: Workspace, verify: bool = True) -> list[dict]:
+    """Each module's state. A completed module the package does not back up (see
+    ``verify_progress``) is "not verified", with why."""
     done = ws.completed()
+    unverified = verify_progress(ws) if verify else {}
     rows = []
     for m in MODULES:
         missing = _missing(m, done)
+        why = ""
         if not m.written:
             state = "not written"
         elif m.number in done:
             state = "completed"
+            if m.key in unverified:
+                state, why = "not verified", unverified[m.key]
         elif ws.notebook_path(m).is_file():
             state = "started"
         elif not missing:
@@ -97,29 +106,36 @@ def _states(ws: Workspace) -> list[dict]:
         else:
             state = "locked"
         rows.append({"key": m.key, "title": m.title, "state": state,
-                     "missing": [get_module(n).key for n in missing]})
+                     "missing": [get_module(n).key for n in missing], "why": why})
     return rows
 
 
 @module.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status(as_json):
-    """Your progress through the course (in a workspace)."""
-    ws = Workspace.require()
+    """Your progress through the course (in a workspace), checked against your package."""
+    ws = Workspace.require("run `tito module status`")
     rows = _states(ws)
     if as_json:
         click.echo(json.dumps({"workspace": str(ws.root), "modules": rows}, indent=2))
         return
     colours = {"completed": "green", "started": "yellow", "available": "cyan",
-               "locked": "dim", "not written": "dim"}
+               "locked": "dim", "not written": "dim", "not verified": "red"}
     t = table("#", "module", "state", "needs first", title=f"Progress in {ws.root}")
     for r in rows:
         t.add_row(r["key"], r["title"], f"[{colours[r['state']]}]{r['state']}[/]",
                   " ".join(r["missing"]) if r["state"] == "locked" else "")
     console.print(t)
-    done = sum(r["state"] == "completed" for r in rows)
+    done = sum(r["state"] in ("completed", "not verified") for r in rows)
     written = sum(r["state"] != "not written" for r in rows)
-    console.print(f"{done} of {written} written modules completed.")
+    unverified = [r for r in rows if r["state"] == "not verified"]
+    console.print(f"{done} of {written} written modules completed"
+                  + (f", {len(unverified)} of them not verified:" if unverified else "."))
+    for r in unverified:
+        console.print(f"  [red]not verified[/] {r['key']} ({r['title']}): {escape(r['why'])}")
+    if unverified:
+        console.print("  [dim]Your progress file says these are completed; your package or the "
+                      "release does not back it up.[/]")
     nxt = _next_step(ws, rows)
     if nxt:
         console.print(nxt)
@@ -187,21 +203,60 @@ def start(number, force):
     console.print(f"When your code is written: `tito module complete {m.key}`")
 
 
+def _some(modules, limit: int = 6) -> str:
+    names = [f"{x.key} ({x.title})" for x in modules]
+    more = len(names) - limit
+    return ", ".join(names[:limit]) + (f" and {more} more (`tito module status` lists them)" if more > 0 else "")
+
+
+def _reset_consequences(ws: Workspace, m: Module) -> list[str]:
+    """What `tito module reset m` changes, in the student's words, before it changes it."""
+    rel = m.notebook_relpath
+    lines = [f"replace {rel} with a fresh copy of the release (yours is kept as a .bak file "
+             "beside it)" if ws.notebook_path(m).is_file() else f"hand out a fresh {rel}"]
+    record = ws.load_progress()["completed"].get(m.key)
+    if record is None:
+        return lines
+    done = ws.completed()
+    when = str(record.get("completed_at", ""))[:10]
+    points = (f", {record['points']:g}/{record['points_total']:g} points"
+              if isinstance(record.get("points"), (int, float)) and record.get("points_total") else "")
+    lines.append(f"mark module {m.key} as not completed (it was completed on {when}{points})")
+    later = [x for x in written_modules() if m.number in prerequisites(x.number)]
+    locked = [x for x in later if x.number not in done]
+    if locked:
+        lines.append(f"lock the modules that build on it until you complete {m.key} again: "
+                     f"`tito module complete` refuses {_some(locked)}")
+    kept = [x for x in later if x.number in done]
+    if kept:
+        lines.append(f"leave {_some(kept)} completed, though they build on it")
+    stopped = [ms.name for ms in MILESTONES if m.number in ms.requires and set(ms.requires) <= done]
+    if stopped:
+        lines.append(f"stop the milestone{'s' if len(stopped) > 1 else ''} {', '.join(stopped)} "
+                     f"until you complete {m.key} again")
+    lines.append(f"keep your exported code in {m.target_path} as it is")
+    return lines
+
+
 @module.command()
 @click.argument("number")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 def reset(number, yes):
-    """Start module NUMBER over: a fresh notebook (yours is kept as a backup)."""
-    ws = Workspace.require()
+    """Start module NUMBER over: a fresh notebook (yours is kept as a backup); says first what
+    it will un-complete and lock."""
+    ws = Workspace.require("run `tito module reset`")
     m = _written(number)
+    console.print(f"[bold]`tito module reset {m.key}` will:[/]")
+    for line in _reset_consequences(ws, m):
+        console.print(f"  - {escape(line)}")
     if not yes:
         if not interactive():
-            raise Failure(f"`tito module reset {m.key}` replaces your notebook; add --yes to confirm.")
-        click.confirm(f"Replace your notebook for module {m.key} with a fresh copy?", abort=True)
+            raise Failure(f"Nothing was changed. To go ahead, run `tito module reset {m.key} --yes`.")
+        click.confirm("Go ahead?", abort=True)
     _hand_out(ws, m, force=True, verb="reset")
     if ws.forget_completion(m):
-        console.print(f"  module {m.key} is marked not completed; your exported package code "
-                      "stays until you complete it again")
+        console.print(f"  module {m.key} is marked not completed: `tito module complete {m.key}` "
+                      "when your code is written again")
 
 
 # ---- test / complete ---------------------------------------------------------------------
@@ -237,14 +292,6 @@ def _print_summary(report: RunReport, label: str) -> None:
                   f"{got:g}/{total:g} points · {report.seconds:.1f} s · {label}")
 
 
-def _authority(m: Module):
-    """The course's own cells for ``m`` to check a workspace's release against, if at hand."""
-    if m.source.is_file():
-        return lesson_authority(m.source)
-    packaged = packaged_release(m)
-    return release_authority(read_cells(packaged)) if packaged else None
-
-
 def _run(m: Module, ws: Workspace | None, timeout: float) -> tuple[RunReport, object, str]:
     if ws is None:
         path = m.source
@@ -265,7 +312,7 @@ def _run(m: Module, ws: Workspace | None, timeout: float) -> tuple[RunReport, ob
     else:
         release = _release_for(ws, m)
         report = run_student(path, release, ws.root, timeout=timeout, on_result=_print_result,
-                             authority=_authority(m))
+                             authority=authority(m))
     if not report.tests:
         raise Failure(f"{label} has no graded test cells (nbgrader metadata grade: true). "
                       f"Was it replaced? `tito module reset {m.key}` gives a fresh copy.")
@@ -293,8 +340,7 @@ def test(number, timeout):
     if ws is not None and ws.root == COURSE_ROOT:
         ws = None
     if ws is None and not m.source.is_file():
-        raise Failure("This is not a TinyTorch workspace (no .tito folder here or above): run "
-                      "`tito module test` inside the folder made by `tito init DIR`.")
+        raise Failure(not_a_workspace(Path.cwd(), f"run `tito module test {m.key}`"))
     report, _, label = _run(m, ws, timeout)
     _print_summary(report, label)
     raise SystemExit(0 if report.ok else 1)
@@ -323,16 +369,49 @@ def complete(number, timeout):
         raise SystemExit(1)
     rel = m.notebook_relpath
     # the cells that were tested: yours where you write, the release's where it is locked
-    export = render_module(m, [r.cell for r in report.cells], str(rel), " (your notebook)")
-    path = ws.export_student(m, export.text)
+    tested = [r.cell for r in report.cells]
+    export = render_module(m, tested, str(rel), " (your notebook)")
+    lacking = [n for n in ws.release_names(m) if n not in export.names]
+    if lacking:
+        _refuse(f"your exported cells do not define {', '.join(f'`{n}`' for n in lacking[:6])}, "
+                f"which module {m.key} exports (the released notebook's cells define them and "
+                "later modules import them). Keep each definition in its solution cell, with "
+                "`#| export` as the cell's first line.")
+    files = ws.package_files(m, export.text)
+    console.print("Checking the package built from your notebook: a fresh process imports it "
+                  "and runs the graded tests against it, as milestones and later modules use it ...")
+    check = check_export(m, ws.root, tested, ws.notebook_path(m).parent, timeout, files)
+    if not check.ok:
+        _refuse(check.problem)
+    console.print(f"  [green]✓[/] tinytorch.{m.target} imports and passes the {check.tests} graded "
+                  f"tests [dim]({check.seconds:.1f} s)[/]")
+    ws.install_package(files)
     got, total = report.points()
     ws.record_completion(m, {"tests_passed": len(report.passed), "tests_total": len(report.tests),
                              "points": got, "points_total": total,
-                             "seconds": round(report.seconds, 2)})
+                             "seconds": round(report.seconds, 2),
+                             "export_sha256": sha256_text(export.text)})
     console.print(f"[green]✓ Module {m.key} completed.[/] Your code is now "
-                  f"{path.relative_to(ws.root)} ({len(export.names)} public names: "
+                  f"{m.target_path} ({len(export.names)} public names: "
                   f"{', '.join(export.names[:6])}{'…' if len(export.names) > 6 else ''}).")
+    console.print(HIDDEN_TESTS_NOTE)
     _announce_unlocks(ws, m)
+
+
+HIDDEN_TESTS_NOTE = (
+    "[dim]This was your own check. The grade that counts is your instructor's (nbgrader), and it "
+    "also runs hidden test cases that `complete` does not run: other shapes, values and edge "
+    "cases. Code written for the visible tests alone can lose marks there.[/]"
+)
+
+
+def _refuse(problem: str) -> None:
+    """The export check failed: say what and where, keep the package, exit 1."""
+    console.print(f"  [red]✗[/] {escape(problem)}")
+    console.print("[red]Not completed.[/] Your notebook passes its tests, but the package built "
+                  "from it does not work on its own. Nothing was exported; your package is "
+                  "unchanged. Fix the cell named above and run this command again.")
+    raise SystemExit(1)
 
 
 def _announce_unlocks(ws: Workspace, m: Module) -> None:
@@ -349,7 +428,7 @@ def _announce_unlocks(ws: Workspace, m: Module) -> None:
     for x in opened:
         if x.written:
             console.print(f"  [cyan]unlocked module[/] {x.key} ({x.title})")
-    nxt = _next_step(ws, _states(ws))
+    nxt = _next_step(ws, _states(ws, verify=False))
     if nxt:
         console.print(nxt)
     else:

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import importlib
-import platform
-import sys
+from pathlib import Path
 
 import click
+from rich.markup import escape
 
-from ..course.registry import written_modules
-from ..errors import NotebookError, ReleaseIntegrityError, WorkspaceError
+from ..course.exporter import render_module
+from ..course.registry import COURSE_ROOT, written_modules
+from ..errors import NotebookError, ReleaseIntegrityError
+from ..student.doctor import jupyter_check, run_checks
+from ..student.package import sha256_text
 from ..student.runner import run_student
-from ..student.workspace import PROGRESS_FORMAT, Workspace, backup_path, now_iso
+from ..student.workspace import PROGRESS_FORMAT, Workspace, backup_path, not_a_workspace, now_iso
 from .ui import Failure, console, table
 
 
@@ -20,117 +22,90 @@ def system():
     """Check your set-up."""
 
 
-def _check_import(name: str) -> tuple[bool, str]:
-    try:
-        mod = importlib.import_module(name)
-    except Exception as error:  # any import failure is a finding, not a crash
-        return False, f"cannot import: {error}. Fix: pip install -e . in the course folder"
-    return True, getattr(mod, "__version__", "installed")
-
-
 def kernel_check() -> tuple[bool, str]:
-    try:
-        from jupyter_client.kernelspec import KernelSpecManager
-
-        specs = KernelSpecManager().find_kernel_specs()
-    except Exception as error:  # broken Jupyter install
-        return False, f"cannot list Jupyter kernels: {error}"
-    if "python3" in specs:
-        return True, f"python3 at {specs['python3']}"
-    return False, (
-        "no Jupyter kernel named python3 (nbgrader and notebooks need it). Fix: "
-        f"{sys.executable} -m ipykernel install --sys-prefix --name python3"
-    )
+    """A kernel named python3 exists (nbgrader and notebooks need it)."""
+    found = jupyter_check()
+    return found.ok, found.detail
 
 
-def workspace_kernel_check(ws: Workspace) -> tuple[bool, str]:
-    """The workspace's Jupyter kernel exists and imports the workspace's own tinytorch."""
-    from ..student.kernel import find_kernel, kernel_imports, kernel_name
-
-    fix = "Fix: `tito system kernel` registers it again"
-    try:
-        spec = find_kernel(ws.root)
-    except Exception as error:  # broken Jupyter install
-        return False, f"cannot look up Jupyter kernels: {error}. {fix}"
-    if spec is None:
-        return False, f"no Jupyter kernel {kernel_name(ws.root)} for this workspace: notebooks " \
-                      f"would import another tinytorch. {fix}"
-    good, detail = kernel_imports(spec, ws.root)
-    return good, (f"{kernel_name(ws.root)} imports {detail}" if good else f"{detail}. {fix}")
+STATES = {"ok": "[green]✓[/]", "failed": "[red]✗[/]", "not verified": "[yellow]?[/]", "note": "[dim]·[/]"}
 
 
 @system.command()
 def doctor():
-    """Check Python, packages, the Jupyter kernel and (inside one) the workspace."""
-    rows: list[tuple[str, bool, str]] = []
-    ok = sys.version_info >= (3, 10)
-    rows.append(("Python", ok, platform.python_version() + ("" if ok else ": need 3.10 or newer")))
-    for name in ("numpy", "jupytext", "nbformat", "nbgrader", "rich", "click"):
-        good, detail = _check_import(name)
-        rows.append((name, good, detail))
-    good, detail = kernel_check()
-    rows.append(("Jupyter kernel", good, detail))
-    ws = Workspace.find()
-    if ws is not None:
-        try:
-            done = ws.completed()
-            rows.append(("progress file", True, f"{len(done)} modules completed"))
-        except WorkspaceError as error:
-            rows.append(("progress file", False, str(error)))
-        missing = [m.key for m in written_modules() if not ws.release_path(m).is_file()]
-        rows.append(("released notebooks", not missing,
-                     "all present" if not missing else f"missing for {', '.join(missing)}: run `tito init . --force`"))
-        good, detail = _package_check(ws)
-        rows.append(("your tinytorch", good, detail))
-        good, detail = workspace_kernel_check(ws)
-        rows.append(("workspace kernel", good, detail))
-    else:
-        rows.append(("workspace", True, "not inside one (fine in the course repository)"))
+    """Check Python, packages, the Jupyter kernels and (inside one) the workspace."""
+    checks, _ = run_checks()
+    outside = next((c for c in checks if c.name == "workspace" and c.state == "failed"), None)
     t = table("check", "", "detail", title="tito system doctor")
-    for name, good, detail in rows:
-        t.add_row(name, "[green]✓[/]" if good else "[red]✗[/]", detail)
+    for c in checks:  # (where the student is, in full, is the last line)
+        detail = f"none: {Path.cwd()} is not a workspace" if c is outside else c.detail
+        t.add_row(c.name, STATES[c.state], escape(detail))
     console.print(t)
-    failed = [r for r in rows if not r[1]]
-    console.print("[green]All checks passed.[/]" if not failed else f"[red]{len(failed)} check(s) failed.[/]")
-    raise SystemExit(1 if failed else 0)
-
-
-def _package_check(ws: Workspace) -> tuple[bool, str]:
-    import subprocess
-
-    done = subprocess.run([sys.executable, "-c", "import tinytorch, sys; print(tinytorch.__file__)"],
-                          cwd=ws.root, capture_output=True, text=True)
-    if done.returncode != 0:
-        return False, "import tinytorch fails: " + done.stderr.strip().splitlines()[-1]
-    where = done.stdout.strip()
-    if not where.startswith(str(ws.root)):
-        return False, f"`import tinytorch` finds {where}, not your workspace's package"
-    return True, where
+    failed = [c for c in checks if c.state == "failed"]
+    unverified = [c for c in checks if c.state == "not verified"]
+    if outside is not None:
+        others = len(failed) - 1
+        console.print(f"[red]No workspace was checked.[/] {escape(outside.detail)}"
+                      + (f" [red]{others} other check(s) failed.[/]" if others else ""))
+    elif failed:
+        console.print(f"[red]{len(failed)} check(s) failed.[/]"
+                      + (" [yellow]Progress is not verified either.[/]" if unverified else ""))
+    elif unverified:
+        console.print("[yellow]Not verified:[/] your progress file says more than your package and "
+                      "the release back up (see \"progress vs package\"). Run `tito module complete` "
+                      "again for the modules named.")
+    else:
+        console.print("[green]All checks passed.[/]")
+    raise SystemExit(1 if failed or unverified else 0)
 
 
 @system.command()
-def kernel():
-    """Register (again) the Jupyter kernel of this workspace, which imports its tinytorch."""
-    from ..student.kernel import install_kernel, kernel_name
+@click.option("--prune", is_flag=True,
+              help="Also remove the kernels of workspaces that were deleted or moved.")
+def kernel(prune):
+    """Register (again) this workspace's Jupyter kernel and point its notebooks at it."""
+    from ..student.kernel import (
+        dead_kernels,
+        install_kernel,
+        kernel_name,
+        point_notebooks,
+        remove_kernel,
+    )
 
     ws = Workspace.find()
-    if ws is None:
-        raise Failure("Not inside a workspace: run this inside the folder made by `tito init`.")
-    try:
-        where = install_kernel(ws.root)
-    except Exception as error:  # Jupyter missing or its data folder not writable
-        raise Failure(f"could not register the kernel: {error}. Is jupyter_client installed "
-                      "(`pip install ipykernel`)?") from None
-    console.print(f"[green]✓[/] Jupyter kernel {kernel_name(ws.root)} in {where}: notebooks "
-                  "that select it import this workspace's tinytorch")
+    if ws is not None and ws.root != COURSE_ROOT:
+        try:
+            where = install_kernel(ws.root)
+        except Exception as error:  # Jupyter missing or its data folder not writable
+            raise Failure(f"could not register the kernel: {error}. Is jupyter_client installed "
+                          "(`pip install ipykernel`)?") from None
+        console.print(f"[green]✓[/] Jupyter kernel {kernel_name(ws.root)} in {where}: notebooks "
+                      "that select it import this workspace's tinytorch")
+        for item in point_notebooks(ws.root):
+            console.print(f"  {item.notebook} now selects it (it selected {item.kernel or 'none'}"
+                          + (f", of {item.owner}" if item.owner and item.owner != ws.root else "")
+                          + "); reload it in Jupyter if it is open")
+    elif not prune:
+        raise Failure(not_a_workspace(Path.cwd(), "run `tito system kernel`")
+                      + " (`tito system kernel --prune` works anywhere.)")
+    if not prune:
+        dead = dead_kernels()
+        if dead:
+            console.print(f"  {len(dead)} kernel(s) of workspaces that no longer exist remain "
+                          "(a moved or deleted folder): `tito system kernel --prune` removes them")
+    if prune:
+        dead = dead_kernels()
+        for k in dead:
+            remove_kernel(k)
+            console.print(f"  removed kernel {k.name} of {k.workspace} (no workspace there any more)")
+        if not dead:
+            console.print("  no kernel of a deleted workspace to remove")
 
 
 @system.command("repair-progress")
 def repair_progress():
     """Rebuild a damaged progress file by re-testing your notebooks (the old file is kept)."""
-    ws = Workspace.find()
-    if ws is None:
-        raise Failure("Not inside a workspace: run this inside the folder made by `tito init`.")
+    ws = Workspace.require("run `tito system repair-progress`")
     old = ws.progress_path
     if old.exists():
         backup = backup_path(old)
@@ -158,5 +133,13 @@ def repair_progress():
                                 "tests_total": len(report.tests), "points": got,
                                 "points_total": total, "seconds": round(report.seconds, 2),
                                 "rebuilt": True}
+            # the package file is vouched for only if it is what this notebook exports
+            export = render_module(m, [r.cell for r in report.cells], str(m.notebook_relpath),
+                                   " (your notebook)")
+            if (ws.root / m.target_path).read_text(encoding="utf-8") == export.text:
+                completed[m.key]["export_sha256"] = sha256_text(export.text)
+            else:
+                console.print(f"      {m.target_path} is not what your notebook exports now: "
+                              f"`tito module complete {m.key}` brings them together")
     ws.save_progress({"format": PROGRESS_FORMAT, "created": now_iso(), "completed": completed})
     console.print(f"[green]✓[/] progress rebuilt: {len(completed)} module(s) completed")

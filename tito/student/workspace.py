@@ -17,9 +17,10 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..course.exporter import PLACEHOLDER, export_names, init_files, placeholder
+from ..course.exporter import PLACEHOLDER, export_names, init_files, placeholder, public_names
+from ..course.notebook import read_cells
 from ..course.registry import MODULES, Module, get_module
-from ..errors import WorkspaceError
+from ..errors import ExportError, NotebookError, WorkspaceError
 from ..files import atomic_write, find_upwards
 
 MARKER = ".tito"
@@ -40,6 +41,50 @@ def backup_path(path: Path) -> Path:
     return candidate
 
 
+def names_of_export(text: str) -> list[str] | None:
+    """``__all__`` of an exported file's text; None for a placeholder."""
+    if text.startswith(PLACEHOLDER):
+        return None
+    for line in text.splitlines()[:12]:  # where `render_module` writes it: no need to parse it all
+        if line.startswith("__all__ = [") and line.endswith("]"):
+            try:
+                return list(ast.literal_eval(line.split("=", 1)[1].strip()))
+            except (ValueError, SyntaxError):
+                break
+    try:
+        body = ast.parse(text).body
+    except SyntaxError:
+        return []
+    for node in body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            try:
+                return list(ast.literal_eval(node.value))
+            except ValueError:
+                return []
+    return []
+
+
+def not_a_workspace(cwd: Path, what: str) -> str:
+    """Where the student is, and where to go: the workspaces this machine has kernels for."""
+    from .kernel import known_workspaces
+
+    text = f"You are in {Path(cwd).resolve()}, which is not a TinyTorch workspace (no .tito folder here or above)."
+    try:
+        known = known_workspaces()
+    except Exception:  # noqa: BLE001 - a broken Jupyter install must not hide the real message
+        known = []
+    if len(known) == 1:
+        text += f" Your workspace is {known[0]}: `cd {known[0]}`, then {what} again."
+    elif known:
+        text += (f" Workspaces on this machine: {', '.join(str(k) for k in known[:5])}. `cd` into "
+                 f"yours, then {what} again.")
+    else:
+        text += f" `cd` into the folder you made with `tito init DIR`, then {what} again."
+    return text + " To make a workspace: `tito init DIR`."
+
+
 class Workspace:
     def __init__(self, root: Path):
         self.root = Path(root).resolve()
@@ -51,15 +96,38 @@ class Workspace:
         return None if root is None else cls(root)
 
     @classmethod
-    def require(cls) -> "Workspace":
+    def require(cls, what: str = "run this command") -> "Workspace":
         found = cls.find()
         if found is None:
             raise WorkspaceError(
-                "This is not a TinyTorch workspace (no .tito folder here or above). Create one "
-                "with `tito init DIR`, then run tito inside it. In the course repository, "
-                "`tito module test N` tests the reference solution."
+                not_a_workspace(Path.cwd(), what) + " In the course repository, `tito module "
+                "test N` tests the reference solution."
             )
         return found
+
+    @staticmethod
+    def check_new_root(root: Path) -> None:
+        """Refuse to make a workspace inside another one, or around one: the inner one's
+        `tito` commands would find the wrong progress, package and kernel."""
+        root = Path(root).resolve()
+        outer = Workspace.find(root.parent) if root.parent != root else None
+        if outer is not None:
+            raise WorkspaceError(
+                f"{root} is inside the workspace {outer.root} (you are in {Path.cwd()}): a "
+                "workspace in a workspace mixes up their progress and packages. Make the new "
+                f"one outside it, for example `tito init {outer.root.parent / root.name}`; to "
+                f"refresh this workspace's released notebooks instead, `tito init {outer.root} --force`."
+            )
+        try:
+            inner = [p for p in root.iterdir() if (p / MARKER).is_dir()] if root.is_dir() else []
+        except OSError:
+            inner = []
+        if inner and not (root / MARKER).is_dir():
+            raise WorkspaceError(
+                f"{root} holds the workspace {inner[0]}: a workspace around another mixes up "
+                "their progress and packages. Choose a new, empty folder, for example "
+                f"`tito init {root / 'my-course-2'}`."
+            )
 
     # ---- paths -----------------------------------------------------------------------
     @property
@@ -121,23 +189,29 @@ class Workspace:
         path = self.root / module.target_path
         if not path.is_file():
             return None
-        text = path.read_text(encoding="utf-8")
-        if text.startswith(PLACEHOLDER):
-            return None
-        for node in ast.parse(text).body:
-            if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
-            ):
-                return list(ast.literal_eval(node.value))
-        return []
+        return names_of_export(path.read_text(encoding="utf-8"))
 
-    def package_plan(self) -> dict[Path, str]:
-        """``__init__`` files and placeholders for the package as it stands now."""
+    def release_names(self, module: Module) -> list[str]:
+        """The public names ``module`` exports, read from the workspace's released notebook
+        (its stubs define them as the lesson does; JSON, fast), else from the course."""
+        path = self.release_path(module)
+        if path.is_file():
+            try:
+                return public_names([c for c in read_cells(path) if c.is_public_export], path.name)
+            except (NotebookError, ExportError):
+                pass  # a damaged release: the course's own list below
+        return export_names(module)
+
+    def package_plan(self, pending: dict[int, str] | None = None) -> dict[Path, str]:
+        """``__init__`` files and placeholders for the package as it stands now, or as it will
+        once the exports in ``pending`` (module number -> text) are written."""
+        pending = pending or {}
         present: dict[int, list[str]] = {}
         missing: dict[str, Module] = {}
         files: dict[Path, str] = {}
         for m in MODULES:
-            names = self.exported_names(m)
+            names = (names_of_export(pending[m.number]) if m.number in pending
+                     else self.exported_names(m))
             if names is not None:
                 present[m.number] = names
                 continue
@@ -147,22 +221,29 @@ class Workspace:
                 f"({m.title}), which is not written yet: coming soon.\")\n"
             )
             if m.written:
-                for name in export_names(m):
+                for name in self.release_names(m):
                     missing.setdefault(name, m)
         files.update(init_files(present, missing, "your workspace"))
         return files
 
-    def refresh_package(self) -> None:
-        for rel, text in self.package_plan().items():
+    def package_files(self, module: Module, text: str) -> dict[Path, str]:
+        """Every file of the package that changes when ``text`` becomes ``module``'s export."""
+        return {module.target_path: text, **self.package_plan({module.number: text})}
+
+    def install_package(self, files: dict[Path, str]) -> None:
+        """Write each file whose text differs (atomically, one by one). A symbolic link in the
+        package is replaced by the file itself (the rename replaces the link, not its target)."""
+        for rel, text in files.items():
             path = self.root / rel
-            if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            if path.is_symlink() or not path.is_file() or path.read_text(encoding="utf-8") != text:
                 atomic_write(path, text)
 
+    def refresh_package(self) -> None:
+        self.install_package(self.package_plan())
+
     def export_student(self, module: Module, text: str) -> Path:
-        path = self.root / module.target_path
-        atomic_write(path, text)
-        self.refresh_package()
-        return path
+        self.install_package(self.package_files(module, text))
+        return self.root / module.target_path
 
     # ---- creating --------------------------------------------------------------------
     @classmethod
