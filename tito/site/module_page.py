@@ -263,7 +263,7 @@ def _figures_md(m: Module, page: str) -> list[str]:
         if not (SITE_DIR / fig.path).is_file():
             raise SiteError(
                 f"site/{fig.path} is missing: run `tito site figures` to draw it "
-                "(tito/site/figures.py)."
+                "(tito/site/figures/, one file per module)."
             )
         alt = fig.alt.replace('"', "'")
         out += [
