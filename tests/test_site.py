@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import run_tito, run_tito_from
+from site_render import rendered_site
 
 from tito.course.notebook import Cell, read_cells
 from tito.course.registry import MILESTONES, MODULES, written_modules
@@ -27,8 +28,6 @@ from tito.site.messages import assertion_messages as _messages
 from tito.site.messages import message_text
 from tito.site.stubs import solution_stubs as _stubs
 
-CHROMIUM = "/usr/bin/chromium"
-
 
 @pytest.fixture(scope="module")
 def files() -> dict[str, str]:
@@ -36,14 +35,9 @@ def files() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def rendered(repo, tmp_path_factory) -> Path:
-    """The committed site/, rendered by `tito site render --pandoc --out ...`."""
-    pytest.importorskip("pypandoc", reason="pypandoc-binary (dev extra) renders the site")
-    out = tmp_path_factory.mktemp("site") / "_site"
-    done = run_tito("site", "render", "--pandoc", "--out", str(out), cwd=repo)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "Rendered" in done.stdout and (out / "index.html").is_file()
-    return out
+def rendered(repo) -> Path:
+    """The committed site/, rendered by `tito site render --pandoc --out ...` (once per run)."""
+    return rendered_site(repo)
 
 
 class _Page(HTMLParser):
@@ -432,7 +426,7 @@ def test_a_mistake_that_does_not_fit_its_lesson_is_named(tmp_path):
 
 def test_headline_numbers_of_module_13_are_the_models_own(files):
     """The overview's 163M / 85M come from gpt_parameter_count of the GPT-2-sized config."""
-    import tinytorch.nn as nn
+    from tinytorch import nn
 
     m = next((x for x in written_modules() if x.slug == "transformers"), None)
     if m is None:
@@ -487,96 +481,6 @@ def test_reading_order_puts_each_milestone_after_the_module_that_unlocks_it():
             count = sum(max(x.requires) == last.number for x in MILESTONES)
             following = pages[i + 1 : i + 1 + count]
             assert f"milestones/{ms.name}.qmd" in following
-
-
-# ---- a look in a real browser -------------------------------------------------------------------
-# Bounds on a module page's height at 1280 px: the longest page was 16,300 px before the
-# curated failures (module 06); module 13 is now about 7,900 px at 1280 and 11,900 at 390.
-MAX_HEIGHT_1280 = 10_000
-MAX_HEIGHT_390 = 15_000
-
-
-def _screenshot_module():
-    """The module 13 page once it is written; until then the highest-numbered written one."""
-    written = written_modules()
-    return next((m for m in written if m.number == 13), written[-1])
-
-
-def _need_chromium():
-    from tito.site.browser import available
-
-    if not available():
-        pytest.skip(
-            f"{CHROMIUM} is not installed (Debian: apt-get install -y chromium); "
-            "the browser checks need a headless browser"
-        )
-
-
-@pytest.fixture(scope="module")
-def probed(rendered):
-    """Module 13's page (or the last written) measured in Chromium at 1280 and 390 px."""
-    _need_chromium()
-    from tito.site.browser import probe
-
-    page = rendered / "modules" / f"{_screenshot_module().dirname}.html"
-    return {1280: probe(page, 1280), 390: probe(page, 390)}
-
-
-def test_toc_and_sidebar_are_visible_at_1280_px(probed):
-    seen = probed[1280]["before"]
-    assert seen["toc"]["shown"] and seen["toc"]["w"] > 150, f"no table of contents: {seen['toc']}"
-    assert seen["sidebar"]["shown"], "the sidebar is hidden at 1280 px"
-    assert not seen["menu"]["shown"], "the menu button is for narrow screens only"
-    assert seen["scrollWidth"] <= seen["clientWidth"], "the page scrolls sideways at 1280 px"
-    assert seen["toc"]["x"] + seen["toc"]["w"] <= 1280
-
-
-def test_a_working_menu_and_no_sideways_scroll_at_390_px(probed):
-    seen = probed[390]["before"]
-    assert seen["clientWidth"] == 390, "the page was not measured in a 390 px viewport"
-    assert seen["scrollWidth"] <= 390, f"the page is {seen['scrollWidth']} px wide at 390 px"
-    assert seen["menu"]["shown"], "no menu button at 390 px"
-    assert not seen["sidebar"]["shown"], "the sidebar should wait behind the menu"
-    opened = probed[390].get("after_menu")
-    assert opened, "clicking the menu did nothing measurable"
-    assert opened["sidebar"]["shown"] and opened["sidebar"]["w"] > 300, opened["sidebar"]
-    assert opened["scrollWidth"] <= 390
-
-
-def test_module_page_has_a_figure_and_rendered_math(probed):
-    seen = probed[1280]["before"]
-    figures = [f for f in seen["figures"] if f["loaded"] and f["w"] > 300 and f["h"] > 100]
-    assert figures, f"no figure was drawn on the page: {seen['figures']}"
-    assert all(f["alt"] and f["caption"] and f["alt"] != f["caption"] for f in figures)
-    maths = [x for x in seen["maths"] if x["shown"] and x["w"] > 5 and x["h"] > 5]
-    assert maths, "no formula rendered as math (a <math> element with a size)"
-
-
-def test_module_page_heights_are_bounded(probed):
-    assert probed[1280]["before"]["height"] < MAX_HEIGHT_1280
-    assert probed[390]["before"]["height"] < MAX_HEIGHT_390
-
-
-def test_module_page_screenshot_is_not_blank(rendered, tmp_path):
-    _need_chromium()
-    image = pytest.importorskip("matplotlib.image")
-    from tito.site.browser import screenshot
-
-    m = _screenshot_module()
-    shot = screenshot(rendered / "modules" / f"{m.dirname}.html", tmp_path / "module.png", 1280,
-                      1600)
-    pixels = image.imread(shot)[..., :3]
-    pixels = pixels[:, :1280]
-    assert pixels.shape[:2] == (1600, 1280)
-    if pixels.dtype != "uint8":
-        pixels = (pixels * 255).round().astype("uint8")
-    flat = pixels.reshape(-1, 3)
-    distinct = len({tuple(p) for p in flat[::7]})
-    not_white = float((flat.min(axis=1) < 235).mean())
-    assert distinct > 30, f"the screenshot has only {distinct} colours: a blank page?"
-    assert 0.03 < not_white < 0.6, f"{not_white:.1%} of the screenshot is not white"
-    # The dark top bar comes from styles.css: the page was rendered with its stylesheet.
-    assert pixels[10, 640].max() < 80, "the top bar is not dark: styles.css was not applied"
 
 
 def test_a_section_ends_where_the_code_starts():

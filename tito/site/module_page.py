@@ -257,18 +257,45 @@ def _used_by(m: Module, page: str) -> list[str]:
     return out + [""]
 
 
+# The width below which a figure's phone layout is shown (the column is then under 600 px).
+NARROW_FIGURE = "(max-width: 640px)"
+
+
 def _figures_md(m: Module, page: str) -> list[str]:
+    """Each figure: its phone layout on narrow screens, a link to the full-size SVG, its
+    caption (markdown) and its alt text."""
     out = []
     for fig in figures_of(m):
-        if not (SITE_DIR / fig.path).is_file():
-            raise SiteError(
-                f"site/{fig.path} is missing: run `tito site figures` to draw it "
-                "(tito/site/figures/, one file per module)."
+        for path in (fig.path, fig.narrow_path):
+            if path and not (SITE_DIR / path).is_file():
+                raise SiteError(
+                    f"site/{path} is missing: run `tito site figures` to draw it "
+                    "(tito/site/figures/, one file per module)."
+                )
+        src = html.escape(rel_link(fig.path, page))
+        width, height = fig.size
+        source = ""
+        if fig.narrow_path:
+            nw, nh = fig.narrow_size
+            narrow = html.escape(rel_link(fig.narrow_path, page))
+            source = (
+                f'<source media="{NARROW_FIGURE}" srcset="{narrow}" '
+                f'width="{nw:g}" height="{nh:g}">'
             )
-        alt = fig.alt.replace('"', "'")
+        image = (
+            f'<a href="{src}"><picture>{source}<img src="{src}" alt="{html.escape(fig.alt)}" '
+            f'width="{width:g}" height="{height:g}"></picture></a>'
+        )
+        full = f"[Full-size figure (SVG)]({rel_link(fig.path, page)}){{.tt-figure-open}}"
         out += [
-            f'![{fig.caption}]({rel_link(fig.path, page)})'
-            f'{{#fig-{fig.name} fig-alt="{alt}" alt="{alt}"}}',
+            f'<figure class="tt-figure" id="fig-{fig.name}">',
+            image,
+            "<figcaption>",
+            "",
+            f"{fig.caption} {full}",
+            "",
+            "</figcaption>",
+            "</figure>",
             "",
         ]
     return out
@@ -299,8 +326,9 @@ def module_page_text(m: Module) -> str:
     out = [front_matter(f"Module {m.key}: {m.title}", m.summary)]
     if m.question:
         out += ["::: {.systems-question}", f"**The systems question.** {m.question}", ":::", ""]
-    out += ["## Overview", "", s["overview"], "", *_figures_md(m, page)]
+    # What a student needs first (time, prerequisites, the notebook) right after the opening.
     out += ["## Module info", "", *_module_info(m, lesson, page), ""]
+    out += ["## Overview", "", s["overview"], "", *_figures_md(m, page)]
     out += ["## Commands", "", _commands(m), ""]
     out += ["## Learning objectives", "", s["learning objectives"], ""]
     out += ["## What you build", "", s["what you build"], ""]

@@ -75,10 +75,24 @@ class PlacedFigure:
     caption: str
     alt: str
     path: str  # relative to the site root
+    size: tuple[float, float]  # CSS pixels, as drawn
+    narrow_path: str | None = None  # the phone layout, when the figure has one
+    narrow_size: tuple[float, float] | None = None
+
+
+def _pixels(inches: tuple[float, float]) -> tuple[float, float]:
+    return (round(inches[0] * 96, 1), round(inches[1] * 96, 1))
 
 
 def figures_of(m: Module) -> list[PlacedFigure]:
-    return [PlacedFigure(f.name, f.caption, f.alt, f.path_for(m)) for f in FIGURES.get(m.slug, [])]
+    return [
+        PlacedFigure(
+            f.name, f.caption, f.alt, f.path_for(m), _pixels(f.size),
+            f.path_for(m, narrow=True) if f.narrow else None,
+            _pixels(f.narrow) if f.narrow else None,
+        )
+        for f in FIGURES.get(m.slug, [])
+    ]
 
 
 def draw_all(root: Path = FIGURES_DIR, only: list[str] | None = None) -> list[Path]:
@@ -94,10 +108,14 @@ def draw_all(root: Path = FIGURES_DIR, only: list[str] | None = None) -> list[Pa
         if only and m.slug not in only:
             continue
         for f in FIGURES.get(m.slug, []):
-            fig = plt.figure(figsize=f.size)  # inches
-            f.draw(fig)
-            path = root / Path(f.path_for(m)).name
-            fig.savefig(path, format="svg", metadata={"Date": None, "Creator": None})
-            plt.close(fig)
-            written.append(path)
+            for narrow in (False, True) if f.narrow else (False,):
+                fig = plt.figure(figsize=f.narrow if narrow else f.size)  # inches
+                if narrow:
+                    f.draw(fig, narrow=True)
+                else:
+                    f.draw(fig)
+                path = root / Path(f.path_for(m, narrow)).name
+                fig.savefig(path, format="svg", metadata={"Date": None, "Creator": None})
+                plt.close(fig)
+                written.append(path)
     return written

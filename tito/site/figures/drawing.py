@@ -15,11 +15,14 @@ class Figure:
     name: str
     caption: str
     alt: str
-    draw: Callable  # draw(fig) on a matplotlib Figure
+    draw: Callable  # draw(fig) on a matplotlib Figure; draw(fig, narrow=True) for phones
     size: tuple[float, float] = (8.0, 3.4)  # inches
+    # The phone layout's size in inches (a taller drawing, its text legible at 390 px), or
+    # None: the figure has one layout only.
+    narrow: tuple[float, float] | None = None
 
-    def path_for(self, m: Module) -> str:
-        return f"figures/{m.dirname}-{self.name}.svg"
+    def path_for(self, m: Module, narrow: bool = False) -> str:
+        return f"figures/{m.dirname}-{self.name}{'-narrow' if narrow else ''}.svg"
 
 
 INK, MUTED, ACCENT = "#1f2328", "#6b7280", "#c2410c"
