@@ -496,3 +496,109 @@ def test_a_section_ends_where_the_code_starts():
     bodies, _ = _sections(cells)
     assert bodies["What you are not building yet"] == "- gradients"
     assert bodies["What comes next"] == "Module 02."
+
+
+# ---- milestone pages, the home page, what --check demands -----------------------------------
+def test_milestone_pages_quote_a_real_run(files):
+    """Each ready milestone's page says what the run does, quotes its recorded output, its
+    time and load, its flags and what every module it needs contributes; llm and olympics
+    show their scoreboard."""
+    from tito.site.links import milestone_ready
+    from tito.site.milestone_page import SECTIONS
+    from tito.site.runs import recorded_run
+
+    for ms in MILESTONES:
+        if not milestone_ready(ms):
+            continue
+        page = files[f"milestones/{ms.name}.qmd"]
+        for section in SECTIONS:
+            assert f"\n## {section}\n" in page, f"{ms.name}: no '{section}'"
+        run = recorded_run(ms)
+        assert run and run["exit_code"] == 0, f"{ms.name}: no successful recorded run"
+        quoted = [line for line in run["output"].splitlines() if len(line.strip()) > 20]
+        assert sum(line in page for line in quoted) >= 2, f"{ms.name}: the run is not quoted"
+        assert f"**{run['seconds']:,.0f} s**" in page and "load average" in page
+        assert "--seed" in page.split("## Its flags", 1)[1], f"{ms.name}: flags missing"
+        rows = [r.split("|") for r in page.split("## What each module contributes", 1)[1]
+                .splitlines() if r.startswith("| [")]
+        said = {cells[1].strip()[1:3]: cells[2].strip() for cells in rows}
+        for n in ms.requires:
+            assert said.get(f"{n:02d}"), f"{ms.name}: nothing said of module {n:02d}"
+        assert ("### The scoreboard" in page) == (ms.name in ("llm", "olympics")), ms.name
+
+
+def test_excerpt_picks_lines_blocks_and_marks_gaps():
+    """A milestone page's excerpt: single lines, "A ... B" blocks, "A ... +N", gaps as ⋮."""
+    from tito.errors import SiteError
+    from tito.site.milestone_page import excerpt
+
+    out = "a 1\nb 2\nc 3\nd 4\ne 5\nf 6"
+    assert excerpt(out, None) == out
+    assert excerpt(out, ["^a", "^c ... ^d"]) == "a 1\n⋮\nc 3\nd 4"
+    assert excerpt(out, ["^e ... +3"]) == "e 5\nf 6"
+    with pytest.raises(SiteError, match="no line"):
+        excerpt(out, ["^z"])
+
+
+def test_check_names_a_missing_docstring_and_a_missing_run(monkeypatch, files):
+    """`tito site build --check` fails on a graded test without a docstring and on a milestone
+    whose recorded run is gone or failed."""
+    import tito.site.lesson as lesson_mod
+    import tito.site.milestone_page as mp
+    from tito.site.build import content_problems
+    from tito.site.messages import GradedTest
+
+    real = lesson_mod.read_lesson
+    first = written_modules()[0]
+
+    def no_doc(m):
+        lesson = real(m)
+        if m == first:
+            t = lesson.tests[0]
+            lesson.tests[0] = GradedTest(**{**t.__dict__, "doc": ""})
+        return lesson
+
+    monkeypatch.setattr(lesson_mod, "read_lesson", no_doc)
+    real_run = mp.recorded_run
+
+    def runs(ms):
+        if ms.name == "xor":
+            return None
+        if ms.name == "perceptron":
+            return {"exit_code": 1, "output": "", "help": "", "command": "tito milestone run x"}
+        return real_run(ms)
+
+    monkeypatch.setattr(mp, "recorded_run", runs)
+    problems = content_problems(files)
+    assert any(first.slug in p and "no docstring" in p for p in problems), problems
+    assert any("milestone xor: no recorded run" in p for p in problems), problems
+    assert any("milestone perceptron" in p and "failed" in p for p in problems), problems
+
+
+def test_home_page_steps_grades_and_milestones_by_year(files):
+    """The home page: the student's commands as numbered steps, which grade counts, and the
+    milestones in the order of their years with a column of commands to run them."""
+    index = files["index.qmd"]
+    path = index.split("## The student's path", 1)[1].split("\n## ", 1)[0]
+    assert "\n1. " in path and "\n2. " in path and "tito module complete 01" in path
+    assert "Which grade counts" in path and "never see" in path
+    table = index.split("## The milestones", 1)[1]
+    years = [int(r.split("|")[1]) for r in table.splitlines() if r.startswith(("| 1", "| 2"))]
+    assert years == sorted(years) and len(years) == len(MILESTONES)
+    assert "| Run it |" in table and "| Status |" not in table
+
+
+def test_module_pages_say_which_grade_counts_and_name_a_book_chapter(files):
+    """Every module page: the grade note beside its tests, a chapter of the book (or the
+    closest one, saying so), and the parts with nothing to write named."""
+    from tito.site.lesson import read_lesson
+
+    for m in written_modules():
+        qmd = files[f"modules/{m.dirname}.qmd"]
+        assert "Which grade counts" in qmd.split("## How you know it works", 1)[1]
+        assert "{.read-why}" in qmd and "mlsysbook.ai" in qmd, f"{m.dirname}: no book link"
+        lesson = read_lesson(m)
+        written = {p.heading for p in lesson.parts}
+        for heading in lesson.part_headings:
+            if heading not in written:
+                assert heading.split(":")[0] in qmd.split("## What you write", 1)[1], heading

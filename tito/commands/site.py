@@ -147,9 +147,28 @@ def failures(modules):
 
 @site.command()
 def figures():
-    """Draw the module pages' figures (tito/site/figures.py) into site/figures/."""
+    """Draw the module pages' figures (tito/site/figures/) into site/figures/."""
     from ..site.figures import draw_all
 
     for path in draw_all():
         console.print(f"  drew {_shown(path)}")
     console.print("[green]✓[/] figures drawn. Run `tito site build` to put them on the pages.")
+
+
+@site.command()
+@click.argument("names", nargs=-1)
+def runs(names):
+    """Run each milestone (or those NAMES) as a reader would and record what it printed, its
+    wall time and the machine's load in site/runs/NAME.json (the milestone pages quote them)."""
+    from ..site.milestone_page import record_args
+    from ..site.runs import milestones_to_run, record_run
+
+    for ms in milestones_to_run(names):
+        args = record_args(ms)
+        console.print(f"running `tito milestone run {' '.join([ms.name, *args])}` ...")
+        result = record_run(ms, args)
+        console.print(
+            f"  exit {result['exit_code']} after {result['seconds']:.0f} s "
+            f"(load {result['load_before'][0]:.2f} before, {result['load_after'][0]:.2f} after)"
+        )
+    console.print("Run `tito site build` to put them on the milestone pages.")

@@ -102,7 +102,8 @@ MEASURE = r"""
   }));
   const scrollers = Array.from(main.querySelectorAll('pre')).filter(
     (p) => p.scrollWidth > p.clientWidth + 1).map((p) => ({
-      focusable: p.tabIndex >= 0, cue: getComputedStyle(p).overflowX}));
+      focusable: p.tabIndex >= 0, cue: getComputedStyle(p).overflowX,
+      output: p.classList.contains('output')}));
   const box = (sel) => {
     const el = document.querySelector(sel);
     if (!el) return null;

@@ -20,9 +20,18 @@ from ..course.registry import (
     Module,
 )
 from ..errors import SiteError
-from .index_page import index_page, milestone_page_text
+from .index_page import index_page
 from .leaks import solution_leaks
-from .links import SITE_DIR, SITE_FILTER, TEMPLATES, milestone_page, module_page, notebook_file
+from .links import (
+    SITE_DIR,
+    SITE_FILTER,
+    TEMPLATES,
+    milestone_page,
+    milestone_ready,
+    module_page,
+    notebook_file,
+)
+from .milestone_page import milestone_page_text, milestone_problems, page_sections_missing
 from .module_page import module_page_text
 from .quarto import quarto_yml
 
@@ -80,7 +89,31 @@ def check_site(site: Path = SITE_DIR, files: dict[str, str] | None = None) -> li
             problems.append(f"{site.name}/{rel} differs from what the lessons and registry give")
     for rel in sorted(_managed(site) - set(files)):
         problems.append(f"{site.name}/{rel} is stale: no module or milestone makes it any more")
-    return problems + notebook_problems(site)
+    return problems + notebook_problems(site) + content_problems(files)
+
+
+def content_problems(files: dict[str, str]) -> list[str]:
+    """What the pages must say and do not: a graded test without a one-line docstring (the
+    "What it checks" column), a milestone page without its real run, timing, flags and the
+    modules it needs."""
+    from .lesson import read_lesson
+
+    problems = []
+    for m in MODULES:
+        if not m.written:
+            continue
+        for t in read_lesson(m).tests:
+            if not t.doc.strip():
+                problems.append(
+                    f"modules/{m.dirname}/{m.slug}.py: graded test {t.function} has no "
+                    "docstring: give it one line saying what it checks (the page lists it)"
+                )
+    problems += milestone_problems()
+    for ms in MILESTONES:
+        text = files.get(milestone_page(ms), "")
+        for section in page_sections_missing(text) if milestone_ready(ms) else ():
+            problems.append(f"{milestone_page(ms)} has no '## {section}' section")
+    return problems
 
 
 # ---- released notebooks -------------------------------------------------------------------------
