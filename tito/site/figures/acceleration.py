@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from .drawing import ACCENT, BLUE, Figure
+from functools import cache
+
+from .drawing import ACCENT, BLUE, Figure, panels
 
 
-def draw_attention_keep(fig):
+@cache
+def _measure(B, H, D, lengths):
+    """Time and bytes kept, with the fast kernels off and on: measured once per drawing, so
+    the wide and the phone layout show the same run."""
     import numpy as np
 
     from tinytorch import Tensor
@@ -13,8 +18,6 @@ def draw_attention_keep(fig):
     from tinytorch.core.tensor import best_time
     from tinytorch.perf.acceleration import fast_kernels
 
-    B, H, D = 4, 4, 32
-    lengths = [16, 32, 64, 128, 256]
     rows = {False: ([], []), True: ([], [])}  # on -> (ms, MiB kept)
     for T in lengths:
         rng = np.random.default_rng(T)
@@ -34,20 +37,32 @@ def draw_attention_keep(fig):
 
                 rows[on][0].append(best_time(step, repeat=5) * 1e3)
                 rows[on][1].append(nbytes / 2**20)
+    return rows
+
+
+def draw_attention_keep(fig):
+    from matplotlib.ticker import FuncFormatter
+
+    B, H, D = 4, 4, 32
+    lengths = (16, 32, 64, 128, 256)
+    rows = _measure(B, H, D, lengths)
     labels = {False: "recompute P (module 12)", True: "keep P (module 17)"}
     colors = {False: BLUE, True: ACCENT}
+    axes = panels(fig, [[0.08, 0.16, 0.39, 0.64], [0.58, 0.16, 0.39, 0.64]], tall=0.06)
     for i, (title, ylabel) in enumerate(
         (
             ("forward + backward time (log scale)", "ms"),
             ("bytes the record keeps for backward", "MiB"),
         )
     ):
-        ax = fig.add_axes([0.08 + 0.5 * i, 0.16, 0.39, 0.64])
+        ax = axes[i]
         for on in (False, True):
             ax.plot(lengths, rows[on][i], marker="o", color=colors[on], label=labels[on])
         ax.set_xscale("log", base=2)
         if i == 0:
             ax.set_yscale("log")
+            # plain numbers: a 10^k label sets its exponent in a smaller type
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.set_xticks(lengths)
         ax.set_xticklabels([str(t) for t in lengths])
         ax.set_xlabel("context length T")
@@ -76,5 +91,6 @@ FIGURES = [
         "quadratically, pulling away at long contexts.",
         draw_attention_keep,
         size=(9.6, 3.4),
+        narrow=(4.2, 7.6),
     ),
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .drawing import ACCENT, BLUE, GREEN, INK, MUTED, Figure
+from .drawing import ACCENT, BLUE, GREEN, INK, MUTED, Figure, panels
 
 
 def draw_activations(fig):
@@ -11,7 +11,7 @@ def draw_activations(fig):
     from tinytorch import Tensor, nn
 
     x = np.linspace(-4, 4, 321, dtype=np.float32)
-    ax = fig.add_axes([0.08, 0.14, 0.6, 0.78])
+    ax, ax2 = panels(fig, [[0.08, 0.14, 0.6, 0.78], [0.76, 0.14, 0.22, 0.78]])
     for name, fn, color in (
         ("ReLU", nn.relu, INK),
         ("GELU", nn.gelu, ACCENT),
@@ -27,7 +27,6 @@ def draw_activations(fig):
     ax.set_ylim(-1.2, 4.1)
     ax.legend(frameon=False, loc="upper left")
     ax.set_title("Your activations, evaluated by tinytorch")
-    ax2 = fig.add_axes([0.76, 0.14, 0.22, 0.78])
     big = np.array([-1000, -100, -10, 0, 10, 100, 1000], dtype=np.float32)
     with np.errstate(over="ignore"):
         naive = 1 / (1 + np.exp(-big))
@@ -60,5 +59,6 @@ FIGURES = [
         "overflows.",
         draw_activations,
         size=(8.0, 3.4),
+        narrow=(4.2, 7.0),
     ),
 ]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from .drawing import ACCENT, MUTED, Figure
+from functools import cache
+
+from .drawing import ACCENT, MUTED, Figure, panels
 
 
 def draw_attention_matrix(fig):
@@ -16,10 +18,9 @@ def draw_attention_matrix(fig):
     k = rng.standard_normal((1, 1, t, 16)).astype(np.float32)
     weights = nn.attention_weights(q, k, is_causal=True)[0, 0]
     mask = nn.causal_mask(t)
-    ax1 = fig.add_axes([0.05, 0.14, 0.38, 0.72])
+    ax1, ax2 = panels(fig, [[0.05, 0.14, 0.38, 0.72], [0.53, 0.14, 0.42, 0.72]], right=0.86)
     ax1.imshow(mask, cmap="Greys", vmin=-0.3, vmax=1.6)
     ax1.set_title("causal_mask(10): True = may attend")
-    ax2 = fig.add_axes([0.53, 0.14, 0.42, 0.72])
     image = ax2.imshow(weights, cmap="Oranges", vmin=0, vmax=1)
     ax2.set_title("attention weights: each row sums to 1")
     for ax in (ax1, ax2):
@@ -30,7 +31,9 @@ def draw_attention_matrix(fig):
     fig.colorbar(image, ax=ax2, fraction=0.045, pad=0.03)
 
 
-def draw_attention_memory(fig):
+@cache
+def _peaks(b, h, d, lengths):
+    """Peak memory of forward + backward per length: measured once per drawing."""
     import tracemalloc
 
     import numpy as np
@@ -38,8 +41,6 @@ def draw_attention_memory(fig):
     from tinytorch import Tensor, nn
 
     rng = np.random.default_rng(0)
-    lengths = [128, 256, 512, 1024, 2048]
-    b, h, d = 1, 4, 32
     peaks = []
     for t in lengths:
         q, k, v = (
@@ -51,8 +52,16 @@ def draw_attention_memory(fig):
         out.sum().backward()
         peaks.append(tracemalloc.get_traced_memory()[1] / 2**20)
         tracemalloc.stop()
+    return peaks
+
+
+def draw_attention_memory(fig):
+
+    lengths = [128, 256, 512, 1024, 2048]
+    b, h, d = 1, 4, 32
+    peaks = _peaks(b, h, d, tuple(lengths))
     table = [b * h * t * t * 4 / 2**20 for t in lengths]
-    ax = fig.add_axes([0.11, 0.16, 0.85, 0.74])
+    (ax,) = panels(fig, [[0.11, 0.16, 0.85, 0.74]])
     ax.plot(
         lengths,
         peaks,
@@ -84,6 +93,7 @@ FIGURES = [
         "zero above the diagonal and each row sums to one.",
         draw_attention_matrix,
         size=(8.4, 3.6),
+        narrow=(4.2, 7.6),
     ),
     Figure(
         "attention",
@@ -94,5 +104,6 @@ FIGURES = [
         "sequence length, parallel to the size of one T by T table.",
         draw_attention_memory,
         size=(8.0, 4.2),
+        narrow=(4.2, 4.2),
     ),
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .drawing import INK, MUTED, RED, Figure, arrow, box, canvas
+from .drawing import INK, MUTED, RED, Figure, arrow, box, canvas, narrow
 
 
 def draw_autograd_graph(fig):
@@ -17,40 +17,66 @@ def draw_autograd_graph(fig):
     z = u + b
     loss = z * z
     loss.backward()
+    dz = 2 * z.item()
+    texts = {
+        "w": f"w = {w.item():g}",
+        "x": f"x = {x.item():g}",
+        "b": f"b = {b.item():g}",
+        "u": f"u = w·x = {u.item():g}",
+        "z": f"z = u + b = {z.item():g}",
+        "L": f"L = z² = {loss.item():g}",
+    }
+    fills = {"w": "accent", "x": "ink", "b": "accent", "u": "blue", "z": "blue", "L": "green"}
+    grads = {
+        ("L", "z"): f"dL/dz = 2z = {dz:g}",
+        ("z", "u"): f"dL/du = {dz:g}",
+        ("z", "b"): f"b.grad = {b.grad.item():g}",
+        ("u", "w"): f"w.grad = x · {dz:g} = {w.grad.item():g}",
+    }
+    forward = [("w", "u"), ("x", "u"), ("u", "z"), ("b", "z"), ("z", "L")]
+    if narrow(fig):
+        return _graph_narrow(fig, texts, fills, grads, forward)
     ax = canvas(fig, (0, 14), (0, 6.2))
     nodes = {
-        "w": (1.5, 4.6, f"w = {w.item():g}", "accent"),
-        "x": (1.5, 2.4, f"x = {x.item():g}", "ink"),
-        "b": (5.6, 1.3, f"b = {b.item():g}", "accent"),
-        "u": (5.6, 3.7, f"u = w·x = {u.item():g}", "blue"),
-        "z": (9.1, 2.6, f"z = u + b = {z.item():g}", "blue"),
-        "L": (12.4, 2.6, f"L = z² = {loss.item():g}", "green"),
+        "w": (1.5, 4.6),
+        "x": (1.5, 2.4),
+        "b": (5.6, 1.3),
+        "u": (5.6, 3.7),
+        "z": (9.1, 2.6),
+        "L": (12.4, 2.6),
     }
-    for key, (cx, cy, text, fill) in nodes.items():
-        box(ax, cx, cy, 2.2 if key in "wxb" else 2.7, 0.8, text, fill)
-    forward = [("w", "u"), ("x", "u"), ("u", "z"), ("b", "z"), ("z", "L")]
+    for key, (cx, cy) in nodes.items():
+        box(ax, cx, cy, 2.2 if key in "wxb" else 2.7, 0.8, texts[key], fills[key])
     for a, c in forward:
-        (x0, y0, *_), (x1, y1, *_) = nodes[a], nodes[c]
+        (x0, y0), (x1, y1) = nodes[a], nodes[c]
         arrow(ax, (x0 + (1.1 if a in "wxb" else 1.35), y0 + 0.15), (x1 - 1.35, y1 + 0.15), INK)
-    dz = 2 * z.item()
-    grads = [
-        ("L", "z", f"dL/dz = 2z = {dz:g}", (10.75, 1.75)),
-        ("z", "u", f"dL/du = {dz:g}", (7.55, 3.75)),
-        ("z", "b", f"b.grad = {b.grad.item():g}", (7.3, 1.25)),
-        ("u", "w", f"w.grad = x · {dz:g} = {w.grad.item():g}", (0.4, 5.3)),
-    ]
-    for a, c, text, (tx, ty) in grads:
-        (x0, y0, *_), (x1, y1, *_) = nodes[a], nodes[c]
+    places = {
+        ("L", "z"): (10.75, 1.75),
+        ("z", "u"): (7.55, 3.75),
+        ("z", "b"): (7.3, 1.25),
+        ("u", "w"): (0.4, 5.3),
+    }
+    for (a, c), text in grads.items():
+        (x0, y0), (x1, y1) = nodes[a], nodes[c]
         arrow(
             ax, (x0 - 1.35, y0 - 0.2), (x1 + (1.1 if c in "wxb" else 1.35), y1 - 0.2), RED, ls="--"
         )
+        tx, ty = places[a, c]
         ax.text(tx, ty, text, color=RED, fontsize=8.5, ha="left", va="center")
+    # Two texts, not one with a run of spaces: SVG collapses spaces.
     ax.text(
-        7,
-        5.85,
-        "forward: black arrows, each op records its inputs     "
+        0.1,
+        5.95,
+        "forward: black arrows, each op records its inputs",
+        ha="left",
+        fontsize=8.5,
+        color=MUTED,
+    )
+    ax.text(
+        13.9,
+        5.95,
         "backward: red, dashed, in reverse topological order",
-        ha="center",
+        ha="right",
         fontsize=8.5,
         color=MUTED,
     )
@@ -65,6 +91,38 @@ def draw_autograd_graph(fig):
     )
 
 
+def _graph_narrow(fig, texts, fills, grads, forward):
+    """The phone layout: the graph from top to bottom, forward arrows on the left of each
+    edge, the backward ones (red, dashed) on the right with their gradients."""
+    ax = canvas(fig, (0, 8), (0, 9.6))
+    nodes = {
+        "w": (1.4, 8.7),
+        "x": (4.4, 8.7),
+        "u": (2.9, 6.6),
+        "b": (6.4, 6.6),
+        "z": (4.0, 4.2),
+        "L": (4.0, 1.8),
+    }
+    for key, (cx, cy) in nodes.items():
+        box(ax, cx, cy, 2.1 if key in "wxb" else 2.9, 0.75, texts[key], fills[key])
+    for a, c in forward:
+        (x0, y0), (x1, y1) = nodes[a], nodes[c]
+        arrow(ax, (x0 - 0.15, y0 - 0.4), (x1 - 0.15, y1 + 0.4), INK)
+    places = {
+        ("L", "z"): (4.25, 3.0),
+        ("z", "u"): (0.1, 5.35),
+        ("z", "b"): (5.7, 5.35),
+        ("u", "w"): (0.1, 7.65),
+    }
+    for (a, c), text in grads.items():
+        (x0, y0), (x1, y1) = nodes[a], nodes[c]
+        arrow(ax, (x0 + 0.2, y0 + 0.4), (x1 + 0.2, y1 - 0.4), RED, ls="--")
+        tx, ty = places[a, c]
+        ax.text(tx, ty, text, color=RED, fontsize=8.5, ha="left", va="center")
+    ax.text(0.1, 0.75, "forward: black arrows", fontsize=8.5, color=MUTED)
+    ax.text(0.1, 0.2, "backward: red, dashed, in reverse order", fontsize=8.5, color=MUTED)
+
+
 FIGURES = [
     Figure(
         "autograd",
@@ -76,5 +134,6 @@ FIGURES = [
         "dL/dz, dL/du, b.grad and w.grad.",
         draw_autograd_graph,
         size=(9.0, 4.0),
+        narrow=(4.2, 5.0),
     ),
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .drawing import ACCENT, BLUE, INK, MUTED, Figure
+from .drawing import ACCENT, BLUE, INK, MUTED, Figure, panels
 
 
 def draw_benchmark_pairs(fig):
@@ -30,7 +30,7 @@ def draw_benchmark_pairs(fig):
         work(0.010), work(0.009), names=("A", "B")
     )
     unpaired = Comparison.from_samples(c.baseline.samples, c.candidate.samples)
-    ax = fig.add_axes([0.08, 0.16, 0.58, 0.72])
+    ax, ax2 = panels(fig, [[0.08, 0.16, 0.58, 0.72], [0.76, 0.16, 0.22, 0.72]])
     x = np.arange(rounds)
     for m, dx, colour, label in (
         (c.baseline, -0.12, BLUE, "A (baseline)"),
@@ -50,7 +50,6 @@ def draw_benchmark_pairs(fig):
     ax.set_ylabel("ms per call")
     ax.set_title("paired rounds on a machine that slows down and hiccups")
     ax.legend(frameon=False, fontsize=8, loc="upper left")
-    ax2 = fig.add_axes([0.76, 0.16, 0.22, 0.72])
     for i, (cmp, label) in enumerate(((c, "paired"), (unpaired, "unpaired"))):
         ax2.errorbar(
             [i],
@@ -90,5 +89,6 @@ FIGURES = [
         "wide and crossing 1 (no difference).",
         draw_benchmark_pairs,
         size=(9.6, 3.6),
+        narrow=(4.2, 7.4),
     ),
 ]

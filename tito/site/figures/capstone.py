@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .drawing import ACCENT, BLUE, FILL, MUTED, RED, Figure
+from .drawing import ACCENT, BLUE, FILL, MUTED, RED, Figure, panels
 
 
 def draw_capstone_events(fig):
@@ -56,7 +56,7 @@ def draw_capstone_events(fig):
         counting = Counting(model())
         generate(counting, prompt, new, temperature=0.0, cache=cache)
         work[cache] = counting.calls
-    ax1 = fig.add_axes([0.08, 0.17, 0.4, 0.68])
+    ax1, ax2 = panels(fig, [[0.08, 0.17, 0.4, 0.68], [0.6, 0.17, 0.38, 0.68]])
     steps = np.arange(1, new + 1)
     ax1.bar(
         steps,
@@ -95,7 +95,6 @@ def draw_capstone_events(fig):
                     w.nbytes if isinstance(w, np.ndarray) else (w.qweight.nbytes + w.scale.nbytes)
                 )
         rows.append((label, weight_nbytes(m), blocks))
-    ax2 = fig.add_axes([0.6, 0.17, 0.38, 0.68])
     x = np.arange(len(rows))
     mib = 2**20
     ax2.bar(x, [b / mib for _, _, b in rows], color=ACCENT, label="block weights (+ scales)")
@@ -140,5 +139,6 @@ FIGURES = [
         "float32 embeddings and norms a small constant part of each.",
         draw_capstone_events,
         size=(9.6, 3.6),
+        narrow=(4.2, 7.6),
     ),
 ]

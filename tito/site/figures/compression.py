@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .drawing import ACCENT, INK, MUTED, Figure
+from .drawing import ACCENT, INK, MUTED, Figure, panels
 
 
 def draw_pruning_mask(fig):
@@ -17,16 +17,16 @@ def draw_pruning_mask(fig):
     mask = magnitude_mask(w, 0.5)
     threshold = float(np.abs(w)[mask].min())  # the smallest magnitude that survives
     bound = float(np.abs(w).max())
-    ax1 = fig.add_axes([0.03, 0.2, 0.3, 0.62])
+    ax1, ax2, ax3 = panels(
+        fig, [[0.03, 0.2, 0.3, 0.62], [0.36, 0.2, 0.3, 0.62], [0.73, 0.2, 0.25, 0.62]]
+    )
     ax1.imshow(w, cmap="RdBu_r", vmin=-bound, vmax=bound)
     ax1.set_title(f"Linear(24, 12).weight {w.shape}", fontsize=9.5)
-    ax2 = fig.add_axes([0.36, 0.2, 0.3, 0.62])
     ax2.imshow(np.where(mask, w, np.nan), cmap="RdBu_r", vmin=-bound, vmax=bound)
     ax2.set_title(f"magnitude_mask(w, 0.5): {int((~mask).sum())} of {w.size} zeroed", fontsize=9.5)
     for ax in (ax1, ax2):
         ax.set_xticks([])
         ax.set_yticks([])
-    ax3 = fig.add_axes([0.73, 0.2, 0.25, 0.62])
     bins = np.linspace(0, bound, 25)
     ax3.hist(np.abs(w)[~mask], bins=bins, color=MUTED, label="pruned")
     ax3.hist(np.abs(w)[mask], bins=bins, color=ACCENT, label="kept")
@@ -49,5 +49,6 @@ FIGURES = [
         "one threshold into pruned (grey) and kept (orange).",
         draw_pruning_mask,
         size=(9.6, 3.2),
+        narrow=(4.2, 9.0),
     ),
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .drawing import ACCENT, BLUE, FILL, GREEN, INK, MUTED, RED, Figure, arrow, canvas
+from .drawing import ACCENT, BLUE, FILL, GREEN, INK, MUTED, RED, Figure, arrow, canvas, narrow
 
 
 def draw_im2col(fig):
@@ -61,16 +61,17 @@ def draw_im2col(fig):
     ax.text(
         x0 + 4.5 * cw, 4.5, f"cols: {cols.shape}, one row per window", ha="center", fontsize=9.5
     )
-    ax.text(
-        8.5,
-        -0.8,
-        "Each window, flattened, becomes one row; the convolution is then one "
-        "matrix product with the weight flattened in the same (kh, kw, C) order: "
-        "(N * OH * OW, O).",
-        ha="center",
-        fontsize=8.5,
-        color=MUTED,
-    )
+    if not narrow(fig):  # the phone layout leaves the footnote to the caption
+        ax.text(
+            8.5,
+            -0.8,
+            "Each window, flattened, becomes one row; the convolution is then one\n"
+            "matrix product with the weight flattened in the same (kh, kw, C) order: "
+            "(N * OH * OW, O).",
+            ha="center",
+            fontsize=8.5,
+            color=MUTED,
+        )
 
 
 FIGURES = [
@@ -83,5 +84,6 @@ FIGURES = [
         "im2col makes of it, one coloured row per window.",
         draw_im2col,
         size=(9.0, 3.6),
+        windows=((-1.6, 5.9), (5.9, 17.5)),
     ),
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .drawing import Figure
+from .drawing import Figure, panels
 
 
 def draw_sinusoidal(fig):
@@ -10,7 +10,7 @@ def draw_sinusoidal(fig):
 
     table = nn.sinusoidal_encoding(64, 64)
     table = getattr(table, "data", table)
-    ax = fig.add_axes([0.1, 0.15, 0.78, 0.75])
+    (ax,) = panels(fig, [[0.1, 0.15, 0.78, 0.75]], right=0.86)
     image = ax.imshow(table, aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1, origin="upper")
     ax.set_xlabel("feature (pairs of sin and cos, fast waves on the left)")
     ax.set_ylabel("position")
@@ -27,5 +27,6 @@ FIGURES = [
         "narrow on the left (fast waves) and wide on the right.",
         draw_sinusoidal,
         size=(8.0, 3.4),
+        narrow=(4.2, 4.2),
     ),
 ]

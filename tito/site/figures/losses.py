@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .drawing import ACCENT, BLUE, RED, Figure
+from .drawing import ACCENT, BLUE, RED, Figure, narrow, panels
 
 
 def draw_cross_entropy(fig):
@@ -20,7 +20,7 @@ def draw_cross_entropy(fig):
             e = np.exp(logits)
             naive.append(float(-np.log(e[0, 1] / e.sum())))
     naive = np.array(naive)
-    ax = fig.add_axes([0.1, 0.16, 0.86, 0.74])
+    (ax,) = panels(fig, [[0.1, 0.16, 0.86, 0.74]])
     ax.plot(scale, stable, color=BLUE, linewidth=2, label="your cross_entropy (log-sum-exp)")
     ok = np.isfinite(naive)
     ax.plot(
@@ -35,11 +35,12 @@ def draw_cross_entropy(fig):
     if first_bad is not None:
         ax.axvline(first_bad, color=RED, linewidth=0.8)
         ax.text(
-            first_bad + 1.5,
+            first_bad - 1.5 if narrow(fig) else first_bad + 1.5,
             max(stable) * 0.55,
             f"from scale {first_bad:g}: exp overflows,\nthe textbook loss is inf or nan",
             color=RED,
             fontsize=8.5,
+            ha="right" if narrow(fig) else "left",
         )
     ax.set_xlabel("logit scale s (logits = s · [1, -0.5, 0.25, -1], target class 1)")
     ax.set_ylabel("loss")
@@ -57,5 +58,6 @@ FIGURES = [
         "it and then stops where exp overflows.",
         draw_cross_entropy,
         size=(8.0, 3.4),
+        narrow=(4.2, 4.0),
     ),
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .drawing import ACCENT, BLUE, GREEN, MUTED, Figure
+from .drawing import ACCENT, BLUE, GREEN, MUTED, Figure, panels
 
 
 def draw_optimizer_paths(fig):
@@ -23,7 +23,7 @@ def draw_optimizer_paths(fig):
             points.append(p.data.copy())
         return np.array(points)
 
-    ax = fig.add_axes([0.08, 0.14, 0.9, 0.76])
+    (ax,) = panels(fig, [[0.08, 0.14, 0.9, 0.76]])
     gx, gy = np.meshgrid(np.linspace(-4.5, 1, 200), np.linspace(-2.5, 2.5, 120))
     ax.contour(gx, gy, 0.05 * gx**2 + gy**2, levels=12, colors="#d1d5db", linewidths=0.7)
     for label, make, color in (
@@ -58,5 +58,6 @@ FIGURES = [
         "valley.",
         draw_optimizer_paths,
         size=(8.0, 3.4),
+        narrow=(4.2, 4.0),
     ),
 ]

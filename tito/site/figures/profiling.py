@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
-from .drawing import ACCENT, BLUE, Figure
+from functools import cache
+
+from .drawing import ACCENT, BLUE, Figure, panels
 
 
-def draw_profile_shares(fig):
+@cache
+def _profile():
+    """The profile, taken once per drawing (the wide and the phone layout show the same)."""
     import numpy as np
 
     from tinytorch import manual_seed
     from tinytorch.models.transformer import GPT, GPTConfig
     from tinytorch.perf.profiling import Profiler
+
+    manual_seed(0)
+    config = GPTConfig()
+    model = GPT(config)
+    x = np.random.default_rng(0).integers(0, config.vocab_size, size=(12, config.block_size))
+    return config, x, Profiler(depth=3, repeat=3).profile_forward_pass(model, x)
+
+
+def draw_profile_shares(fig):
+    import numpy as np
 
     def part(row):  # blocks.2.attn -> attn; blocks.2 -> the block's own residual adds
         parts = row.name.split(".")
@@ -18,16 +32,12 @@ def draw_profile_shares(fig):
             return parts[2]
         return "residual adds" if parts[0] == "blocks" and len(parts) == 2 else row.name
 
-    manual_seed(0)
-    config = GPTConfig()
-    model = GPT(config)
-    x = np.random.default_rng(0).integers(0, config.vocab_size, size=(12, config.block_size))
-    profile = Profiler(depth=3, repeat=3).profile_forward_pass(model, x)
+    config, x, profile = _profile()
     groups = [g for g in profile.grouped(part) if g.name][:7][::-1]
     names = [g.name for g in groups]
     time_share = [100 * profile.share(g) for g in groups]
     flop_share = [100 * profile.share(g, "flops") for g in groups]
-    ax = fig.add_axes([0.17, 0.16, 0.78, 0.72])
+    (ax,) = panels(fig, [[0.17, 0.16, 0.78, 0.72]], left=0.33)
     y = np.arange(len(groups))
     ax.barh(y + 0.2, time_share, height=0.38, color=ACCENT, label="share of the time")
     ax.barh(y - 0.2, flop_share, height=0.38, color=BLUE, label="share of the FLOPs")
@@ -55,5 +65,6 @@ FIGURES = [
         "of the time than of the FLOPs.",
         draw_profile_shares,
         size=(8.0, 3.4),
+        narrow=(4.2, 4.4),
     ),
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .drawing import ACCENT, BLUE, MUTED, Figure
+from .drawing import ACCENT, BLUE, MUTED, Figure, narrow, panels
 
 
 def draw_quant_grid(fig):
@@ -20,7 +20,7 @@ def draw_quant_grid(fig):
     w8 = dequantize_int8(q8, s8, z8)
     p4, s4 = quantize_int4(w, group_size=400)
     w4 = dequantize_int4(p4, s4, group_size=400)
-    ax1 = fig.add_axes([0.1, 0.16, 0.37, 0.7])
+    ax1, ax2 = panels(fig, [[0.1, 0.16, 0.37, 0.7], [0.58, 0.16, 0.4, 0.7]])
     ax1.plot(w[0], w[0], color=MUTED, linewidth=0.8, linestyle="--", label="float32")
     ax1.step(
         w[0],
@@ -55,8 +55,8 @@ def draw_quant_grid(fig):
     }
     for g in (128, 32):
         packed, scales = quantize_int4(m, group_size=g)
-        errors[f"int4\ngroups of {g}"] = rel(dequantize_int4(packed, scales, group_size=g))
-    ax2 = fig.add_axes([0.58, 0.16, 0.4, 0.7])
+        group = f"g{g}" if narrow(fig) else f"group {g}"
+        errors[f"int4\n{group}"] = rel(dequantize_int4(packed, scales, group_size=g))
     x = np.arange(len(errors))
     bars = ax2.bar(x, [100 * e for e in errors.values()], color=[BLUE, BLUE, ACCENT, ACCENT])
     for bar, e in zip(bars, errors.values()):
@@ -87,5 +87,6 @@ FIGURES = [
         "int4 in groups of 128 and 32 about 10%.",
         draw_quant_grid,
         size=(9.0, 3.6),
+        narrow=(4.2, 7.2),
     ),
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...course.registry import COURSE_ROOT
-from .drawing import ACCENT, BLUE, Figure
+from .drawing import ACCENT, BLUE, Figure, panels
 
 
 def draw_bpe_compression(fig):
@@ -17,7 +17,7 @@ def draw_bpe_compression(fig):
         tok = BPETokenizer.train(train, size)
         ratios.append(len(tok.encode(held)) / len(held))
     char = CharTokenizer.train(text)
-    ax = fig.add_axes([0.11, 0.16, 0.85, 0.74])
+    (ax,) = panels(fig, [[0.11, 0.16, 0.85, 0.74]])
     ax.plot(sizes, ratios, marker="o", color=BLUE, linewidth=1.8, label="byte-level BPE")
     ax.scatter(
         [char.vocab_size],
@@ -47,5 +47,6 @@ FIGURES = [
         "are added; the character tokenizer sits at 1.0 with 65 ids.",
         draw_bpe_compression,
         size=(8.0, 3.4),
+        narrow=(4.2, 3.8),
     ),
 ]

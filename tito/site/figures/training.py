@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .drawing import ACCENT, FILL, MUTED, Figure
+from .drawing import ACCENT, FILL, MUTED, Figure, narrow, panels
 
 
 def draw_schedule(fig):
@@ -10,11 +10,17 @@ def draw_schedule(fig):
 
     sched = CosineWarmup(1e-3, 1e-4, 100, 2000)
     steps = list(range(0, 2201, 5))
-    ax = fig.add_axes([0.11, 0.16, 0.85, 0.74])
+    (ax,) = panels(fig, [[0.11, 0.16, 0.85, 0.74]])
     ax.plot(steps, [sched(s) * 1e3 for s in steps], color=ACCENT, linewidth=2)
     ax.axvspan(0, 100, color=FILL["accent"])
     ax.text(110, 0.95, "warm-up:\n100 steps", fontsize=8.5, color=ACCENT, va="top")
-    ax.text(1600, 0.55, "cosine decay to min_lr\nat total_steps = 2000", fontsize=8.5, color=MUTED)
+    ax.text(
+        900 if narrow(fig) else 1600,
+        0.55,
+        "cosine decay to min_lr\nat total_steps = 2000",
+        fontsize=8.5,
+        color=MUTED,
+    )
     ax.set_xlabel("step")
     ax.set_ylabel("learning rate (×10⁻³)")
     ax.set_title("CosineWarmup(max_lr=1e-3, min_lr=1e-4, 100, 2000), evaluated by tinytorch")
@@ -29,5 +35,6 @@ FIGURES = [
         "cosine to a tenth of its peak at step 2000.",
         draw_schedule,
         size=(8.0, 3.4),
+        narrow=(4.2, 3.6),
     ),
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .drawing import ACCENT, GREEN, MUTED, Figure, arrow, box, canvas
+from .drawing import ACCENT, GREEN, MUTED, Figure, arrow, box, canvas, narrow
 
 
 def draw_gpt_path(fig):
@@ -24,6 +24,8 @@ def draw_gpt_path(fig):
     def m(n):
         return f"{n / 1e6:.1f}M"
 
+    if narrow(fig):
+        return _gpt_path_narrow(fig, config, counts, m)
     ax = canvas(fig, (0, 16), (0, 7.4))
     y = 5.9
     steps = [
@@ -103,6 +105,97 @@ def draw_gpt_path(fig):
     )
 
 
+def _gpt_path_narrow(fig, config, counts, m):
+    """The phone layout: the forward path down the left, one block expanded on the right."""
+    from matplotlib.patches import FancyBboxPatch
+
+    ax = canvas(fig, (0, 8.4), (0, 13.4))
+    steps = [
+        ("token ids\n(B, T)", "ink", ""),
+        ("wte[ids]\n(B, T, C)", "blue", m(counts["token_embedding"])),
+        ("+ wpe[0..T)\n(B, T, C)", "blue", m(counts["position_embedding"])),
+        (f"{config.n_layer} blocks\n(B, T, C)", "accent", m(counts["blocks"])),
+        ("ln_f\n(B, T, C)", "ink", ""),
+        ("lm_head\n(B, T, V)", "green", m(counts["lm_head"])),
+    ]
+    ys = [12.6 - 1.75 * i for i in range(len(steps))]
+    for i, ((text, fill, params), y) in enumerate(zip(steps, ys)):
+        box(ax, 1.3, y, 2.4, 1.1, text, fill, size=9)
+        if params:
+            ax.text(2.6, y + 0.62, params, fontsize=8.5, color=MUTED)
+        if i:
+            arrow(ax, (1.3, ys[i - 1] - 0.55), (1.3, y + 0.55))
+    ax.text(1.3, ys[-1] - 0.95, "logits", fontsize=8.5, ha="center", color=GREEN)
+    top, bottom = 12.9, 2.2
+    ax.add_patch(
+        FancyBboxPatch(
+            (3.9, bottom),
+            4.4,
+            top - bottom,
+            boxstyle="round,pad=0.02,rounding_size=0.15",
+            facecolor="#fffaf6",
+            edgecolor=ACCENT,
+            linewidth=1,
+        )
+    )
+    arrow(ax, (2.5, ys[3]), (3.9, ys[3]), MUTED, ls=":")
+    ax.text(6.1, top - 0.45, "one block", fontsize=9, color=ACCENT, weight="bold", ha="center")
+    ax.text(
+        6.1,
+        top - 0.85,
+        f"{m(counts['per_block'])} parameters",
+        fontsize=8.5,
+        color=ACCENT,
+        ha="center",
+    )
+    row = [
+        ("ln_1", 11.1),
+        ("causal self-\nattention", 9.7),
+        ("+", 8.45),
+        ("ln_2", 7.35),
+        ("MLP\nC→4C→C", 6.0),
+        ("+", 4.75),
+    ]
+    heights = {"+": 0.55, "ln_1": 0.7, "ln_2": 0.7}
+    for i, (text, y) in enumerate(row):
+        h = heights.get(text, 1.0)
+        box(
+            ax,
+            6.1,
+            y,
+            0.6 if text == "+" else 2.5,
+            h,
+            text,
+            "blue" if i in (1, 4) else "ink",
+            size=8.5,
+        )
+        if i:
+            ptext, py = row[i - 1]
+            arrow(ax, (6.1, py - heights.get(ptext, 1.0) / 2), (6.1, y + h / 2))
+    for x, start, end in ((4.3, 11.6, 8.45), (7.9, 8.0, 4.75)):  # the residual paths
+        ax.plot([6.1, x, x], [start, start, end], color=ACCENT, linewidth=1.1)
+        arrow(ax, (x, end), (5.8 if x < 6.1 else 6.4, end), ACCENT)
+    ax.text(
+        6.1,
+        3.45,
+        "attention: memory O(T²)\nper head; MLP: compute\nO(T·C²)",
+        fontsize=8,
+        ha="center",
+        va="center",
+        color=MUTED,
+    )
+    ax.text(
+        4.2,
+        1.2,
+        f"GPT-2-sized: V={config.vocab_size:,}, T≤{config.block_size},\n"
+        f"C={config.n_embd}, {config.n_layer} layers, untied head: "
+        f"{counts['total'] / 1e6:.0f}M parameters",
+        ha="center",
+        va="center",
+        fontsize=8.5,
+    )
+
+
 FIGURES = [
     Figure(
         "transformers",
@@ -115,5 +208,6 @@ FIGURES = [
         "residual add, layer norm, MLP, residual add.",
         draw_gpt_path,
         size=(9.6, 4.45),
+        narrow=(4.2, 6.7),
     ),
 ]
