@@ -602,3 +602,34 @@ def test_module_pages_say_which_grade_counts_and_name_a_book_chapter(files):
         for heading in lesson.part_headings:
             if heading not in written:
                 assert heading.split(":")[0] in qmd.split("## What you write", 1)[1], heading
+
+
+def test_the_site_filter_labels_table_cells_and_keeps_math_with_its_comma(tmp_path):
+    """site/tinytorch.lua (run by Quarto and by the pandoc renderer): each table cell carries
+    its column's header for the phone's card layout; a formula keeps its comma."""
+    pypandoc = pytest.importorskip("pypandoc")
+    from tito.site.links import SITE_FILTER, TEMPLATES
+
+    text = "| Test | Points |\n|:--|--:|\n| `t` | 5 |\n\nthe sum $x$, then $y$.\n"
+    out = pypandoc.convert_text(text, "html5", format="markdown", extra_args=[
+        f"--lua-filter={TEMPLATES / SITE_FILTER}", "--mathml"])
+    assert 'data-label="Test"' in out and 'data-label="Points"' in out, out
+    assert 'class="tt-cards' in out or "tt-cards" in out
+    assert out.count('class="tt-nobreak"') == 2, out  # "$x$," and "$y$."
+    assert (SITE_DIR / SITE_FILTER).read_text() == (TEMPLATES / SITE_FILTER).read_text()
+
+
+def test_every_page_has_a_keyboard_menu_a_skip_link_and_one_set_of_ids(rendered):
+    """The page shell: a real menu button, a skip link, the contents folded for narrow
+    screens without repeating the side column's ids."""
+    for page in sorted(rendered.rglob("*.html")):
+        text = page.read_text(encoding="utf-8")
+        where = page.relative_to(rendered)
+        assert '<button class="tt-menu-button" type="button" aria-expanded="false"' in text, where
+        assert 'class="tt-skip" href="#content"' in text and 'id="content"' in text, where
+        ids = _parse(page).ids
+        assert text.count('id="toc-') == len({i for i in ids if i.startswith("toc-")}), where
+        if 'class="tt-toc-inline"' in text:
+            inline = text.split('class="tt-toc-inline"', 1)[1].split("</details>", 1)[0]
+            assert 'id="' not in inline, f"{where}: the folded contents repeat ids"
+        assert "<pre" not in text.replace('<pre tabindex="0"', ""), f"{where}: a <pre> no key reaches"
