@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..course.registry import COURSE_ROOT, get_module, written_modules
-from ..site.build import check_site, generate, write_notebooks, write_site
+from ..site.build import check_site, content_problems, generate, write_notebooks, write_site
 from ..site.links import SITE_DIR
 from ..site.render import render_with_pandoc, render_with_quarto
 from .ui import Failure, console
@@ -65,12 +65,18 @@ def build(ctx, check, everything, site_dir):
     name = _shown(site_dir)
     if check:
         problems = check_site(site_dir, files)
+        missing = content_problems(files)
+        for p in problems + missing:
+            console.print(f"  [red]✗[/] {p}")
         if problems:
-            for p in problems:
-                console.print(f"  [red]✗[/] {p}")
             console.print(
                 f"{name}/ is out of sync with the lessons and registry: run `tito site build`."
             )
+        if missing:
+            console.print(
+                f"{len(missing)} thing(s) the pages must say are missing: fix them where named."
+            )
+        if problems or missing:
             raise SystemExit(1)
         console.print(
             f"[green]✓[/] {name}/ matches the lessons and registry ({len(files)} generated files)"
