@@ -118,7 +118,8 @@ def _graph_narrow(fig, texts, fills, grads, forward):
         (x0, y0), (x1, y1) = nodes[a], nodes[c]
         arrow(ax, (x0 + 0.2, y0 + 0.4), (x1 + 0.2, y1 - 0.4), RED, ls="--")
         tx, ty = places[a, c]
-        ax.text(tx, ty, text, color=RED, fontsize=8.5, ha="left", va="center")
+        short = text.split(" = ")[0] + " = " + text.split(" = ")[-1]  # w.grad = 42: room
+        ax.text(tx, ty, short, color=RED, fontsize=8.5, ha="left", va="center")
     ax.text(0.1, 0.75, "forward: black arrows", fontsize=8.5, color=MUTED)
     ax.text(0.1, 0.2, "backward: red, dashed, in reverse order", fontsize=8.5, color=MUTED)
 
