@@ -633,3 +633,26 @@ def test_every_page_has_a_keyboard_menu_a_skip_link_and_one_set_of_ids(rendered)
             inline = text.split('class="tt-toc-inline"', 1)[1].split("</details>", 1)[0]
             assert 'id="' not in inline, f"{where}: the folded contents repeat ids"
         assert "<pre" not in text.replace('<pre tabindex="0"', ""), f"{where}: a <pre> no key reaches"
+
+
+def test_every_figure_has_a_phone_layout_drawn_large_enough():
+    """Each figure has a phone layout beside its wide one, and the committed SVGs' smallest
+    text is at least 11 px in the 1280 px column and 10 px on a 390 px phone (the browser
+    test measures the same on the rendered pages)."""
+    from tito.site.browser import svg_text_sizes
+    from tito.site.figures import FIGURES, FIGURES_DIR
+    from tito.site.figures.drawing import COLUMN_PX, MIN_TEXT_PX
+
+    checked = 0
+    for m in written_modules():
+        for fig in FIGURES.get(m.slug, []):
+            assert fig.has_narrow, f"{m.dirname}: figure {fig.name} has no phone layout"
+            for narrow in (False, True):
+                svg = FIGURES_DIR / fig.path_for(m, narrow).split("/")[-1]
+                assert svg.is_file(), f"{svg.name} is missing: run `tito site figures`"
+                least, width = svg_text_sizes(svg)
+                shown = min(COLUMN_PX[narrow], width * 4 / 3)  # points -> CSS px at 1:1
+                px = least * shown / width
+                assert px >= MIN_TEXT_PX[narrow], f"{svg.name}: {px:.1f} px text"
+                checked += 1
+    assert checked >= 40
