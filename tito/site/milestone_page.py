@@ -8,6 +8,7 @@ every piece is there (``milestone_problems``, part of ``tito site build --check`
 from __future__ import annotations
 
 import re
+
 from ..course.registry import Milestone, get_module
 from ..errors import SiteError
 from .links import milestone_page, milestone_ready, module_ref
