@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import run_tito, run_tito_from
+from site_render import rendered_site
 
 from tito.course.notebook import Cell, read_cells
 from tito.course.registry import MILESTONES, MODULES, written_modules
@@ -27,8 +28,6 @@ from tito.site.messages import assertion_messages as _messages
 from tito.site.messages import message_text
 from tito.site.stubs import solution_stubs as _stubs
 
-CHROMIUM = "/usr/bin/chromium"
-
 
 @pytest.fixture(scope="module")
 def files() -> dict[str, str]:
@@ -36,14 +35,9 @@ def files() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def rendered(repo, tmp_path_factory) -> Path:
-    """The committed site/, rendered by `tito site render --pandoc --out ...`."""
-    pytest.importorskip("pypandoc", reason="pypandoc-binary (dev extra) renders the site")
-    out = tmp_path_factory.mktemp("site") / "_site"
-    done = run_tito("site", "render", "--pandoc", "--out", str(out), cwd=repo)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "Rendered" in done.stdout and (out / "index.html").is_file()
-    return out
+def rendered(repo) -> Path:
+    """The committed site/, rendered by `tito site render --pandoc --out ...` (once per run)."""
+    return rendered_site(repo)
 
 
 class _Page(HTMLParser):
@@ -432,7 +426,7 @@ def test_a_mistake_that_does_not_fit_its_lesson_is_named(tmp_path):
 
 def test_headline_numbers_of_module_13_are_the_models_own(files):
     """The overview's 163M / 85M come from gpt_parameter_count of the GPT-2-sized config."""
-    import tinytorch.nn as nn
+    from tinytorch import nn
 
     m = next((x for x in written_modules() if x.slug == "transformers"), None)
     if m is None:
@@ -489,96 +483,6 @@ def test_reading_order_puts_each_milestone_after_the_module_that_unlocks_it():
             assert f"milestones/{ms.name}.qmd" in following
 
 
-# ---- a look in a real browser -------------------------------------------------------------------
-# Bounds on a module page's height at 1280 px: the longest page was 16,300 px before the
-# curated failures (module 06); module 13 is now about 7,900 px at 1280 and 11,900 at 390.
-MAX_HEIGHT_1280 = 10_000
-MAX_HEIGHT_390 = 15_000
-
-
-def _screenshot_module():
-    """The module 13 page once it is written; until then the highest-numbered written one."""
-    written = written_modules()
-    return next((m for m in written if m.number == 13), written[-1])
-
-
-def _need_chromium():
-    from tito.site.browser import available
-
-    if not available():
-        pytest.skip(
-            f"{CHROMIUM} is not installed (Debian: apt-get install -y chromium); "
-            "the browser checks need a headless browser"
-        )
-
-
-@pytest.fixture(scope="module")
-def probed(rendered):
-    """Module 13's page (or the last written) measured in Chromium at 1280 and 390 px."""
-    _need_chromium()
-    from tito.site.browser import probe
-
-    page = rendered / "modules" / f"{_screenshot_module().dirname}.html"
-    return {1280: probe(page, 1280), 390: probe(page, 390)}
-
-
-def test_toc_and_sidebar_are_visible_at_1280_px(probed):
-    seen = probed[1280]["before"]
-    assert seen["toc"]["shown"] and seen["toc"]["w"] > 150, f"no table of contents: {seen['toc']}"
-    assert seen["sidebar"]["shown"], "the sidebar is hidden at 1280 px"
-    assert not seen["menu"]["shown"], "the menu button is for narrow screens only"
-    assert seen["scrollWidth"] <= seen["clientWidth"], "the page scrolls sideways at 1280 px"
-    assert seen["toc"]["x"] + seen["toc"]["w"] <= 1280
-
-
-def test_a_working_menu_and_no_sideways_scroll_at_390_px(probed):
-    seen = probed[390]["before"]
-    assert seen["clientWidth"] == 390, "the page was not measured in a 390 px viewport"
-    assert seen["scrollWidth"] <= 390, f"the page is {seen['scrollWidth']} px wide at 390 px"
-    assert seen["menu"]["shown"], "no menu button at 390 px"
-    assert not seen["sidebar"]["shown"], "the sidebar should wait behind the menu"
-    opened = probed[390].get("after_menu")
-    assert opened, "clicking the menu did nothing measurable"
-    assert opened["sidebar"]["shown"] and opened["sidebar"]["w"] > 300, opened["sidebar"]
-    assert opened["scrollWidth"] <= 390
-
-
-def test_module_page_has_a_figure_and_rendered_math(probed):
-    seen = probed[1280]["before"]
-    figures = [f for f in seen["figures"] if f["loaded"] and f["w"] > 300 and f["h"] > 100]
-    assert figures, f"no figure was drawn on the page: {seen['figures']}"
-    assert all(f["alt"] and f["caption"] and f["alt"] != f["caption"] for f in figures)
-    maths = [x for x in seen["maths"] if x["shown"] and x["w"] > 5 and x["h"] > 5]
-    assert maths, "no formula rendered as math (a <math> element with a size)"
-
-
-def test_module_page_heights_are_bounded(probed):
-    assert probed[1280]["before"]["height"] < MAX_HEIGHT_1280
-    assert probed[390]["before"]["height"] < MAX_HEIGHT_390
-
-
-def test_module_page_screenshot_is_not_blank(rendered, tmp_path):
-    _need_chromium()
-    image = pytest.importorskip("matplotlib.image")
-    from tito.site.browser import screenshot
-
-    m = _screenshot_module()
-    shot = screenshot(rendered / "modules" / f"{m.dirname}.html", tmp_path / "module.png", 1280,
-                      1600)
-    pixels = image.imread(shot)[..., :3]
-    pixels = pixels[:, :1280]
-    assert pixels.shape[:2] == (1600, 1280)
-    if pixels.dtype != "uint8":
-        pixels = (pixels * 255).round().astype("uint8")
-    flat = pixels.reshape(-1, 3)
-    distinct = len({tuple(p) for p in flat[::7]})
-    not_white = float((flat.min(axis=1) < 235).mean())
-    assert distinct > 30, f"the screenshot has only {distinct} colours: a blank page?"
-    assert 0.03 < not_white < 0.6, f"{not_white:.1%} of the screenshot is not white"
-    # The dark top bar comes from styles.css: the page was rendered with its stylesheet.
-    assert pixels[10, 640].max() < 80, "the top bar is not dark: styles.css was not applied"
-
-
 def test_a_section_ends_where_the_code_starts():
     from tito.course.notebook import Cell
     from tito.site.lesson import _sections
@@ -592,3 +496,163 @@ def test_a_section_ends_where_the_code_starts():
     bodies, _ = _sections(cells)
     assert bodies["What you are not building yet"] == "- gradients"
     assert bodies["What comes next"] == "Module 02."
+
+
+# ---- milestone pages, the home page, what --check demands -----------------------------------
+def test_milestone_pages_quote_a_real_run(files):
+    """Each ready milestone's page says what the run does, quotes its recorded output, its
+    time and load, its flags and what every module it needs contributes; llm and olympics
+    show their scoreboard."""
+    from tito.site.links import milestone_ready
+    from tito.site.milestone_page import SECTIONS
+    from tito.site.runs import recorded_run
+
+    for ms in MILESTONES:
+        if not milestone_ready(ms):
+            continue
+        page = files[f"milestones/{ms.name}.qmd"]
+        for section in SECTIONS:
+            assert f"\n## {section}\n" in page, f"{ms.name}: no '{section}'"
+        run = recorded_run(ms)
+        assert run and run["exit_code"] == 0, f"{ms.name}: no successful recorded run"
+        quoted = [line for line in run["output"].splitlines() if len(line.strip()) > 20]
+        assert sum(line in page for line in quoted) >= 2, f"{ms.name}: the run is not quoted"
+        assert f"**{run['seconds']:,.0f} s**" in page and "load average" in page
+        assert "--seed" in page.split("## Its flags", 1)[1], f"{ms.name}: flags missing"
+        rows = [r.split("|") for r in page.split("## What each module contributes", 1)[1]
+                .splitlines() if r.startswith("| [")]
+        said = {cells[1].strip()[1:3]: cells[2].strip() for cells in rows}
+        for n in ms.requires:
+            assert said.get(f"{n:02d}"), f"{ms.name}: nothing said of module {n:02d}"
+        assert ("### The scoreboard" in page) == (ms.name in ("llm", "olympics")), ms.name
+
+
+def test_excerpt_picks_lines_blocks_and_marks_gaps():
+    """A milestone page's excerpt: single lines, "A ... B" blocks, "A ... +N", gaps as ⋮."""
+    from tito.errors import SiteError
+    from tito.site.milestone_page import excerpt
+
+    out = "a 1\nb 2\nc 3\nd 4\ne 5\nf 6"
+    assert excerpt(out, None) == out
+    assert excerpt(out, ["^a", "^c ... ^d"]) == "a 1\n⋮\nc 3\nd 4"
+    assert excerpt(out, ["^e ... +3"]) == "e 5\nf 6"
+    with pytest.raises(SiteError, match="no line"):
+        excerpt(out, ["^z"])
+
+
+def test_check_names_a_missing_docstring_and_a_missing_run(monkeypatch, files):
+    """`tito site build --check` fails on a graded test without a docstring and on a milestone
+    whose recorded run is gone or failed."""
+    import tito.site.lesson as lesson_mod
+    import tito.site.milestone_page as mp
+    from tito.site.build import content_problems
+    from tito.site.messages import GradedTest
+
+    real = lesson_mod.read_lesson
+    first = written_modules()[0]
+
+    def no_doc(m):
+        lesson = real(m)
+        if m == first:
+            t = lesson.tests[0]
+            lesson.tests[0] = GradedTest(**{**t.__dict__, "doc": ""})
+        return lesson
+
+    monkeypatch.setattr(lesson_mod, "read_lesson", no_doc)
+    real_run = mp.recorded_run
+
+    def runs(ms):
+        if ms.name == "xor":
+            return None
+        if ms.name == "perceptron":
+            return {"exit_code": 1, "output": "", "help": "", "command": "tito milestone run x"}
+        return real_run(ms)
+
+    monkeypatch.setattr(mp, "recorded_run", runs)
+    problems = content_problems(files)
+    assert any(first.slug in p and "no docstring" in p for p in problems), problems
+    assert any("milestone xor: no recorded run" in p for p in problems), problems
+    assert any("milestone perceptron" in p and "failed" in p for p in problems), problems
+
+
+def test_home_page_steps_grades_and_milestones_by_year(files):
+    """The home page: the student's commands as numbered steps, which grade counts, and the
+    milestones in the order of their years with a column of commands to run them."""
+    index = files["index.qmd"]
+    path = index.split("## The student's path", 1)[1].split("\n## ", 1)[0]
+    assert "\n1. " in path and "\n2. " in path and "tito module complete 01" in path
+    assert "Which grade counts" in path and "never see" in path
+    table = index.split("## The milestones", 1)[1]
+    years = [int(r.split("|")[1]) for r in table.splitlines() if r.startswith(("| 1", "| 2"))]
+    assert years == sorted(years) and len(years) == len(MILESTONES)
+    assert "| Run it |" in table and "| Status |" not in table
+
+
+def test_module_pages_say_which_grade_counts_and_name_a_book_chapter(files):
+    """Every module page: the grade note beside its tests, a chapter of the book (or the
+    closest one, saying so), and the parts with nothing to write named."""
+    from tito.site.lesson import read_lesson
+
+    for m in written_modules():
+        qmd = files[f"modules/{m.dirname}.qmd"]
+        assert "Which grade counts" in qmd.split("## How you know it works", 1)[1]
+        assert "{.read-why}" in qmd and "mlsysbook.ai" in qmd, f"{m.dirname}: no book link"
+        lesson = read_lesson(m)
+        written = {p.heading for p in lesson.parts}
+        for heading in lesson.part_headings:
+            if heading not in written:
+                assert heading.split(":")[0] in qmd.split("## What you write", 1)[1], heading
+
+
+def test_the_site_filter_labels_table_cells_and_keeps_math_with_its_comma(tmp_path):
+    """site/tinytorch.lua (run by Quarto and by the pandoc renderer): each table cell carries
+    its column's header for the phone's card layout; a formula keeps its comma."""
+    pypandoc = pytest.importorskip("pypandoc")
+    from tito.site.links import SITE_FILTER, TEMPLATES
+
+    text = "| Test | Points |\n|:--|--:|\n| `t` | 5 |\n\nthe sum $x$, then $y$.\n"
+    out = pypandoc.convert_text(text, "html5", format="markdown", extra_args=[
+        f"--lua-filter={TEMPLATES / SITE_FILTER}", "--mathml"])
+    assert 'data-label="Test"' in out and 'data-label="Points"' in out, out
+    assert 'class="tt-cards' in out or "tt-cards" in out
+    assert out.count('class="tt-nobreak"') == 2, out  # "$x$," and "$y$."
+    assert (SITE_DIR / SITE_FILTER).read_text() == (TEMPLATES / SITE_FILTER).read_text()
+
+
+def test_every_page_has_a_keyboard_menu_a_skip_link_and_one_set_of_ids(rendered):
+    """The page shell: a real menu button, a skip link, the contents folded for narrow
+    screens without repeating the side column's ids."""
+    for page in sorted(rendered.rglob("*.html")):
+        text = page.read_text(encoding="utf-8")
+        where = page.relative_to(rendered)
+        assert '<button class="tt-menu-button" type="button" aria-expanded="false"' in text, where
+        assert 'class="tt-skip" href="#content"' in text and 'id="content"' in text, where
+        ids = _parse(page).ids
+        assert text.count('id="toc-') == len({i for i in ids if i.startswith("toc-")}), where
+        if 'class="tt-toc-inline"' in text:
+            inline = text.split('class="tt-toc-inline"', 1)[1].split("</details>", 1)[0]
+            assert 'id="' not in inline, f"{where}: the folded contents repeat ids"
+        assert "<pre" not in text.replace('<pre tabindex="0"', ""), f"{where}: a <pre> no key reaches"
+
+
+def test_every_figure_has_a_phone_layout_drawn_large_enough():
+    """Each figure has a phone layout beside its wide one, and the committed SVGs' smallest
+    text is at least 11 px in the 1280 px column and 10 px on a 390 px phone (the browser
+    test measures the same on the rendered pages)."""
+    from tito.site.browser import svg_text_sizes
+    from tito.site.figures import FIGURES, FIGURES_DIR
+    from tito.site.figures.drawing import COLUMN_PX, MIN_TEXT_PX
+
+    checked = 0
+    for m in written_modules():
+        for fig in FIGURES.get(m.slug, []):
+            assert fig.has_narrow, f"{m.dirname}: figure {fig.name} has no phone layout"
+            for narrow in (False, True):
+                svg = FIGURES_DIR / fig.path_for(m, narrow).split("/")[-1]
+                assert svg.is_file(), f"{svg.name} is missing: run `tito site figures`"
+                least, width = svg_text_sizes(svg)
+                shown = min(COLUMN_PX[narrow], width * 4 / 3)  # points -> CSS px at 1:1
+                px = least * shown / width
+                assert px >= MIN_TEXT_PX[narrow], f"{svg.name}: {px:.1f} px text"
+                checked += 1
+    assert checked >= 40

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..course.registry import COURSE_ROOT, get_module, written_modules
-from ..site.build import check_site, generate, write_notebooks, write_site
+from ..site.build import check_site, content_problems, generate, write_notebooks, write_site
 from ..site.links import SITE_DIR
 from ..site.render import render_with_pandoc, render_with_quarto
 from .ui import Failure, console
@@ -65,12 +65,18 @@ def build(ctx, check, everything, site_dir):
     name = _shown(site_dir)
     if check:
         problems = check_site(site_dir, files)
+        missing = content_problems(files)
+        for p in problems + missing:
+            console.print(f"  [red]✗[/] {p}")
         if problems:
-            for p in problems:
-                console.print(f"  [red]✗[/] {p}")
             console.print(
                 f"{name}/ is out of sync with the lessons and registry: run `tito site build`."
             )
+        if missing:
+            console.print(
+                f"{len(missing)} thing(s) the pages must say are missing: fix them where named."
+            )
+        if problems or missing:
             raise SystemExit(1)
         console.print(
             f"[green]✓[/] {name}/ matches the lessons and registry ({len(files)} generated files)"
@@ -147,9 +153,28 @@ def failures(modules):
 
 @site.command()
 def figures():
-    """Draw the module pages' figures (tito/site/figures.py) into site/figures/."""
+    """Draw the module pages' figures (tito/site/figures/) into site/figures/."""
     from ..site.figures import draw_all
 
     for path in draw_all():
         console.print(f"  drew {_shown(path)}")
     console.print("[green]✓[/] figures drawn. Run `tito site build` to put them on the pages.")
+
+
+@site.command()
+@click.argument("names", nargs=-1)
+def runs(names):
+    """Run each milestone (or those NAMES) as a reader would and record what it printed, its
+    wall time and the machine's load in site/runs/NAME.json (the milestone pages quote them)."""
+    from ..site.milestone_page import record_args
+    from ..site.runs import milestones_to_run, record_run
+
+    for ms in milestones_to_run(names):
+        args = record_args(ms)
+        console.print(f"running `tito milestone run {' '.join([ms.name, *args])}` ...")
+        result = record_run(ms, args)
+        console.print(
+            f"  exit {result['exit_code']} after {result['seconds']:.0f} s "
+            f"(load {result['load_before'][0]:.2f} before, {result['load_after'][0]:.2f} after)"
+        )
+    console.print("Run `tito site build` to put them on the milestone pages.")

@@ -1,4 +1,4 @@
-"""The home page (from README.md and the registry) and the milestone pages."""
+"""The home page, from README.md, the registry and templates/wording.yaml."""
 
 from __future__ import annotations
 
@@ -7,14 +7,11 @@ from ..course.registry import (
     MILESTONES,
     MODULES,
     TIERS,
-    Milestone,
-    get_module,
 )
 from ..errors import SiteError
 from .links import (
     SITE_TITLE,
     hours_total,
-    milestone_page,
     milestone_ready,
     milestone_ref,
     module_page,
@@ -24,7 +21,8 @@ from .links import (
     span_text,
     tier_modules,
 )
-from .markdown import code_block, difficulty_md, front_matter, inline
+from .markdown import difficulty_md, front_matter, inline
+from .wording import words
 
 
 def _readme_sections() -> tuple[str, dict[str, str]]:
@@ -47,6 +45,46 @@ def _readme_sections() -> tuple[str, dict[str, str]]:
     return "\n".join(intro).strip(), {k: "\n".join(v).strip() for k, v in sections.items()}
 
 
+def _steps(block: list[str]) -> list[str]:
+    """A README code block whose ``# comment`` lines say what the next commands do, as
+    numbered steps: the comment, then its commands."""
+    groups: list[tuple[list[str], list[str]]] = [([], [])]
+    for line in block:
+        if line.startswith("# "):
+            if groups[-1][1]:
+                groups.append(([], []))
+            groups[-1][0].append(line[2:].strip())
+        elif line.strip():
+            groups[-1][1].append(line)
+    out = []
+    for i, (said, commands) in enumerate(groups, 1):
+        text = " ".join(said) or words("home", "first_step")
+        text = text[0].upper() + text[1:]
+        out += [f"{i}. {inline(text)}", "", "    ```bash"]
+        out += [f"    {c}" for c in commands] + ["    ```", ""]
+    return out
+
+
+def _student_path(section: str) -> list[str]:
+    """The README's student path, its commented command block as numbered steps."""
+    out: list[str] = []
+    block: list[str] | None = None
+    for line in section.splitlines():
+        if line.startswith("```"):
+            if block is None:
+                block = []
+                continue
+            commented = any(x.startswith("# ") for x in block)
+            out += _steps(block) if commented else ["```bash", *block, "```"]
+            block = None
+            continue
+        if block is not None:
+            block.append(line)
+        else:
+            out.append(line)
+    return out
+
+
 def index_page() -> str:
     page = "index.qmd"
     intro, sections = _readme_sections()
@@ -57,20 +95,9 @@ def index_page() -> str:
             "section: the home page shows both."
         )
     written = [m for m in MODULES if m.written]
-    out = [
-        front_matter(
-            SITE_TITLE, "Build a deep-learning framework from scratch, one module at a time"
-        )
-    ]
+    out = [front_matter(SITE_TITLE, words("home", "subtitle"))]
     out += ["## What the course is", "", intro, ""]
-    out += [
-        (
-            f"{len(MODULES)} modules in {len(TIERS)} tiers; {len(written)} written so far. "
-            f"Each module page shows what you write, how the graded tests check it, and what "
-            f"their failure messages tell you."
-        ),
-        "",
-    ]
+    out += [words("home", "count", modules=len(MODULES), tiers=len(TIERS), written=len(written)), ""]
 
     out += ["## The tiers", ""]
     tiers = tier_modules()
@@ -85,7 +112,8 @@ def index_page() -> str:
         )
     out.append("")
 
-    out += ["## The student's path", "", path_section, ""]
+    out += ["## The student's path", "", *_student_path(path_section), ""]
+    out += ["::: {.grades-note}", words("grades"), ":::", ""]
 
     out += ["## The modules {#modules}", ""]
     out += [
@@ -104,10 +132,10 @@ def index_page() -> str:
     out += [
         "",
         (
-            f"Time estimates are per module; the {len(rated)} estimated so far "
-            f"({ranges(m.number for m in rated)}) take about {total} in all."
+            words("home", "modules_total", rated=len(rated),
+                  which=ranges(m.number for m in rated), total=total)
             if total
-            else "Time estimates are per module."
+            else words("home", "modules_total_none")
         ),
         "",
     ]
@@ -115,49 +143,14 @@ def index_page() -> str:
     out += [
         "## The milestones {#milestones}",
         "",
-        "Historical results, run with the `tinytorch` package you built:",
+        words("home", "milestones_intro"),
         "",
-        "| Year | Milestone | Needs modules | Status |",
+        f"| Year | Milestone | Needs modules | {words('home', 'run_column')} |",
         "|:--|:------------------|:----------|:------------------|",
     ]
-    for ms in MILESTONES:
+    for ms in sorted(MILESTONES, key=lambda ms: ms.year):  # stable: same years keep their order
         needs = ranges(ms.requires)
-        status = (
-            f"`tito milestone run {ms.name}`" if milestone_ready(ms) else "[coming soon]{.soon}"
-        )
-        out.append(f"| {ms.year} | {milestone_ref(ms, page, year=False)} | {needs} | {status} |")
+        run = f"`tito milestone run {ms.name}`" if milestone_ready(ms) else "[coming soon]{.soon}"
+        out.append(f"| {ms.year} | {milestone_ref(ms, page, year=False)} | {needs} | {run} |")
     out.append("")
-    return "\n".join(out)
-
-
-def milestone_page_text(ms: Milestone) -> str:
-    page = milestone_page(ms)
-    ready = milestone_ready(ms)
-    last = get_module(max(ms.requires))
-    out = [front_matter(f"{ms.title} ({ms.year})", ms.summary, {"toc": False})]
-    if ready:
-        out += [
-            "Run it with the package you built (from your course folder):",
-            "",
-            code_block(f"tito milestone run {ms.name}", "bash"),
-            "",
-        ]
-    else:
-        out += [
-            "::: {.soon-note}",
-            (
-                f"This milestone is [coming soon]{{.soon}}: its script `milestones/{ms.script}` "
-                f"is not written yet. When it is, `tito milestone run {ms.name}` runs it with "
-                "your own `tinytorch`."
-            ),
-            ":::",
-            "",
-        ]
-    out += ["## Modules it needs", ""]
-    out += [f"- {module_ref(get_module(n), page)}" for n in ms.requires]
-    out += [
-        "",
-        f"It becomes available when you complete {module_ref(last, page)}, the last of them.",
-        "",
-    ]
     return "\n".join(out)

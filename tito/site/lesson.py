@@ -32,6 +32,7 @@ SECTIONS = (
 
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 _FENCE = re.compile(r"^\s*(```+|~~~+)")
+_PART = re.compile(r"Part (\d+)\b")
 
 
 @dataclass
@@ -48,6 +49,8 @@ class Lesson:
     sections: dict[str, str]
     parts: list[Part]
     tests: list[GradedTest]
+    # Every "Part N: ..." heading of the lesson, in order, with code to write or not.
+    part_headings: list[str] = field(default_factory=list)
 
     @property
     def points(self) -> float:
@@ -123,4 +126,5 @@ def read_lesson(module: Module) -> Lesson:
                 parts[-1].stubs += stubs
         if cell.is_graded:
             tests += graded_tests(cell, heading, label, given)
-    return Lesson(module, {k: lower[k] for k in SECTIONS}, parts, tests)
+    headings = [h for h in dict.fromkeys(under.values()) if _PART.match(h)]
+    return Lesson(module, {k: lower[k] for k in SECTIONS}, parts, tests, headings)

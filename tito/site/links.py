@@ -6,6 +6,7 @@ from __future__ import annotations
 import posixpath
 import re
 from collections import defaultdict
+from pathlib import Path
 
 from ..course.registry import (
     COURSE_ROOT,
@@ -20,6 +21,11 @@ SITE_DIR = COURSE_ROOT / "site"
 SITE_TITLE = "TinyTorch"
 # Written by hand and committed beside the generated files; never generated.
 STYLESHEET = "styles.css"
+# The pandoc filter Quarto and `tito site render --pandoc` both run (tables as cards on
+# phones, formulas kept with their punctuation): generated from tito/site/templates/.
+SITE_FILTER = "tinytorch.lua"
+# The page shell, the filters and the pages' wording (Jinja2 templates and data files).
+TEMPLATES = Path(__file__).with_name("templates")
 
 
 def module_page(m: Module) -> str:

@@ -4,6 +4,7 @@ recorded planted mistakes (``failures.py``)."""
 from __future__ import annotations
 
 import html
+import re
 import textwrap
 
 from ..course.registry import (
@@ -32,6 +33,7 @@ from .links import (
     tier_modules,
 )
 from .markdown import code_block, difficulty_md, front_matter, inline, points_text
+from .wording import command_rows, tier_story, words
 
 
 def _module_info(m: Module, lesson: Lesson, page: str) -> list[str]:
@@ -63,35 +65,21 @@ def _module_info(m: Module, lesson: Lesson, page: str) -> list[str]:
 
 
 def _commands(m: Module) -> str:
-    notebook = m.notebook_relpath.as_posix()
-    rows = [
-        ("hand out the notebook, solutions cleared", f"tito module start {m.key}"),
-        ("write the code the lesson asks for", f"jupyter lab {notebook}"),
-        (
-            "run the graded tests on YOUR code; if all pass, export it",
-            f"tito module complete {m.key}",
-        ),
-        ("what is done, what is next", "tito module status"),
-        (
-            "start over from a fresh notebook (yours is kept as a backup)",
-            f"tito module reset {m.key}",
-        ),
-    ]
+    fields = {"key": m.key, "notebook": m.notebook_relpath.as_posix()}
+    rows = [(why, command.format(**fields)) for why, command in command_rows()]
     return code_block("\n".join(f"# {why}\n{command}" for why, command in rows), "bash")
 
 
+def _heading_html(text: str) -> str:
+    """A lesson heading inside raw HTML: escaped, its `code` spans as <code>."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+
+
 def _what_you_write(lesson: Lesson) -> list[str]:
-    out = [
-        (
-            "The functions and classes you complete, with the signatures and docstrings of the "
-            "notebook; open a part to read them. The bodies are yours to write; `...` marks "
-            "them here."
-        ),
-        "",
-    ]
+    out = [words("module", "what_you_write"), ""]
     for part in lesson.parts:
         names = ", ".join(f"<code>{html.escape(s.name)}</code>" for s in part.stubs)
-        title = html.escape(part.heading) if part.heading else "The code you write"
+        title = _heading_html(part.heading) if part.heading else "The code you write"
         out += [
             '<details class="stubs">',
             f"<summary><strong>{title}</strong>: {names}</summary>",
@@ -101,16 +89,30 @@ def _what_you_write(lesson: Lesson) -> list[str]:
             "</details>",
             "",
         ]
+    # Parts with nothing to write are named, so the numbers above do not skip silently.
+    with_code = {p.heading for p in lesson.parts}
+    quiet = [h for h in lesson.part_headings if h not in with_code]
+    if quiet:
+        names = [f"**{inline(h)}**" for h in quiet]
+        listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+        one = len(quiet) == 1
+        out += [
+            words("module", "parts_without_code", parts=listed, verb="has" if one else "have",
+                  whose="its code" if one else "theirs"),
+            "",
+        ]
     return out
 
 
 def _how_you_know(lesson: Lesson, curated: set[str]) -> list[str]:
+    how = words("module", "how_you_know", key=lesson.module.key, tests=len(lesson.tests),
+                points=points_text(lesson.points))
     out = [
-        (
-            f"`tito module complete {lesson.module.key}` runs these graded tests on your notebook; "
-            f"every one must pass before your code is exported. "
-            f"{len(lesson.tests)} tests, {points_text(lesson.points)} points."
-        ),
+        how,
+        "",
+        "::: {.grades-note}",
+        words("grades"),
+        ":::",
         "",
         "| Test | Points | What it checks |",
         "|:---------------|--:|:--------------------------------------------|",
@@ -144,20 +146,10 @@ def _failures(m: Module) -> list[tuple[Mistake, dict]]:
 
 
 def _when_it_fails(lesson: Lesson, failures: list[tuple[Mistake, dict]]) -> list[str]:
-    intro = (
-        "A failing test prints what it expected, what your code gave, and the likely fix; "
-        "nothing is exported until every graded test passes."
-    )
+    intro = words("module", "when_it_fails")
     if not failures:
         return [intro, ""]
-    out = [
-        (
-            f"Typical mistakes, each planted in the reference solution and run through "
-            f"`tito module complete {lesson.module.key}`: the message is what that command "
-            f"printed. {intro}"
-        ),
-        "",
-    ]
+    out = [f"{words('module', 'when_it_fails_planted', key=lesson.module.key)} {intro}", ""]
     names = {t.grade_id: t.function for t in lesson.tests}
     done: set[str] = set()
     for mistake, result in failures:
@@ -183,31 +175,10 @@ def _when_it_fails(lesson: Lesson, failures: list[tuple[Mistake, dict]]) -> list
     return out
 
 
-# Each tier's story, told at the end of each of its modules.
-TIER_STORIES = {
-    "foundation": (
-        "The Foundation tier builds a framework that can learn: tensors, activations, layers, "
-        "losses, data loading, automatic differentiation, optimizers and a training loop you "
-        "can trust."
-    ),
-    "architecture": (
-        "The Architecture tier builds the models of the last decades on that framework: "
-        "convolutions for images, then tokenizers, embeddings, attention and the transformer."
-    ),
-    "optimization": (
-        "The Optimization tier measures your models and then makes them faster and smaller: "
-        "profiling, quantization, compression, acceleration, caching and fair benchmarks."
-    ),
-    "capstone": (
-        "The capstone puts it all together: make your TinyGPT fast and small, and prove it."
-    ),
-}
-
-
 def _whats_next(m: Module, lesson: Lesson, page: str) -> list[str]:
     tier = tier_modules()[m.tier]
     ends = [ms for ms in MILESTONES if get_module(max(ms.requires)).tier == m.tier]
-    story = TIER_STORIES.get(m.tier, "")
+    story = tier_story(m.tier)
     if ends:
         refs = ", ".join(milestone_ref(ms, page) for ms in ends)
         story += f" On the way it reaches the milestones {refs}."
@@ -238,7 +209,7 @@ def _used_by(m: Module, page: str) -> list[str]:
     indirect = [x for x in MODULES if m.number in prerequisites(x.number) and x not in direct]
     milestones = [ms for ms in MILESTONES if m.number in ms.requires]
     if not (direct or indirect or milestones):
-        return ["No later module or milestone needs this one.", ""]
+        return [words("module", "no_later"), ""]
     out = [
         "| Later | What it builds | How it uses this module |",
         "|:------------|:--------------------------------|:----------------|",
@@ -257,18 +228,45 @@ def _used_by(m: Module, page: str) -> list[str]:
     return out + [""]
 
 
+# The width below which a figure's phone layout is shown (the column is then under 600 px).
+NARROW_FIGURE = "(max-width: 640px)"
+
+
 def _figures_md(m: Module, page: str) -> list[str]:
+    """Each figure: its phone layout on narrow screens, a link to the full-size SVG, its
+    caption (markdown) and its alt text."""
     out = []
     for fig in figures_of(m):
-        if not (SITE_DIR / fig.path).is_file():
-            raise SiteError(
-                f"site/{fig.path} is missing: run `tito site figures` to draw it "
-                "(tito/site/figures.py)."
+        for path in (fig.path, fig.narrow_path):
+            if path and not (SITE_DIR / path).is_file():
+                raise SiteError(
+                    f"site/{path} is missing: run `tito site figures` to draw it "
+                    "(tito/site/figures/, one file per module)."
+                )
+        src = html.escape(rel_link(fig.path, page))
+        width, height = fig.size
+        source = ""
+        if fig.narrow_path:
+            nw, nh = fig.narrow_size
+            narrow = html.escape(rel_link(fig.narrow_path, page))
+            source = (
+                f'<source media="{NARROW_FIGURE}" srcset="{narrow}" '
+                f'width="{nw:g}" height="{nh:g}">'
             )
-        alt = fig.alt.replace('"', "'")
+        image = (
+            f'<a href="{src}"><picture>{source}<img src="{src}" alt="{html.escape(fig.alt)}" '
+            f'width="{width:g}" height="{height:g}"></picture></a>'
+        )
+        full = f"[Full-size figure (SVG)]({rel_link(fig.path, page)}){{.tt-figure-open}}"
         out += [
-            f'![{fig.caption}]({rel_link(fig.path, page)})'
-            f'{{#fig-{fig.name} fig-alt="{alt}" alt="{alt}"}}',
+            f'<figure class="tt-figure" id="fig-{fig.name}">',
+            image,
+            "<figcaption>",
+            "",
+            f"{fig.caption} {full}",
+            "",
+            "</figcaption>",
+            "</figure>",
             "",
         ]
     return out
@@ -277,14 +275,13 @@ def _figures_md(m: Module, page: str) -> list[str]:
 def _read_why(m: Module) -> list[str]:
     if not m.book:
         return []
-    title, url = m.book[0], m.book[1]
-    return [
-        "::: {.read-why}",
-        f"**Finished? Read why.** The Machine Learning Systems book explains the systems behind "
-        f"this module in its chapter [{title}]({url}) (mlsysbook.ai).",
-        ":::",
-        "",
-    ]
+    title, url, *why = m.book
+    text = (
+        words("module", "read_why_closest", title=title, url=url, why=why[0])
+        if why
+        else words("module", "read_why", title=title, url=url)
+    )
+    return ["::: {.read-why}", text, ":::", ""]
 
 
 def module_page_text(m: Module) -> str:
@@ -299,8 +296,9 @@ def module_page_text(m: Module) -> str:
     out = [front_matter(f"Module {m.key}: {m.title}", m.summary)]
     if m.question:
         out += ["::: {.systems-question}", f"**The systems question.** {m.question}", ":::", ""]
-    out += ["## Overview", "", s["overview"], "", *_figures_md(m, page)]
+    # What a student needs first (time, prerequisites, the notebook) right after the opening.
     out += ["## Module info", "", *_module_info(m, lesson, page), ""]
+    out += ["## Overview", "", s["overview"], "", *_figures_md(m, page)]
     out += ["## Commands", "", _commands(m), ""]
     out += ["## Learning objectives", "", s["learning objectives"], ""]
     out += ["## What you build", "", s["what you build"], ""]

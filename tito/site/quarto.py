@@ -11,7 +11,7 @@ from ..course.registry import (
     Milestone,
     Module,
 )
-from .links import SITE_TITLE, STYLESHEET, milestone_page, module_page, reading_order
+from .links import SITE_FILTER, SITE_TITLE, STYLESHEET, milestone_page, module_page, reading_order
 
 
 def quarto_yml() -> str:
@@ -67,6 +67,8 @@ def quarto_yml() -> str:
             else:
                 lines += item(f"{entry.key} {entry.title} (coming soon)", None, "          ")
     lines += [
+        "",
+        f"filters: [{SITE_FILTER}]",
         "",
         "format:",
         "  html:",

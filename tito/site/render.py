@@ -12,15 +12,15 @@ from __future__ import annotations
 import html
 import os
 import posixpath
+import re
 import shutil
 import subprocess
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import RenderError
-from .links import SITE_TITLE, STYLESHEET
+from .links import SITE_FILTER, SITE_TITLE, STYLESHEET, TEMPLATES
 
 
 @dataclass
@@ -87,123 +87,87 @@ def _html_href(href: str, page: str) -> str:
     return rel + (f"#{fragment}" if fragment else "")
 
 
-def _link(item: NavItem, page: str, css: str = "") -> str:
-    text = html.escape(item.text)
-    if not item.href:
-        # An unwritten module: its name and a "coming soon" mark, never a link.
-        name, soon, _ = item.text.rpartition(" (coming soon)")
-        if soon and not _:
-            text = f'{html.escape(name)} <span class="tt-soon">coming soon</span>'
-        return f'<span class="tt-nolink{(" " + css) if css else ""}">{text}</span>'
-    current = item.href == page
-    classes = " ".join(c for c in (css, "tt-active" if current else "") if c)
-    attrs = f' class="{classes}"' if classes else ""
-    attrs += ' aria-current="page"' if current else ""
-    return f'<a href="{html.escape(_html_href(item.href, page))}"{attrs}>{text}</a>'
+@dataclass
+class NavLink:
+    """A navigation entry as the page template shows it (``templates/nav.html``)."""
+
+    name: str
+    url: str | None  # relative to the page; None: an unwritten module, never a link
+    current: bool = False
+    soon: bool = False
+    children: list[NavLink] | None = None
 
 
-def navbar_html(title: str, items: list[NavItem], page: str) -> str:
-    links = "".join(f"<li>{_link(i, page)}</li>" for i in items)
-    home = html.escape(_html_href("index.qmd", page))
-    return f'<a class="tt-brand" href="{home}">{html.escape(title)}</a><ul>{links}</ul>'
-
-
-def sidebar_html(items: list[NavItem], page: str) -> str:
-    def render(items: list[NavItem]) -> str:
-        out = []
-        for item in items:
-            if item.children is not None:
-                head = (
-                    _link(item, page, "tt-section-title")
-                    if item.href
-                    else (f'<span class="tt-section-title">{html.escape(item.text)}</span>')
-                )
-                out.append(f'<li class="tt-section">{head}<ul>{render(item.children)}</ul></li>')
-            else:
-                out.append(f"<li>{_link(item, page)}</li>")
-        return "".join(out)
-
-    return f"<ul>{render(items)}</ul>"
-
-
-def pagenav_html(items: list[NavItem], page: str) -> str:
-    pages = _linear(items)
-    hrefs = [p.href for p in pages]
-    if page not in hrefs:
-        return ""
-    i = hrefs.index(page)
-    parts = []
-    if i > 0:
-        parts.append(f'<span class="tt-prev">← {_link(pages[i - 1], page)}</span>')
-    if i + 1 < len(pages):
-        parts.append(f'<span class="tt-next">{_link(pages[i + 1], page)} →</span>')
-    return (
-        f'<nav class="tt-pagenav" aria-label="Previous and next page">{"".join(parts)}</nav>'
-        if parts
-        else ""
+def _nav(item: NavItem, page: str) -> NavLink:
+    name, soon, rest = item.text.rpartition(" (coming soon)")
+    soon = bool(soon) and not rest
+    return NavLink(
+        name if soon else item.text,
+        _html_href(item.href, page) if item.href else None,
+        item.href == page,
+        soon,
+        [_nav(c, page) for c in item.children] if item.children is not None else None,
     )
 
 
-# ---- pandoc -------------------------------------------------------------------------------------
-TEMPLATE = """<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="generator" content="tito site render (pandoc $pandoc-version$)">
-<title>$pagetitle$ · $site-title$</title>
-$for(css)$
-<link rel="stylesheet" href="$css$">
-$endfor$
-$if(highlighting-css)$
-<style>
-$highlighting-css$
-</style>
-$endif$
-</head>
-<body class="tt-pandoc">
-<input type="checkbox" id="tt-menu" class="tt-menu-toggle" aria-hidden="true" tabindex="-1">
-<header class="tt-topbar">
-<label class="tt-menu-button" for="tt-menu" role="button" aria-controls="tt-sidebar"
-  tabindex="0">☰ Menu</label>
-$navbar$</header>
-<div class="tt-layout">
-<nav class="tt-sidebar" id="tt-sidebar" aria-label="Course contents">$sidebar$</nav>
-<main class="tt-main" id="content">
-<header class="tt-title-block">
-<h1 class="title">$title$</h1>
-$if(subtitle)$
-<p class="subtitle">$subtitle$</p>
-$endif$
-</header>
-$body$
-$pagenav$
-</main>
-$if(toc)$
-<nav class="tt-toc" aria-label="On this page">
-<h2>On this page</h2>
-$table-of-contents$
-</nav>
-$endif$
-</div>
-</body>
-</html>
-"""
+def _neighbours(items: list[NavItem], page: str) -> tuple[NavItem | None, NavItem | None]:
+    pages = _linear(items)
+    hrefs = [p.href for p in pages]
+    if page not in hrefs:
+        return None, None
+    i = hrefs.index(page)
+    return (pages[i - 1] if i > 0 else None), (pages[i + 1] if i + 1 < len(pages) else None)
 
-# .qmd links become .html links, as Quarto does; links elsewhere are left alone.
-LUA_LINKS = r"""
-function Link(el)
-  local target = el.target
-  if target:match("^%a[%w+.-]*:") or target:sub(1, 1) == "#" then
-    return el
-  end
-  local path, fragment = target:match("^([^#]*)(.*)$")
-  if path:match("%.qmd$") then
-    el.target = path:sub(1, -5) .. ".html" .. fragment
-  end
-  return el
-end
-"""
+
+# ---- the page shell (Jinja2) and pandoc's parts --------------------------------------------------
+PART = "<!--tt-part-->"
+PARTS = ("title", "subtitle", "pagetitle", "highlighting", "toc", "body")
+
+
+def _environment():
+    import jinja2  # ships with nbconvert, a dependency of nbgrader
+
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        trim_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )
+
+
+_TOC_ID = re.compile(r'\s+id="toc-[^"]*"')
+_PRE = re.compile(r"<pre(?![^>]*tabindex)")
+
+
+def page_html(parts: dict[str, str], page: str, site_title: str, navbar: list[NavItem],
+              sidebar: list[NavItem], version: str, toc: bool) -> str:
+    """One page of the site: pandoc's ``parts`` (title, body, ...) in the course's shell."""
+    from markupsafe import Markup
+
+    previous, following = _neighbours(sidebar, page)
+    # Code blocks may scroll sideways: a keyboard must be able to reach them.
+    body = _PRE.sub('<pre tabindex="0"', parts["body"])
+    contents = parts["toc"].strip() if toc else ""
+    return _environment().get_template("page.html").render(
+        title=Markup(parts["title"].strip()),
+        subtitle=Markup(parts["subtitle"].strip()),
+        title_text=html.unescape(re.sub(r"<[^>]+>", "", parts["pagetitle"].strip())),
+        site_title=site_title,
+        pandoc_version=version,
+        stylesheet=posixpath.relpath(STYLESHEET, posixpath.dirname(page) or "."),
+        highlighting_css=Markup(parts["highlighting"].strip()),
+        home=_html_href("index.qmd", page),
+        navbar=[_nav(i, page) for i in navbar],
+        sidebar=[_nav(i, page) for i in sidebar],
+        previous=_nav(previous, page) if previous else None,
+        next=_nav(following, page) if following else None,
+        toc=Markup(contents),
+        # The same contents, folded, for screens too narrow for the side column (the ids
+        # stay on the side column's copy).
+        toc_inline=Markup(_TOC_ID.sub("", contents)),
+        body=Markup(body.strip()),
+    )
 
 
 def pandoc_path() -> str:
@@ -253,51 +217,42 @@ def render_with_pandoc(site: Path, out: Path) -> list[Path]:
     ).stdout.split("\n")[0]
     version = version.split()[-1] if version else "?"
     out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="tito-site-") as tmp:
-        template = Path(tmp, "page.html")
-        template.write_text(TEMPLATE, encoding="utf-8")
-        lua = Path(tmp, "links.lua")
-        lua.write_text(LUA_LINKS, encoding="utf-8")
+    # The site's own filter (written by `tito site build`, the one Quarto runs too), then
+    # the .qmd -> .html links that Quarto makes by itself.
+    site_filter = site / SITE_FILTER
+    filters = [site_filter if site_filter.is_file() else TEMPLATES / SITE_FILTER,
+               TEMPLATES / "links.lua"]
+    def one(page: str) -> Path:
+        target = out / (page[:-4] + ".html")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        toc = bool(front_matter(site / page).get("toc", True))
+        args = [
+            pandoc,
+            str(site / page),
+            "--from",
+            "markdown",
+            "--to",
+            "html5",
+            f"--template={TEMPLATES / 'pandoc.html'}",
+            *(f"--lua-filter={f}" for f in filters),
+            *(["--toc", "--toc-depth=2"] if toc else []),
+            "--mathml",
+            "--section-divs",
+        ]
+        done = subprocess.run(args, capture_output=True, text=True, cwd=site, check=False)
+        if done.returncode != 0:
+            raise RenderError(f"pandoc failed on site/{page}:\n{done.stderr.strip()}")
+        pieces = done.stdout.split(PART)
+        if len(pieces) != len(PARTS):
+            raise RenderError(f"pandoc's output for site/{page} is not in {len(PARTS)} parts")
+        parts = dict(zip(PARTS, pieces))
+        text = page_html(parts, page, title, navbar, sidebar, version, toc)
+        target.write_text(text, encoding="utf-8")
+        return target
 
-        def one(page: str) -> Path:
-            target = out / (page[:-4] + ".html")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            toc = ["--toc", "--toc-depth=2"] if front_matter(site / page).get("toc", True) else []
-            args = [
-                pandoc,
-                str(site / page),
-                "--from",
-                "markdown",
-                "--to",
-                "html5",
-                "--standalone",
-                f"--template={template}",
-                f"--lua-filter={lua}",
-                *toc,
-                "--mathml",
-                "--section-divs",
-                f"--css={posixpath.relpath(STYLESHEET, posixpath.dirname(page) or '.')}",
-                "-V",
-                f"site-title={title}",
-                "-V",
-                f"pandoc-version={version}",
-                "-V",
-                f"navbar={navbar_html(title, navbar, page)}",
-                "-V",
-                f"sidebar={sidebar_html(sidebar, page)}",
-                "-V",
-                f"pagenav={pagenav_html(sidebar, page)}",
-                "--output",
-                str(target),
-            ]
-            done = subprocess.run(args, capture_output=True, text=True, cwd=site, check=False)
-            if done.returncode != 0:
-                raise RenderError(f"pandoc failed on site/{page}:\n{done.stderr.strip()}")
-            return target
-
-        # One pandoc process per page, a few at a time.
-        with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
-            written = list(pool.map(one, pages_of(site)))
+    # One pandoc process per page, a few at a time.
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+        written = list(pool.map(one, pages_of(site)))
     for folder in ("figures", "notebooks"):
         if (site / folder).is_dir():
             shutil.copytree(site / folder, out / folder, dirs_exist_ok=True)
