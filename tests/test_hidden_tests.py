@@ -1,0 +1,263 @@
+"""Hidden test cases (issue #21, section 2): every graded test cell of every lesson holds cases
+the student never sees, and they reach the student nowhere.
+
+A graded cell ends its test function with a region between ``### BEGIN HIDDEN TESTS`` and
+``### END HIDDEN TESTS``. nbgrader's ``generate_assignment`` drops the region from the release
+and records the whole cell in the gradebook; ``autograde`` puts the whole cell back before it
+runs (the submitted cell's checksum differs from the recorded one), so the instructor's grade
+runs the hidden cases and ``tito module complete`` (the release's cells) does not.
+
+The house rules for a region, checked here so that nothing in it can surface anywhere:
+
+- it is the end of the test function, so its cases run only once the visible ones pass;
+- it holds data and calls of ``hidden_cases(check, {label: args})`` (module 01's given
+  helper) that run the test's own visible checks on other inputs; no ``assert`` or ``raise``
+  of its own, so it has no message for the site to list or for feedback to show;
+- each label names the kind of case ("a batch of matrices"), never its values: a label has no
+  number in it except a dtype's name. A failing hidden case is reported by its label and the
+  error's kind alone (``hidden_cases`` drops the original message, which may show inputs).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import textwrap
+
+import nbformat
+import numpy as np
+import pytest
+
+from tito.course.notebook import read_cells
+from tito.course.registry import written_modules
+from tito.course.solutions import HIDDEN_BEGIN, HIDDEN_END, partition_hidden, without_hidden_tests
+
+WRITTEN = written_modules()
+IDS = [m.dirname for m in WRITTEN]
+# Lessons being rewritten by other helpers while these cases were written; their hidden cases
+# come in a second pass (the mark turns red, strict, as soon as they have them).
+SECOND_PASS = {11, 12, 13, 15, 17, 18}
+
+
+def _second_pass(modules):
+    return [pytest.param(m, id=m.dirname, marks=pytest.mark.xfail(
+        strict=True, reason="hidden cases for this lesson come in the second pass"))
+        if m.number in SECOND_PASS else pytest.param(m, id=m.dirname) for m in modules]
+
+
+def regions(source: str) -> list[tuple[int, int]]:
+    """1-based (BEGIN line, END line) of each hidden region of a cell (nbgrader's matching:
+    the words anywhere in a line)."""
+    found, start = [], None
+    for number, line in enumerate(source.split("\n"), 1):
+        if HIDDEN_BEGIN in line:
+            assert start is None, f"nested {HIDDEN_BEGIN} at line {number}"
+            start = number
+        elif HIDDEN_END in line:
+            assert start is not None, f"{HIDDEN_END} without a BEGIN at line {number}"
+            found.append((start, number))
+            start = None
+    assert start is None, f"{HIDDEN_BEGIN} at line {start} is never closed"
+    return found
+
+
+_DTYPE = re.compile(r"\b(?:u?int|float|complex)\d+\b")
+
+
+def label_problem(label) -> str | None:
+    if not isinstance(label, str) or not label.strip():
+        return f"label {label!r} is not a text"
+    if re.search(r"\d", _DTYPE.sub("", label)):
+        return f"label {label!r} shows a number: name the kind of case, not its values"
+    return None
+
+
+def region_problems(cell) -> list[str]:
+    """What is wrong with the hidden region(s) of a graded cell (empty: nothing)."""
+    source = cell.source
+    spans = regions(source)
+    if not spans:
+        return ["no hidden test region"]
+    problems = []
+    tree = ast.parse(source)
+    tests = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test")]
+    lines = source.split("\n")
+    for begin, end in spans:
+        where = f"hidden region at lines {begin}-{end}"
+        owner = [f for f in tests if f.lineno < begin and end <= f.end_lineno + 1]
+        if not owner:
+            problems.append(f"{where} is not inside a test_...() function")
+            continue
+        after = [s for s in owner[0].body if s.lineno > end]
+        if after:
+            problems.append(f"{where} is not the end of {owner[0].name}(): line {after[0].lineno} "
+                            "follows it (hidden cases run only once the visible ones pass)")
+        body = textwrap.dedent("\n".join(lines[begin:end - 1]))
+        try:
+            region = ast.parse(body)
+        except SyntaxError as error:
+            problems.append(f"{where} is not whole statements: {error.msg}")
+            continue
+        calls = 0
+        for node in ast.walk(region):
+            if isinstance(node, (ast.Assert, ast.Raise)):
+                problems.append(f"{where} has an {type(node).__name__.lower()} of its own: put "
+                                "the check in the visible test and run it with hidden_cases")
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "hidden_cases":
+                calls += 1
+                table = node.args[1] if len(node.args) > 1 else None
+                if not isinstance(table, ast.Dict) or not table.keys:
+                    problems.append(f"{where}: hidden_cases needs a dict literal of cases")
+                    continue
+                for key in table.keys:
+                    problem = label_problem(key.value if isinstance(key, ast.Constant) else None)
+                    if problem:
+                        problems.append(f"{where}: {problem}")
+        if not calls:
+            problems.append(f"{where} never calls hidden_cases(check, cases)")
+    return problems
+
+
+@pytest.mark.parametrize("module", _second_pass(WRITTEN))
+def test_every_graded_test_cell_has_hidden_cases(module):
+    """Each graded test ends with hidden cases run by hidden_cases, labelled by kind only."""
+    problems = []
+    for cell in read_cells(module.source):
+        if cell.is_graded:
+            problems += [f"{cell.grade_id}: {p}" for p in region_problems(cell)]
+        elif HIDDEN_BEGIN in cell.source or HIDDEN_END in cell.source:
+            problems.append(f"{cell.grade_id}: hidden test markers outside a graded test cell "
+                            "(nbgrader's generate_assignment refuses them)")
+    assert not problems, f"{module.dirname}:\n  " + "\n  ".join(problems)
+
+
+def test_region_rules_catch_what_they_are_for():
+    """The region check fails a region that asserts, a label with a value, and a missing one."""
+    good = ("def test_unit_x():\n    check(1)\n    ### BEGIN HIDDEN TESTS\n"
+            "    hidden_cases(check, {'a negative number': -2.5})\n    ### END HIDDEN TESTS\n\n\n"
+            "test_unit_x()\n")
+
+    class Cell:
+        def __init__(self, source):
+            self.source = source
+
+    assert region_problems(Cell(good)) == []
+    assert region_problems(Cell(good.replace("a negative number", "x = -2.5")))
+    assert region_problems(Cell(good.replace("a negative number", "float32 input"))) == []
+    assert region_problems(Cell(good.replace("    hidden_cases", "    assert f(3), 'no'\n"
+                                             "    hidden_cases")))
+    assert region_problems(Cell(good.replace("    ### END HIDDEN TESTS\n",
+                                             "    ### END HIDDEN TESTS\n    check(2)\n")))
+    assert region_problems(Cell(good.replace("### BEGIN HIDDEN TESTS", "").replace(
+        "### END HIDDEN TESTS", ""))) == ["no hidden test region"]
+
+
+def hidden_lines(modules=WRITTEN) -> dict[str, str]:
+    """Lines inside hidden regions (stripped, 8 characters or more) that no lesson shows
+    outside one, each with the lesson and cell it comes from: what must never be shown."""
+    public, secret = set(), {}
+    for m in modules:
+        for cell in read_cells(m.source):
+            kept, dropped = partition_hidden(cell.source)
+            public |= {line.strip() for line in kept}
+            for line in dropped:
+                if HIDDEN_BEGIN not in line and HIDDEN_END not in line:
+                    secret.setdefault(line.strip(), f"{m.dirname} {cell.grade_id}")
+    return {line: where for line, where in secret.items() if len(line) >= 8 and line not in public}
+
+
+def hidden_labels(modules=WRITTEN) -> dict[str, str]:
+    """The labels of every hidden case, each with where it is."""
+    labels = {}
+    for m in modules:
+        for cell in read_cells(m.source):
+            lines = cell.source.split("\n")
+            for begin, end in regions(cell.source) if cell.is_graded else []:
+                region = ast.parse(textwrap.dedent("\n".join(lines[begin:end - 1])))
+                for node in ast.walk(region):
+                    if isinstance(node, ast.Dict):
+                        for key in node.keys:
+                            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                                labels.setdefault(key.value, f"{m.dirname} {cell.grade_id}")
+    return labels
+
+
+def shown_hidden(text: str, secret: dict[str, str]) -> list[str]:
+    """The hidden lines that ``text`` shows (as lines of it, indentation ignored)."""
+    shown = {line.strip() for line in text.splitlines()}
+    return sorted(f"{line!r} ({where})" for line, where in secret.items() if line in shown)
+
+
+@pytest.mark.parametrize("module", WRITTEN, ids=IDS)
+def test_the_release_has_no_hidden_case_and_still_passes_the_integrity_check(module, released):
+    """The released notebook holds no hidden line, and tito's release check agrees with it."""
+    from tito.student.integrity import compare_with_authority, lesson_authority, verify_release
+
+    notebook = nbformat.read(released[module.number], as_version=4)
+    text = nbformat.writes(notebook)
+    assert HIDDEN_BEGIN not in text and HIDDEN_END not in text
+    leaked = shown_hidden("\n".join(c.source for c in notebook.cells), hidden_lines([module]))
+    assert not leaked, f"hidden test lines in the release of {module.dirname}: {leaked[:5]}"
+    # each locked cell is the lesson's, hidden lines removed: what `complete` checks
+    cells = {c.grade_id: c for c in read_cells(released[module.number])}
+    for cell in read_cells(module.source):
+        if cell.is_graded:
+            assert cells[cell.grade_id].source == without_hidden_tests(cell.source).strip("\n") \
+                or cells[cell.grade_id].source.strip() == without_hidden_tests(cell.source).strip()
+    verify_release(notebook, str(released[module.number]))
+    compare_with_authority(read_cells(released[module.number]), lesson_authority(module.source),
+                           str(released[module.number]))
+
+
+# ---- the helper that runs them ------------------------------------------------------------------
+def test_hidden_cases_reports_the_label_and_never_the_inputs():
+    """A failing hidden case names its label and error kind; its inputs and message do not show."""
+    from tinytorch.core.tensor import hidden_cases
+
+    def check(x, want):
+        assert np.allclose(x * 2, want), f"2 * {x} gave {x * 2}, expected {want}"
+
+    hidden_cases(check, {"a small number": (1.5, 3.0), "zero": (0.0, 0.0)})
+    with pytest.raises(AssertionError) as info:
+        hidden_cases(check, {"a small number": (1.5, 3.0), "a large number": (12345.678, 1.0)})
+    text = str(info.value)
+    assert "hidden case 'a large number' failed with AssertionError" in text
+    assert "12345" not in text and "expected" not in text
+    assert info.value.__context__ is None and info.value.__cause__ is None, (
+        "the original error (whose message may show the inputs) must not travel with it")
+    with pytest.raises(AssertionError, match="'a string' failed with TypeError"):
+        hidden_cases(lambda x: x + 1, {"a string": "7"})
+
+
+def test_hidden_cases_lets_an_unwritten_solution_through_and_refuses_an_empty_table():
+    """NotImplementedError (the stub) passes through as it is; no cases at all is an error."""
+    from tinytorch.core.tensor import hidden_cases
+
+    def stub(x):
+        raise NotImplementedError()
+
+    with pytest.raises(NotImplementedError):
+        hidden_cases(stub, {"anything": 1})
+    with pytest.raises(ValueError, match="at least one case"):
+        hidden_cases(stub, {})
+
+
+def test_nbgrader_and_tito_drop_the_same_lines():
+    """tito's reading of hidden regions is nbgrader's own ClearHiddenTests, line for line."""
+    from nbformat.v4 import new_code_cell
+    from nbgrader.preprocessors import ClearHiddenTests
+
+    source = ("def test_unit_x():\n    check(1)\n    ### BEGIN HIDDEN TESTS\n    check(2)\n"
+              "    ### END HIDDEN TESTS\n# a note, END HIDDEN TESTS in words\n\ntest_unit_x()")
+    cell = new_code_cell(source, metadata={"nbgrader": {"grade": True, "grade_id": "t",
+                                                        "points": 1, "solution": False}})
+    ClearHiddenTests().preprocess_cell(cell, {}, 0)
+    assert cell.source == without_hidden_tests(source)
+    assert "check(2)" not in cell.source and "a note" not in cell.source
+
+
+def test_module_01_tells_the_student_about_the_hidden_cases(released):
+    """The release says that the instructor's grade runs cases `complete` does not."""
+    text = json.dumps(nbformat.read(released[1], as_version=4).cells)
+    assert "instructor's grade" in text and "hidden_cases" in text
