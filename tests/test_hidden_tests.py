@@ -73,6 +73,23 @@ def label_problem(label) -> str | None:
     return None
 
 
+def case_table(node, region) -> ast.Dict | None:
+    """The dict literal whose keys label the cases of a hidden_cases call: the argument
+    itself, or the dict a comprehension ``{... for label, ... in table.items()}`` reads."""
+    if isinstance(node, ast.Dict):
+        return node
+    if isinstance(node, ast.DictComp) and len(node.generators) == 1:
+        source = node.generators[0].iter
+        if (isinstance(source, ast.Call) and isinstance(source.func, ast.Attribute)
+                and source.func.attr == "items" and isinstance(source.func.value, ast.Name)):
+            name = source.func.value.id
+            for stmt in ast.walk(region):
+                if (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Dict)
+                        and any(getattr(t, "id", None) == name for t in stmt.targets)):
+                    return stmt.value
+    return None
+
+
 def region_problems(cell) -> list[str]:
     """What is wrong with the hidden region(s) of a graded cell (empty: nothing)."""
     source = cell.source
@@ -106,9 +123,10 @@ def region_problems(cell) -> list[str]:
                                 "the check in the visible test and run it with hidden_cases")
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "hidden_cases":
                 calls += 1
-                table = node.args[1] if len(node.args) > 1 else None
-                if not isinstance(table, ast.Dict) or not table.keys:
-                    problems.append(f"{where}: hidden_cases needs a dict literal of cases")
+                table = case_table(node.args[1] if len(node.args) > 1 else None, region)
+                if table is None or not table.keys:
+                    problems.append(f"{where}: hidden_cases needs a dict literal of cases (or "
+                                    "a comprehension over one's items())")
                     continue
                 for key in table.keys:
                     problem = label_problem(key.value if isinstance(key, ast.Constant) else None)
@@ -176,8 +194,9 @@ def hidden_labels(modules=WRITTEN) -> dict[str, str]:
             for begin, end in regions(cell.source) if cell.is_graded else []:
                 region = ast.parse(textwrap.dedent("\n".join(lines[begin:end - 1])))
                 for node in ast.walk(region):
-                    if isinstance(node, ast.Dict):
-                        for key in node.keys:
+                    if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "hidden_cases":
+                        table = case_table(node.args[1], region)
+                        for key in table.keys if table is not None else []:
                             if isinstance(key, ast.Constant) and isinstance(key.value, str):
                                 labels.setdefault(key.value, f"{m.dirname} {cell.grade_id}")
     return labels
