@@ -62,7 +62,7 @@ def regions(source: str) -> list[tuple[int, int]]:
     return found
 
 
-_DTYPE = re.compile(r"\b(?:u?int|float|complex)\d+\b")
+_DTYPE = re.compile(r"\b(?:u?int|b?float|complex)\d+\b")
 
 
 def label_problem(label) -> str | None:
