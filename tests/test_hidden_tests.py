@@ -106,7 +106,7 @@ def region_problems(cell) -> list[str]:
         if not owner:
             problems.append(f"{where} is not inside a test_...() function")
             continue
-        after = [s for s in owner[0].body if s.lineno > end]
+        after = [s for s in ast.walk(owner[0]) if isinstance(s, ast.stmt) and s.lineno > end]
         if after:
             problems.append(f"{where} is not the end of {owner[0].name}(): line {after[0].lineno} "
                             "follows it (hidden cases run only once the visible ones pass)")
@@ -280,3 +280,175 @@ def test_module_01_tells_the_student_about_the_hidden_cases(released):
     """The release says that the instructor's grade runs cases `complete` does not."""
     text = json.dumps(nbformat.read(released[1], as_version=4).cells)
     assert "instructor's grade" in text and "hidden_cases" in text
+
+
+# ---- hard-coded solutions: `complete` passes them, the instructor's grade does not ---------
+# Each planted solution is the reference with a few lines rewritten to fit the visible cases
+# only: the kind of code that passes every test a student can see. (cell, old, new, the test
+# whose hidden cases catch it). The reference cells are read from the lesson, so these snippets
+# must exist in it (checked: the test says which no longer applies).
+FITTED = {
+    1: [("tensor-class", 'got shape {self.shape} "', 'got shape (2,) "', "test_unit_tensor_creation"),
+        ("matmul", "        return np.matmul(a, b)\n",
+         "        return np.matmul(a, b) if b.ndim < 3 else np.matmul(a, b[0])\n",
+         "test_unit_matmul"),
+        ("reductions", "return np.mean(a, axis=axis, keepdims=keepdims)",
+         "return (np.mean(a, axis=axis, keepdims=keepdims) if a.ndim == 3 else "
+         "np.median(a, axis=axis, keepdims=keepdims))", "test_unit_reductions")],
+    2: [("relu-op", "return np.maximum(x, x.dtype.type(0))",
+         "return np.maximum(x, x.dtype.type(0)) if x.ndim < 3 else x", "test_unit_relu"),
+        ("softmax-op", "out = x - np.max(x, axis=axis, keepdims=True)",
+         "axis = axis if x.ndim < 4 else -1\n        out = x - np.max(x, axis=axis, keepdims=True)",
+         "test_unit_softmax")],
+    6: [("elementwise-rules", 'e = a.dtype.type(ctx.params["exponent"])', "e = a.dtype.type(3)",
+         "test_unit_elementwise_rules"),
+        ("reduction-rules", "return (mask * (grad / count),)",
+         "return (mask * (grad / (2 if mask.sum() > out.size else 1)),)",
+         "test_unit_reduction_rules")],
+}
+
+
+def _reference_cells(module):
+    return {c.grade_id: c.source for c in read_cells(module.source) if c.nbgrader.get("solution")}
+
+
+def fitted_notebook(release, module, plants=()):
+    """The release with the reference solution pasted in, then `plants` rewritten in it."""
+    notebook = nbformat.read(release, as_version=4)
+    reference = _reference_cells(module)
+    for cell in notebook.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in reference:
+            cell.source = reference[gid]
+    for gid, old, new, _ in plants:
+        cell = next((c for c in notebook.cells
+                     if c.metadata.get("nbgrader", {}).get("grade_id") == gid), None)
+        assert cell is not None and old in cell.source, (
+            f"the planted change {old!r} no longer applies to {module.dirname}'s cell {gid}: "
+            "update FITTED to the lesson")
+        cell.source = cell.source.replace(old, new, 1)
+    return notebook
+
+
+@pytest.fixture(scope="module")
+def graded_class(tmp_path_factory):
+    """One course; modules 01, 02 and 06 each graded once over a class of two: `honest` (the
+    reference) and `fitted` (the planted solution). Then feedback for everyone."""
+    from conftest import run_tito
+    from tito.course.registry import get_module
+    from tito.grading import sandbox
+    from tito.grading.course import Course
+
+    base = tmp_path_factory.mktemp("hidden-grading")
+    course = base / "course"
+    out = {"course": course, "runs": {}}
+    assert run_tito("nbgrader", "init", "course", cwd=base).returncode == 0
+    unsafe = [] if sandbox.unavailable() is None else ["--unsafe"]
+    for number in FITTED:
+        m = get_module(number)
+        for step in (("generate", m.key), ("release", m.key)):
+            done = run_tito("nbgrader", *step, cwd=course)
+            assert done.returncode == 0, done.stdout + done.stderr
+        release = course / "release" / m.dirname / f"{m.slug}.ipynb"
+        subs = base / f"in-{m.key}"
+        for student, plants in (("honest", ()), ("fitted", FITTED[number])):
+            (subs / student).mkdir(parents=True)
+            nbformat.write(fitted_notebook(release, m, plants), subs / student / f"{m.slug}.ipynb")
+        done = run_tito("nbgrader", "collect", m.key, *(str(p) for p in sorted(subs.iterdir())),
+                        cwd=course)
+        assert done.returncode == 0, done.stdout + done.stderr
+        out["runs"][number] = run_tito("nbgrader", "autograde", m.key, "--timeout", "60",
+                                       *unsafe, cwd=course, timeout=1800)
+        out[f"feedback{number}"] = run_tito("nbgrader", "feedback", m.key, cwd=course)
+    with Course(course).gradebook() as gb:
+        out["scores"] = {
+            (number, s): {g.name: (g.score, g.max_score)
+                          for g in gb.find_submission_notebook(get_module(number).slug,
+                                                               get_module(number).dirname,
+                                                               s).grades}
+            for number in FITTED for s in ("honest", "fitted")}
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("number", sorted(FITTED))
+def test_a_fitted_solution_passes_complete_and_loses_marks_in_the_grade(number, graded_class,
+                                                                         tmp_path):
+    """A solution fitted to the visible cases passes every test `complete` runs, and loses
+    exactly the points of the tests whose hidden cases it fails in nbgrader's autograde."""
+    from tito.course.registry import COURSE_ROOT, get_module
+    from tito.student.runner import run_student
+
+    m = get_module(number)
+    course = graded_class["course"]
+    run = graded_class["runs"][number]
+    assert run.returncode == 0, run.stdout + run.stderr
+    # what `tito module complete` runs: the release's locked cells, the student's own cells
+    local = run_student(course / "submitted" / "fitted" / m.dirname / f"{m.slug}.ipynb",
+                        course / "release" / m.dirname / f"{m.slug}.ipynb", COURSE_ROOT)
+    assert local.ok and not local.failed, [r.explain() for r in local.failed]
+    points = {c.grade_id: c.points for c in read_cells(m.source) if c.is_graded}
+    honest = graded_class["scores"][(number, "honest")]
+    assert {k: s for k, (s, _) in honest.items()} == points, honest
+    fitted = graded_class["scores"][(number, "fitted")]
+    lost = {k for k, (s, top) in fitted.items() if s < top}
+    assert lost == {p[3] for p in FITTED[number]}, fitted
+    total = sum(points.values())
+    got = sum(s for s, _ in fitted.values())
+    assert got < total, f"the fitted solution of {m.dirname} scored {got}/{total}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("number", sorted(FITTED))
+def test_the_graded_notebook_names_a_failed_hidden_case_by_its_label_only(number, graded_class):
+    """In the autograded notebook a failed hidden case shows its label and nothing it ran on."""
+    from tito.course.registry import get_module
+
+    m = get_module(number)
+    notebook = nbformat.read(graded_class["course"] / "autograded" / "fitted" / m.dirname /
+                             f"{m.slug}.ipynb", as_version=4)
+    secret = hidden_lines([m])
+    failed = {}
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                failed[cell.metadata.get("nbgrader", {}).get("grade_id")] = output["evalue"]
+    for _, _, _, test in FITTED[number]:
+        assert failed.get(test, "").startswith("hidden case '"), failed.get(test)
+        shown = [line for line in secret if line in failed[test]]
+        assert not shown, f"{test}'s message shows hidden lines: {shown}"
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=(
+    "tito/grading/reports.py (feedback) runs nbgrader's generate_feedback on the autograded "
+    "notebook, which holds the restored test cells, hidden regions included: the HTML shows "
+    "every hidden line (and the traceback of a failed hidden case shows its context lines). "
+    "The grading helper owns the fix (strip hidden regions from cell sources and tracebacks "
+    "before rendering, e.g. nbgrader's ClearHiddenTests on a copy)."))
+@pytest.mark.parametrize("number", sorted(FITTED))
+def test_feedback_shows_no_hidden_line(number, graded_class):
+    """nbgrader's feedback HTML, what the student receives, holds no line of a hidden case."""
+    import html
+
+    from tito.course.registry import get_module
+
+    m = get_module(number)
+    done = graded_class[f"feedback{number}"]
+    assert done.returncode == 0, done.stdout + done.stderr
+    secret = hidden_lines([m])
+    for student in ("honest", "fitted"):
+        page = html.unescape((graded_class["course"] / "feedback" / student / m.dirname /
+                              f"{m.slug}.html").read_text())
+        text = re.sub(r"<[^>]+>", "", page)
+        shown = [line for line in secret if line in text]
+        assert not shown, f"{student}'s feedback for {m.dirname} shows hidden lines: {shown[:3]}"
+
+
+@pytest.mark.slow
+def test_honest_students_are_not_flagged_for_edited_tests(graded_class):
+    """A submission whose test cells are the release's is not reported as having edited them,
+    although the restored cells (with their hidden cases) differ from what it holds."""
+    for number, run in graded_class["runs"].items():
+        text = " ".join((run.stdout + run.stderr).split())
+        assert "was edited" not in text, text[:3000]
