@@ -350,7 +350,7 @@ def test_unit_flops():
 
     hidden_cases(check_matmul, {
         "one by one": ((1, 1), (1, 1), 2, ""),
-        "a 1-D left operand": ((5,), (5, 3), 30, ""),
+        "a vector as the left operand": ((5,), (5, 3), 30, ""),
         "batches that broadcast on both sides": ((3, 1, 2, 4), (2, 4, 6), 576, ""),
         "a batched right operand": ((2, 3), (2, 3, 4), 96, ""),
         "two vectors": ((7,), (7,), 14, ""),
