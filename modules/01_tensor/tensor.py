@@ -361,7 +361,9 @@ def test_unit_tensor_creation():
         try:
             Tensor(data).item()
         except ValueError as error:
-            assert str(shape) in str(error), f"item()'s error should name the shape {shape}: {error}"
+            assert str(shape) in str(error), (
+                f"item()'s error should name the shape {shape}: {error}"
+            )
         except Exception as error:  # e.g. float(self.data): NumPy's TypeError does not teach
             raise AssertionError(
                 f"Tensor({data!r}).item() raised {type(error).__name__} ({error}), expected a "
@@ -773,7 +775,8 @@ def test_unit_arithmetic():
         a, b = Tensor(x), Tensor(y)
         cases = {
             "a + b": (lambda: a + b, x + y), "a - b": (lambda: a - b, x - y),
-            "a * b": (lambda: a * b, x * y), "a / b": (lambda: a / b, x / y), "-a": (lambda: -a, -x),
+            "a * b": (lambda: a * b, x * y), "a / b": (lambda: a / b, x / y),
+            "-a": (lambda: -a, -x),
             "a ** 2": (lambda: a ** 2, x ** 2), "a ** 0.5": (lambda: a ** 0.5, x ** 0.5),
             "a.exp()": (lambda: a.exp(), np.exp(x)), "a.log()": (lambda: a.log(), np.log(x)),
             "1 + a": (lambda: 1 + a, 1 + x), "2 - a": (lambda: 2 - a, 2 - x),
@@ -786,13 +789,18 @@ def test_unit_arithmetic():
             except Exception as error:
                 raise AssertionError(
                     f"{name} with a of shape {x.shape} and b of shape {y.shape} raised "
-                    f"{type(error).__name__}: {error} -- expected NumPy's {name}, shape {want.shape}. "
+                    f"{type(error).__name__}: {error} -- expected NumPy's {name}, shape "
+                    f"{want.shape}. "
                     "Apply the NumPy operation to the arrays exactly as forward receives them: "
                     "NumPy broadcasts them, no reshaping is needed"
                 ) from error
-            assert isinstance(got, Tensor), f"{name} should return a Tensor, got {type(got).__name__}"
+            assert isinstance(got, Tensor), (
+                f"{name} should return a Tensor, got {type(got).__name__}"
+            )
             assert got.shape == want.shape, f"{name} has shape {got.shape}, expected {want.shape}"
-            assert np.allclose(got.data, want, rtol=1e-6), f"{name} gave {got.data}, expected {want}"
+            assert np.allclose(got.data, want, rtol=1e-6), (
+                f"{name} gave {got.data}, expected {want}"
+            )
             assert got.dtype == np.float32, (
                 f"{name} has dtype {got.dtype}: a float32 op must stay float32 (did a float64 "
                 "constant sneak in? use a.dtype.type(value))"
@@ -911,7 +919,9 @@ def test_unit_matmul():
 
     def check_product(a, b):
         got, want = Tensor(a) @ Tensor(b), a @ b
-        assert got.shape == want.shape, f"{a.shape} @ {b.shape} should be {want.shape}, got {got.shape}"
+        assert got.shape == want.shape, (
+            f"{a.shape} @ {b.shape} should be {want.shape}, got {got.shape}"
+        )
         first_row = np.reshape(got.data, (-1, want.shape[-1]))[0]
         assert np.allclose(got.data, want, atol=1e-5), (
             f"{a.shape} @ {b.shape}: first row {np.round(first_row, 4)}, expected "
@@ -1071,7 +1081,8 @@ def test_unit_shapes():
         ("t[0][[2, 0, 2]]", lambda t: t[0][idx], lambda a: a[0][idx],
          "indexing with an array picks rows (repeats ok)"),
         ("t[0][Tensor([2, 0, 2])]", lambda t: t[0][Tensor(idx, dtype=np.int64)],
-         lambda a: a[0][idx], "indexing with an integer Tensor should work like indexing with its array"),
+         lambda a: a[0][idx],
+         "indexing with an integer Tensor should work like indexing with its array"),
     ]
     for row in table:
         check_like_numpy(x, *row)
@@ -1165,7 +1176,8 @@ def test_unit_reductions():
             if not np.allclose(got.data, want):
                 shown = np.round(np.ravel(got.data)[:4], 3), np.round(np.ravel(want)[:4], 3)
                 hint = ""
-                ratio = np.ravel(want) / np.where(np.ravel(got.data) == 0, np.nan, np.ravel(got.data))
+                flat = np.ravel(got.data)
+                ratio = np.ravel(want) / np.where(flat == 0, np.nan, flat)
                 ratio = ratio[np.isfinite(ratio) & (np.ravel(want) != 0)]
                 if name == "mean" and ratio.size and np.allclose(ratio, ratio[0]):
                     count = x.size // np.size(want)

@@ -286,7 +286,8 @@ def test_unit_sigmoid():
     hidden_cases(check_elementwise, {
         "a float64 grid": ("sigmoid", sigmoid, [(grid, logistic(grid), fix)]),
         "a three-axis float32 array": ("sigmoid", sigmoid, [(block, logistic(block), fix)]),
-        "values at the edge of float32's exp": ("sigmoid", sigmoid, [(edge, logistic(edge), stable)]),
+        "values at the edge of float32's exp": (
+            "sigmoid", sigmoid, [(edge, logistic(edge), stable)]),
     })
     ### END HIDDEN TESTS
 
@@ -943,12 +944,16 @@ def test_unit_activation_classes():
         ]
         for layer, want in pairs:
             got = layer(x)
-            assert isinstance(got, Tensor), f"{layer!r}(x) returned {type(got).__name__}, not a Tensor"
+            assert isinstance(got, Tensor), (
+                f"{layer!r}(x) returned {type(got).__name__}, not a Tensor"
+            )
             assert np.array_equal(got.data, want.data), (
                 f"{layer!r}(x) differs from the function it wraps: forward should call it with "
                 "the object's settings (axis, approximate)"
             )
-            assert np.array_equal(layer.forward(x).data, want.data), f"{layer!r}.forward(x) is wrong"
+            assert np.array_equal(layer.forward(x).data, want.data), (
+                f"{layer!r}.forward(x) is wrong"
+            )
 
     def check_repr(text, layer):
         assert repr(layer) == text, f"repr gave {repr(layer)!r}, expected {text!r}"

@@ -792,7 +792,9 @@ def test_unit_train_eval():
         model = build()
         assert all(m.training for m in model.modules()), "a new module is in training mode"
         returned = model.eval()
-        assert returned is model, "eval() (and train()) must return self, so `m = Net().eval()` works"
+        assert returned is model, (
+            "eval() (and train()) must return self, so `m = Net().eval()` works"
+        )
         flags = {name: m.training for name, m in model.named_modules()}
         assert not any(flags.values()), (
             f"after eval(), training flags are {flags}: set .training on every module in "
@@ -860,7 +862,9 @@ def test_unit_state_dict():
             f"state_dict keys are {list(state)}, expected {keys}: use the names of "
             "named_parameters(remove_duplicate=False), a tied parameter under every name"
         )
-        assert all(isinstance(v, np.ndarray) for v in state.values()), "state_dict values are ndarrays"
+        assert all(isinstance(v, np.ndarray) for v in state.values()), (
+            "state_dict values are ndarrays"
+        )
         before = [(p, p.data) for p in b.parameters()]
         result = b.load_state_dict(state)
         assert all(p.data is array for p, array in before), (
@@ -868,7 +872,9 @@ def test_unit_state_dict():
             "(p.data[...] = value) so that an optimizer holding the Parameter still sees it"
         )
         for (name, mine), theirs in zip(b.named_parameters(), a.parameters()):
-            assert np.array_equal(mine.data, theirs.data), f"loaded {name} differs from the saved one"
+            assert np.array_equal(mine.data, theirs.data), (
+                f"loaded {name} differs from the saved one"
+            )
         assert list(result.missing_keys) == [] and list(result.unexpected_keys) == [], (
             "a complete load returns empty missing_keys and unexpected_keys"
         )
@@ -1179,7 +1185,9 @@ def test_unit_linear_init():
             f"weight std is {w.std():.4f}, expected {k / math.sqrt(3):.4f} for U(-k, k): "
             "is the distribution uniform, with k = 1/sqrt(in_features) (not out_features)?"
         )
-        assert abs(w.mean()) < 0.01 * k, f"the weights should be centred on 0, mean is {w.mean():.5f}"
+        assert abs(w.mean()) < 0.01 * k, (
+            f"the weights should be centred on 0, mean is {w.mean():.5f}"
+        )
         assert np.abs(b).max() <= k and np.abs(b).max() > 0.5 * k, (
             f"bias values reach {np.abs(b).max():.4f}: draw the bias from the same U(-k, k) "
             "(not zeros)"
@@ -1328,7 +1336,9 @@ def test_unit_dropout():
         x = Tensor(np.ones(shape, dtype=np.float32))
         manual_seed(0)
         y = Dropout(p)(x)
-        assert isinstance(y, Tensor) and y.shape == x.shape, f"Dropout changed the shape to {y.shape}"
+        assert isinstance(y, Tensor) and y.shape == x.shape, (
+            f"Dropout changed the shape to {y.shape}"
+        )
         assert y.dtype == np.float32, (
             f"Dropout on float32 gave {y.dtype}: build the mask in x's dtype"
         )
@@ -1339,7 +1349,8 @@ def test_unit_dropout():
         )
         kept = y.data[y.data != 0]
         assert np.allclose(kept, 1 / (1 - p)), (
-            f"kept units of an all-ones input are {kept[:3]}, expected 1/(1-p) = {1 / (1 - p):.4f}: "
+            f"kept units of an all-ones input are {kept[:3]}, expected 1/(1-p) = "
+            f"{1 / (1 - p):.4f}: "
             "scale the kept units by 1/(1-p) so the expected value stays the same"
         )
         assert abs(float(y.data.mean()) - 1.0) < 0.03, (

@@ -200,7 +200,8 @@ def test_unit_mse():
     err = (p3.astype(np.float64) - t3) ** 2
     one = Tensor(np.array([[2.5]], dtype=np.float32))
     hidden_cases(check_loss, {
-        "a three-axis batch, mean": ("mse_loss", mse_loss, [((Tensor(p3), t3), {}, err.mean(), "")]),
+        "a three-axis batch, mean": (
+            "mse_loss", mse_loss, [((Tensor(p3), t3), {}, err.mean(), "")]),
         "a three-axis batch, sum": (
             "mse_loss", mse_loss, [((Tensor(p3), t3), {"reduction": "sum"}, err.sum(), "")],
             1e-5, 1e-5),
@@ -550,7 +551,8 @@ def test_unit_cross_entropy_errors():
             "cross_entropy", lambda: cross_entropy(logits, np.array([0, 1, 2, 7])), ValueError,
             ["7", "[0, 3)"], ""),
         "a negative index beside another ignore index": (
-            "cross_entropy", lambda: cross_entropy(logits, np.array([-1, -2, 0, 1]), ignore_index=-1),
+            "cross_entropy",
+            lambda: cross_entropy(logits, np.array([-1, -2, 0, 1]), ignore_index=-1),
             ValueError, ["-2", "[0, 3)"], ""),
     })
     hidden_cases(check_loss, {
@@ -795,7 +797,8 @@ def test_unit_loss_classes():
         "cross-entropy ignoring another index": (
             CrossEntropyLoss(ignore_index=3), cross_entropy, (wide, labels), {"ignore_index": 3}),
         "cross-entropy without reduction": (
-            CrossEntropyLoss(reduction="none"), cross_entropy, (wide, labels), {"reduction": "none"}),
+            CrossEntropyLoss(reduction="none"), cross_entropy, (wide, labels),
+            {"reduction": "none"}),
         "squared error summed": (
             MSELoss(reduction="sum"), mse_loss, (wide, wide.data * 0), {"reduction": "sum"}),
         "binary cross-entropy without reduction": (

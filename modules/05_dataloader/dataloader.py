@@ -688,12 +688,15 @@ def test_unit_shuffle_reproducible():
         )
         assert loader.epoch == 2, f"after two epochs loader.epoch is {loader.epoch}, expected 2"
         again = DataLoader(ds, batch_size=batch_size, shuffle=True, seed=seed)
-        assert np.array_equal(epoch_labels(again), e0) and np.array_equal(epoch_labels(again), e1), (
+        first, second = epoch_labels(again), epoch_labels(again)
+        assert np.array_equal(first, e0) and np.array_equal(second, e1), (
             "a new loader with the same seed must give the same epochs in the same order: derive "
             "each epoch's order from (seed, epoch) only, e.g. np.random.default_rng([seed, epoch])"
         )
         other = DataLoader(ds, batch_size=batch_size, shuffle=True, seed=seed + 1)
-        assert not np.array_equal(epoch_labels(other), e0), "a different seed must give another order"
+        assert not np.array_equal(epoch_labels(other), e0), (
+            "a different seed must give another order"
+        )
 
     check_shuffled(50, 7, 123)
     ds = TensorDataset(np.zeros((50, 1), dtype=np.float32), np.arange(50))
@@ -763,7 +766,9 @@ def test_unit_set_epoch_resume():
             "then add one (the first iteration is epoch 0)"
         )
         plain = DataLoader(ds, batch_size=batch_size)
-        assert np.array_equal(plain.order(3), np.arange(n)), "without shuffle, every epoch is 0..n-1"
+        assert np.array_equal(plain.order(3), np.arange(n)), (
+            "without shuffle, every epoch is 0..n-1"
+        )
 
     check_resume(30, 4, 9, 4, 2)
     ### BEGIN HIDDEN TESTS

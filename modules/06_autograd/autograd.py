@@ -1331,7 +1331,8 @@ def test_unit_backward_errors():
             f"or to reduce with .sum(): {error}"
         )
         error = error_of(lambda: backward(y, np.ones(bad, dtype=np.float32)))
-        assert isinstance(error, ValueError) and str(bad) in str(error) and str(shape) in str(error), (
+        named = str(bad) in str(error) and str(shape) in str(error)
+        assert isinstance(error, ValueError) and named, (
             f"a starting gradient of shape {bad} for a {shape} tensor must raise ShapeError "
             f"naming both shapes, got {error!r}"
         )

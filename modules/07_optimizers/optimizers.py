@@ -844,7 +844,8 @@ def test_unit_adam():
                                      by_hand(start, grads, 0.01), "", np.float64, 1e-9),
         "other betas": ("Adam", lambda p: Adam(p, lr=0.02, betas=(0.8, 0.99)), start.copy(), grads,
                         by_hand(start, grads, 0.02, 0.8, 0.99), "", np.float64, 1e-9),
-        "weight decay added to the gradient": ("Adam", lambda p: Adam(p, lr=0.01, weight_decay=0.1), start.copy(), grads,
+        "weight decay added to the gradient": (
+            "Adam", lambda p: Adam(p, lr=0.01, weight_decay=0.1), start.copy(), grads,
                             by_hand(start, grads, 0.01, wd=0.1), "", np.float64, 1e-9),
         "a large eps": ("Adam", lambda p: Adam(p, lr=0.1, eps=1.0), start.copy(), grads,
                         by_hand(start, grads, 0.1, eps=1.0), "", np.float64, 1e-9),

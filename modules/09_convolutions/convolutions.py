@@ -1098,7 +1098,8 @@ def test_unit_pooling_backward():
     from tinytorch.core.tensor import hidden_cases
 
     hidden_cases(check_pool_gradient, {
-        "max over rectangular overlapping windows": (MaxPool2d((2, 3), stride=(1, 2)), (1, 3, 4, 7)),
+        "max over rectangular overlapping windows": (MaxPool2d((2, 3), stride=(1, 2)),
+                                                     (1, 3, 4, 7)),
         "average over windows one pixel apart": (AvgPool2d(2, stride=1), (1, 2, 4, 5)),
         "max over one window per image": (MaxPool2d(4), (3, 1, 4, 4)),
     })
@@ -1167,7 +1168,8 @@ def test_unit_cnn():
     hidden_cases(check_refused, {
         "a five-axis input": (wide, np.zeros((1, 1, 5, 4, 4)), ["(1, 1, 5, 4, 4)", "4-D"]),
         "too few channels": (wide, np.zeros((1, 4, 6, 6)), ["(1, 4, 6, 6)", "in_channels=5"]),
-        "an image narrower than the kernel": (wide, np.zeros((2, 5, 6, 3)), ["(2, 5, 6, 3)", "2x4"]),
+        "an image narrower than the kernel": (wide, np.zeros((2, 5, 6, 3)),
+                                              ["(2, 5, 6, 3)", "2x4"]),
     })
     ### END HIDDEN TESTS
 

@@ -580,7 +580,8 @@ def test_unit_char_tokenizer():
         except ValueError as error:
             assert str(bad) in str(error), f"decode([0, {bad}]) should name the bad id: {error}"
         else:
-            raise AssertionError(f"decode([0, {bad}]) must raise ValueError: the last id is {bad - 1}")
+            raise AssertionError(
+                f"decode([0, {bad}]) must raise ValueError: the last id is {bad - 1}")
 
     check_char("hello world", ["low", "dole"])
     again = CharTokenizer("dlrow olleh")

@@ -1073,7 +1073,8 @@ def test_unit_profiler():
                 f"{width}: {text}"
             )
         else:
-            raise AssertionError(f"profiling Linear({width}, ...) on {shape} must raise ProfileError")
+            raise AssertionError(
+                f"profiling Linear({width}, ...) on {shape} must raise ProfileError")
 
     check_rows(16, 8, 32, 4)
     check_refused(8, (16, 5))

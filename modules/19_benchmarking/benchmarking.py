@@ -794,10 +794,12 @@ def test_unit_bootstrap():
     from tinytorch.core.tensor import hidden_cases
 
     hidden_cases(check_interval, {
-        "a candidate twice as fast": (0.02 * rng.lognormal(0, 0.1, 100), 0.01 * rng.lognormal(0, 0.1, 100)),
+        "a candidate twice as fast": (0.02 * rng.lognormal(0, 0.1, 100),
+                                      0.01 * rng.lognormal(0, 0.1, 100)),
         "a candidate twice as slow, few samples": (0.001 * rng.lognormal(0, 0.05, 12),
                                                    0.002 * rng.lognormal(0, 0.05, 12)),
-        "samples of unequal length": (0.5 * rng.lognormal(0, 0.2, 25), 0.5 * rng.lognormal(0, 0.2, 40)),
+        "samples of unequal length": (0.5 * rng.lognormal(0, 0.2, 25),
+                                      0.5 * rng.lognormal(0, 0.2, 40)),
     })
     ### END HIDDEN TESTS
 

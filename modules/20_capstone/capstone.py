@@ -586,8 +586,10 @@ def test_unit_val_loss():
     from tinytorch.core.tensor import hidden_cases
 
     hidden_cases(check_exact, {
-        "an odd number of windows in threes": (tiny_model(seed=4), *tiny_windows(seed=5, count=7), 3),
-        "batches of one": (tiny_model(width=16, heads=2), *tiny_windows(seed=6, count=4, block=9), 1),
+        "an odd number of windows in threes": (tiny_model(seed=4),
+                                               *tiny_windows(seed=5, count=7), 3),
+        "batches of one": (tiny_model(width=16, heads=2),
+                           *tiny_windows(seed=6, count=4, block=9), 1),
         "short windows in one batch": (tiny_model(vocab=13), *tiny_windows(seed=7, vocab=13,
                                                                            count=2, block=5), 64),
     })
@@ -719,7 +721,8 @@ def test_unit_quantized_weight():
     wide = (rng.standard_normal((32, 96)) * rng.uniform(0.1, 4, 96)).astype(np.float32)
     tall = (rng.standard_normal((128, 16)) * 0.02).astype(np.float32)
     hidden_cases(check_product, {
-        "a wide weight at int8": (wide, rng.standard_normal((3, 32)).astype(np.float32), 8, 32, 0.01),
+        "a wide weight at int8": (wide, rng.standard_normal((3, 32)).astype(np.float32), 8, 32,
+                                  0.01),
         "a tall weight of small values at int4": (
             tall, rng.standard_normal((7, 128)).astype(np.float32), 4, 64, 0.15),
         "one input row at int4 in small groups": (
@@ -775,7 +778,8 @@ def test_unit_quantize_weights():
                            block.mlp.c_proj[0])]
         want = before - sum(4 * s[0] * s[1] for _, s in held) + sum(n for n, _ in held)
         assert weight_nbytes(model) == want, (
-            f"after quantizing, the model should hold {want:,} bytes, got {weight_nbytes(model):,}: "
+            f"after quantizing, the model should hold {want:,} bytes, got "
+            f"{weight_nbytes(model):,}: "
             "remove the float32 originals and count the QuantizedWeight arrays")
 
     check_replaced(tiny_model(seed=1), 8, 32)
