@@ -452,3 +452,89 @@ def test_honest_students_are_not_flagged_for_edited_tests(graded_class):
     for number, run in graded_class["runs"].items():
         text = " ".join((run.stdout + run.stderr).split())
         assert "was edited" not in text, text[:3000]
+
+
+# ---- the site and `tito module complete` -------------------------------------------------------
+@pytest.mark.slow
+def test_the_site_shows_no_hidden_case():
+    """No page `tito site build` writes shows a hidden line or a hidden case's label, and no
+    recorded failure ("When it fails") comes from a hidden case."""
+    from tito.site.build import generate
+    from tito.site.failures import recorded
+
+    secret, labels = hidden_lines(), hidden_labels()
+    assert secret and labels
+    for path, page in generate().items():
+        shown = [line for line in secret if line in page]
+        assert not shown, f"site/{path} shows hidden lines: {shown[:3]}"
+        quoted = [label for label in labels if f"'{label}'" in page or f'"{label}"' in page]
+        assert not quoted, f"site/{path} shows hidden case labels: {quoted[:3]}"
+    for m in WRITTEN:
+        for result in recorded(m).values():
+            message = result.get("message", "")
+            assert not message.startswith("hidden case"), (
+                f"the page of {m.dirname} would show a hidden case's failure: {message[:200]} "
+                "(choose a planted mistake that a visible case catches)")
+            assert not [line for line in secret if line in message], message[:200]
+
+
+@pytest.mark.slow
+def test_complete_runs_no_hidden_case_and_shows_none(tmp_path):
+    """In a workspace, the fitted module-01 solution completes (the visible cases pass), and
+    neither that run nor a failing one prints a hidden line or label."""
+    from conftest import run_tito
+    from tito.course.registry import get_module
+
+    m = get_module(1)
+    ws = tmp_path / "ws"
+    assert run_tito("init", str(ws), cwd=tmp_path).returncode == 0
+    assert run_tito("module", "start", "01", cwd=ws).returncode == 0
+    path = ws / m.notebook_relpath
+    release = ws / ".tito" / "release" / f"{m.dirname}.ipynb"
+    secret, labels = hidden_lines([m]), hidden_labels([m])
+
+    def shows(text):
+        return [s for s in secret if s in text] + [f"label {x!r}" for x in labels
+                                                    if f"'{x}'" in text]
+
+    nbformat.write(fitted_notebook(release, m, FITTED[1]), path)
+    done = run_tito("module", "complete", "01", cwd=ws)
+    n = sum(c.is_graded for c in read_cells(m.source))
+    assert done.returncode == 0 and f"{n} tests: {n} passed" in done.stdout, done.stdout
+    assert not shows(done.stdout + done.stderr)
+    nbformat.write(fitted_notebook(release, m, [("elementwise", "return a + b\n",
+                                                 "return a - b\n", "")]), path)
+    done = run_tito("module", "complete", "01", cwd=ws)
+    assert done.returncode == 1 and "test_unit_arithmetic" in done.stdout, done.stdout
+    assert "hidden case" not in done.stdout and not shows(done.stdout + done.stderr)
+
+
+# ---- the cross-module leak check (run on the student build in test_student_build.py) -----------
+def test_the_leak_check_names_the_cell_the_module_and_the_solution(released, tmp_path):
+    """A solution block pasted (re-indented, re-spaced, commented) into another module's given
+    cell is found and named; the same lines in a solution cell's frame, or prose, are not."""
+    from cross_leaks import cross_leaks, solution_blocks
+    from tito.course.registry import get_module
+
+    block = max(solution_blocks(get_module(6)), key=lambda b: len(b.lines))
+    pasted = [f"  {block.shown[line].replace(' ', '  ')}  # copied" for line in block.lines]
+    notebook = nbformat.read(released[2], as_version=4)
+    target = next(c for c in notebook.cells if c.cell_type == "code"
+                  and not c.metadata.get("nbgrader", {}).get("solution")
+                  and c.metadata.get("nbgrader", {}).get("grade_id"))
+    target.source += "\n" + "\n".join(pasted)
+    modules = [get_module(2), get_module(6)]
+    releases = {2: tmp_path / "02.ipynb", 6: released[6]}
+    nbformat.write(notebook, releases[2])
+    found = [str(leak) for leak in cross_leaks(modules, releases)
+             if leak.released.startswith("module 02 ")]
+    gid = target.metadata["nbgrader"]["grade_id"]
+    assert any(f"cell '{gid}'" in f and f"module 06's solution cell '{block.cell}'" in f
+               for f in found), found
+    target.source = target.source.split("\n" + pasted[0])[0]  # back to the release
+    for cell in notebook.cells:
+        if cell.metadata.get("nbgrader", {}).get("solution") or cell.cell_type == "markdown":
+            cell.source += "\n" + "\n".join(pasted)
+    nbformat.write(notebook, releases[2])
+    assert not [leak for leak in cross_leaks(modules, releases)
+                if leak.released.startswith("module 02 ")]
