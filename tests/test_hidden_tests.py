@@ -538,3 +538,21 @@ def test_the_leak_check_names_the_cell_the_module_and_the_solution(released, tmp
     nbformat.write(notebook, releases[2])
     assert not [leak for leak in cross_leaks(modules, releases)
                 if leak.released.startswith("module 02 ")]
+
+
+def test_the_sites_released_notebooks_are_current_with_hidden_cases(released, tmp_path):
+    """`tito site build --check` compares the site's released notebooks with the lessons: a
+    notebook nbgrader just released (hidden cases removed) is current, an older one is not."""
+    from tito.site.build import notebook_problems
+    from tito.site.links import notebook_file
+
+    for m in WRITTEN:
+        path = tmp_path / notebook_file(m)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(nbformat.writes(nbformat.read(released[m.number], as_version=4)))
+    assert notebook_problems(tmp_path) == []
+    stale = nbformat.read(released[1], as_version=4)
+    test = next(c for c in stale.cells if c.metadata.get("nbgrader", {}).get("grade"))
+    test.source += "\n# an older line"
+    (tmp_path / notebook_file(WRITTEN[0])).write_text(nbformat.writes(stale))
+    assert [p for p in notebook_problems(tmp_path) if "older than its lesson" in p]
