@@ -290,6 +290,35 @@ def _plain_index(index):
     return index
 
 
+# %% nbgrader={"grade": false, "grade_id": "hidden-cases", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#| exporti
+# The instructor's grade (nbgrader) runs more cases than the tests show you: other shapes, other
+# values, edge cases, written after each test's visible ones and removed from your notebook. They
+# run through this helper, so a failure names only the kind of case and its inputs stay hidden.
+# `tito module complete` runs the visible cases alone: code that passes them is checked again
+# by the instructor on inputs you have not seen.
+def hidden_cases(check, cases):
+    """Run check(*args) for each `label: args` of `cases` (args not a tuple: check(args)); a
+    failure is reported by its label, the kind of case, never by its inputs."""
+    if not cases:
+        raise ValueError("hidden_cases() needs at least one case, or it tests nothing")
+    for label, args in cases.items():
+        failed = None
+        try:
+            check(*args) if isinstance(args, tuple) else check(args)
+        except NotImplementedError:
+            raise
+        except Exception as error:  # noqa: BLE001 - any failure of a hidden case is reported
+            failed = type(error).__name__  # only its kind: its message may show the inputs
+        if failed:
+            raise AssertionError(
+                f"hidden case '{label}' failed with {failed}: your code passes the cases you "
+                "can see but not this one, which the instructor's grade adds and keeps hidden. "
+                "Try inputs of your own against the rule this test states (other shapes, "
+                "values, edge cases) and look for code that fits only the visible examples"
+            )
+
+
 # %% [markdown]
 # ### Test: creating tensors
 #
@@ -298,13 +327,55 @@ def _plain_index(index):
 # %% nbgrader={"grade": true, "grade_id": "test_unit_tensor_creation", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_tensor_creation():
     """Lists, scalars and arrays become float32 tensors with the right shape."""
-    t = Tensor([[1, 2, 3], [4, 5, 6]])
-    assert t.shape == (2, 3), f"Tensor([[1, 2, 3], [4, 5, 6]]).shape is {t.shape}, expected (2, 3)"
-    assert t.dtype == np.float32, (
-        f"Tensor([[1, 2, 3], [4, 5, 6]]) has dtype {t.dtype}: store float32 by default, "
-        "converting with .astype(np.float32) when no dtype is given"
-    )
-    assert t.size == 6 and t.ndim == 2, f"size/ndim are {t.size}/{t.ndim}, expected 6/2"
+
+    def check_made(data, shape):
+        t = Tensor(data)
+        assert t.shape == shape, f"Tensor({data!r}).shape is {t.shape}, expected {shape}"
+        assert t.dtype == np.float32, (
+            f"Tensor({data!r}) has dtype {t.dtype}: store float32 by default, "
+            "converting with .astype(np.float32) when no dtype is given"
+        )
+        size, ndim = int(np.prod(shape)), len(shape)
+        assert t.size == size and t.ndim == ndim, (
+            f"size/ndim are {t.size}/{t.ndim}, expected {size}/{ndim}"
+        )
+
+    def check_no_copy(a):
+        assert Tensor(a).data is a or np.shares_memory(Tensor(a).data, a), (
+            f"Tensor(a {a.dtype} array) copied its input: use np.asarray so no copy is made "
+            "when the dtype already matches"
+        )
+
+    def check_item(data, want):
+        try:
+            one = Tensor(data).item()
+        except Exception as error:
+            raise AssertionError(
+                f"Tensor({data!r}).item() raised {type(error).__name__} ({error}): a one-element "
+                "tensor of any shape has an item; return self.data.item() (float() converts "
+                "only 0-d arrays)"
+            ) from error
+        assert one == want, f"Tensor({data!r}).item() gave {one!r}, expected {want}"
+
+    def check_item_error(data, shape):
+        try:
+            Tensor(data).item()
+        except ValueError as error:
+            assert str(shape) in str(error), (
+                f"item()'s error should name the shape {shape}: {error}"
+            )
+        except Exception as error:  # e.g. float(self.data): NumPy's TypeError does not teach
+            raise AssertionError(
+                f"Tensor({data!r}).item() raised {type(error).__name__} ({error}), expected a "
+                f"ValueError naming the shape {shape}: check self.data.size in item() and raise "
+                "ValueError yourself before converting, then return self.data.item()"
+            ) from None
+        else:
+            raise AssertionError(
+                f"item() on a tensor of shape {shape} must raise ValueError naming its shape"
+            )
+
+    check_made([[1, 2, 3], [4, 5, 6]], (2, 3))
     s = Tensor(3.5)
     assert s.shape == () and s.item() == 3.5, (
         f"Tensor(3.5) should be a 0-d tensor holding 3.5, got shape {s.shape}"
@@ -317,32 +388,10 @@ def test_unit_tensor_creation():
     assert Tensor(f64, dtype=np.float64).dtype == np.float64, (
         "Tensor(x, dtype=np.float64) must keep float64: gradient checks rely on it"
     )
-    a = np.ones(4, dtype=np.float32)
-    assert Tensor(a).data is a or np.shares_memory(Tensor(a).data, a), (
-        "Tensor(float32_array) copied its input: use np.asarray so no copy is made "
-        "when the dtype already matches"
-    )
+    check_no_copy(np.ones(4, dtype=np.float32))
     assert Tensor(Tensor([1.0, 2.0])).shape == (2,), "Tensor(another_tensor) should reuse its data"
-    try:
-        one = Tensor([7.0]).item()
-    except Exception as error:
-        raise AssertionError(
-            f"Tensor([7.0]).item() raised {type(error).__name__} ({error}): a one-element tensor "
-            "of any shape has an item; return self.data.item() (float() converts only 0-d arrays)"
-        ) from error
-    assert one == 7.0, f"Tensor([7.0]).item() gave {one!r}, expected 7.0"
-    try:
-        Tensor([1.0, 2.0]).item()
-    except ValueError as error:
-        assert "(2,)" in str(error), f"item()'s error should name the shape (2,): {error}"
-    except Exception as error:  # e.g. float(self.data): NumPy's TypeError does not teach
-        raise AssertionError(
-            f"Tensor([1.0, 2.0]).item() raised {type(error).__name__} ({error}), expected a "
-            "ValueError naming the shape (2,): check self.data.size in item() and raise "
-            "ValueError yourself before converting, then return self.data.item()"
-        ) from None
-    else:
-        raise AssertionError("item() on a 2-element tensor must raise ValueError naming its shape")
+    check_item([7.0], 7.0)
+    check_item_error([1.0, 2.0], (2,))
     text = repr(Tensor([1.0, 2.5]))
     assert text.startswith("Tensor(") and "2.5" in text, (
         f"repr(Tensor([1.0, 2.5])) is {text!r}: it should read like Tensor([1. , 2.5])"
@@ -350,9 +399,27 @@ def test_unit_tensor_creation():
     assert "requires_grad=True" in repr(Tensor([1.0], requires_grad=True)), (
         "repr should show requires_grad=True when it is set"
     )
+    ### BEGIN HIDDEN TESTS
+    hidden_cases(check_made, {
+        "a deeper nested list": ([[[1], [2]], [[3], [4]], [[5], [6]]], (3, 2, 1)),
+        "an integer array": (np.arange(10).reshape(5, 2), (5, 2)),
+        "a list of booleans": ([True, False, True], (3,)),
+        "a NumPy float64 scalar": (np.float64(-2.25), ()),
+    })
+    hidden_cases(check_no_copy, {"a float32 matrix": np.zeros((3, 2), dtype=np.float32)})
+    hidden_cases(check_item, {
+        "a nested one-element list": ([[[-0.5]]], -0.5),
+        "an integer scalar": (12, 12.0),
+    })
+    hidden_cases(check_item_error, {
+        "a matrix": (np.zeros((2, 2)), (2, 2)),
+        "an empty tensor": ([], (0,)),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_tensor_creation()
+
 
 # %% [markdown]
 # ## Part 2: operations and their records
@@ -542,21 +609,32 @@ def test_unit_records():
         def forward(a, scale=2.0):
             return a * a.dtype.type(scale)
 
+    class Blend(Function):
+        @staticmethod
+        def forward(a, b, w=0.5):
+            return a * a.dtype.type(w) + b * b.dtype.type(1 - w)
+
+    def check_record(fn, inputs, params, want):
+        out = fn.apply(*inputs, **params)
+        assert isinstance(out, Tensor) and np.allclose(out.data, want), (
+            "Function.apply should run forward on the arrays and wrap the result in a Tensor"
+        )
+        if not any(t.requires_grad for t in inputs):
+            assert out._ctx is None and not out.requires_grad, (
+                "ops on tensors that do not require grad must not record anything"
+            )
+            return
+        assert out.requires_grad, "the result of an op on a requires_grad tensor requires grad"
+        assert out._ctx is not None and out._ctx.fn is fn, (
+            "the result should record the op that made it"
+        )
+        assert out._ctx.parents == tuple(inputs) and out._ctx.params == params, (
+            "the record keeps the parent tensors and the op's parameters"
+        )
+
     a = Tensor([1.0, 2.0], requires_grad=True)
-    c = Twice.apply(a, scale=3.0)
-    assert isinstance(c, Tensor) and np.allclose(c.data, [3.0, 6.0]), (
-        "Function.apply should run forward on the arrays and wrap the result in a Tensor"
-    )
-    assert c.requires_grad, "the result of an op on a requires_grad tensor requires grad"
-    assert c._ctx is not None and c._ctx.fn is Twice, "the result should record the op that made it"
-    assert c._ctx.parents == (a,) and c._ctx.params == {"scale": 3.0}, (
-        "the record keeps the parent tensors and the op's parameters"
-    )
-    b = Tensor([3.0, 4.0])
-    d = Twice.apply(b)
-    assert d._ctx is None and not d.requires_grad, (
-        "ops on tensors that do not require grad must not record anything"
-    )
+    check_record(Twice, (a,), {"scale": 3.0}, [3.0, 6.0])
+    check_record(Twice, (Tensor([3.0, 4.0]),), {}, [6.0, 8.0])
     previous = set_grad_enabled(False)
     try:
         assert Twice.apply(a)._ctx is None, "with grad disabled, nothing is recorded"
@@ -564,9 +642,23 @@ def test_unit_records():
         set_grad_enabled(previous)
     assert a.detach()._ctx is None and not a.detach().requires_grad, "detach() makes a leaf"
     assert a.grad is None, "a new tensor's grad is None until backward fills it"
+    ### BEGIN HIDDEN TESTS
+    made = Twice.apply(Tensor([[0.5], [-1.0]], requires_grad=True))
+    hidden_cases(check_record, {
+        "two parents, only the second requiring grad": (
+            Blend, (Tensor([1.0, 2.0]), Tensor([5.0, -3.0], requires_grad=True)), {"w": 0.25},
+            [4.0, -1.75]),
+        "two parents, neither requiring grad": (
+            Blend, (Tensor([[2.0]]), Tensor([[4.0]])), {}, [[3.0]]),
+        "the result of an earlier op as the parent": (Twice, (made,), {}, [[2.0], [-4.0]]),
+        "a float64 scalar tensor": (
+            Twice, (Tensor(1.5, dtype=np.float64, requires_grad=True),), {"scale": -2.0}, -3.0),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_records()
+
 
 # %% [markdown]
 # ## Part 3: element-wise arithmetic and broadcasting
@@ -677,35 +769,45 @@ def test_unit_arithmetic():
         f"Tensor(a float32 array) has dtype {made}: your Tensor constructor changes the dtype "
         "(see test_unit_tensor_creation). Fix the constructor first; this test's ops are not at fault"
     )
-    x = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype=np.float32)
-    y = np.array([0.5, -1.0, 2.0], dtype=np.float32)
-    a, b = Tensor(x), Tensor(y)
-    cases = {
-        "a + b": (lambda: a + b, x + y), "a - b": (lambda: a - b, x - y),
-        "a * b": (lambda: a * b, x * y), "a / b": (lambda: a / b, x / y), "-a": (lambda: -a, -x),
-        "a ** 2": (lambda: a ** 2, x ** 2), "a ** 0.5": (lambda: a ** 0.5, x ** 0.5),
-        "a.exp()": (lambda: a.exp(), np.exp(x)), "a.log()": (lambda: a.log(), np.log(x)),
-        "1 + a": (lambda: 1 + a, 1 + x), "2 - a": (lambda: 2 - a, 2 - x),
-        "a * 3": (lambda: a * 3, x * 3), "1 / a": (lambda: 1 / a, 1 / x),
-        "a / 4": (lambda: a / 4, x / 4),
-    }
-    for name, (op, want) in cases.items():
-        try:
-            got = op()
-        except Exception as error:
-            raise AssertionError(
-                f"{name} with a of shape {x.shape} and b of shape {y.shape} raised "
-                f"{type(error).__name__}: {error} -- expected NumPy's {name}, shape {want.shape}. "
-                "Apply the NumPy operation to the arrays exactly as forward receives them: "
-                "NumPy broadcasts them, no reshaping is needed"
-            ) from error
-        assert isinstance(got, Tensor), f"{name} should return a Tensor, got {type(got).__name__}"
-        assert got.shape == want.shape, f"{name} has shape {got.shape}, expected {want.shape}"
-        assert np.allclose(got.data, want, rtol=1e-6), f"{name} gave {got.data}, expected {want}"
-        assert got.dtype == np.float32, (
-            f"{name} has dtype {got.dtype}: a float32 op must stay float32 (did a float64 "
-            "constant sneak in? use a.dtype.type(value))"
-        )
+
+    def check_ops(x, y):
+        """Every op on a = Tensor(x), b = Tensor(y) against NumPy (x > 0, y != 0)."""
+        a, b = Tensor(x), Tensor(y)
+        cases = {
+            "a + b": (lambda: a + b, x + y), "a - b": (lambda: a - b, x - y),
+            "a * b": (lambda: a * b, x * y), "a / b": (lambda: a / b, x / y),
+            "-a": (lambda: -a, -x),
+            "a ** 2": (lambda: a ** 2, x ** 2), "a ** 0.5": (lambda: a ** 0.5, x ** 0.5),
+            "a.exp()": (lambda: a.exp(), np.exp(x)), "a.log()": (lambda: a.log(), np.log(x)),
+            "1 + a": (lambda: 1 + a, 1 + x), "2 - a": (lambda: 2 - a, 2 - x),
+            "a * 3": (lambda: a * 3, x * 3), "1 / a": (lambda: 1 / a, 1 / x),
+            "a / 4": (lambda: a / 4, x / 4),
+        }
+        for name, (op, want) in cases.items():
+            try:
+                got = op()
+            except Exception as error:
+                raise AssertionError(
+                    f"{name} with a of shape {x.shape} and b of shape {y.shape} raised "
+                    f"{type(error).__name__}: {error} -- expected NumPy's {name}, shape "
+                    f"{want.shape}. "
+                    "Apply the NumPy operation to the arrays exactly as forward receives them: "
+                    "NumPy broadcasts them, no reshaping is needed"
+                ) from error
+            assert isinstance(got, Tensor), (
+                f"{name} should return a Tensor, got {type(got).__name__}"
+            )
+            assert got.shape == want.shape, f"{name} has shape {got.shape}, expected {want.shape}"
+            assert np.allclose(got.data, want, rtol=1e-6), (
+                f"{name} gave {got.data}, expected {want}"
+            )
+            assert got.dtype == np.float32, (
+                f"{name} has dtype {got.dtype}: a float32 op must stay float32 (did a float64 "
+                "constant sneak in? use a.dtype.type(value))"
+            )
+
+    check_ops(np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype=np.float32),
+              np.array([0.5, -1.0, 2.0], dtype=np.float32))
     col = Tensor(np.arange(3, dtype=np.float32).reshape(3, 1))
     row = Tensor(np.arange(4, dtype=np.float32).reshape(1, 4))
     assert (col + row).shape == (3, 4), (
@@ -713,24 +815,56 @@ def test_unit_arithmetic():
     )
     f64 = Tensor([1.0, 2.0], dtype=np.float64)
     assert (f64 * 0.5).dtype == np.float64, "float64 tensors stay float64 (gradient checks)"
+    ### BEGIN HIDDEN TESTS
+    rng = np.random.default_rng(101)
+
+    def positive(*shape):
+        return rng.uniform(0.25, 3.0, shape).astype(np.float32)
+
+    def nonzero(*shape):
+        return (positive(*shape) * rng.choice([-1.0, 1.0], shape)).astype(np.float32)
+
+    hidden_cases(check_ops, {
+        "a column against a row": (positive(4, 1), nonzero(1, 5)),
+        "a batch of matrices against a matrix": (positive(2, 3, 4), nonzero(3, 4)),
+        "the second operand the larger": (positive(3), nonzero(2, 3)),
+        "two scalar tensors": (positive(), nonzero()),
+        "equal shapes": (positive(5, 2), nonzero(5, 2)),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_arithmetic()
 
+
 # %% nbgrader={"grade": true, "grade_id": "test_unit_shape_errors", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
 def test_unit_shape_errors():
     """Incompatible shapes raise a ShapeError that names both shapes."""
-    try:
-        Tensor(np.ones((2, 3))) + Tensor(np.ones(4))
-    except ShapeError as error:
-        assert "(2, 3)" in str(error) and "(4,)" in str(error), (
-            f"the error should name both shapes (2, 3) and (4,): {error}"
-        )
-    else:
-        raise AssertionError("(2, 3) + (4,) must raise ShapeError: 3 and 4 cannot broadcast")
+
+    def check_refused(name, op, x_shape, y_shape):
+        try:
+            op(Tensor(np.ones(x_shape)), Tensor(np.ones(y_shape)))
+        except ShapeError as error:
+            assert str(x_shape) in str(error) and str(y_shape) in str(error), (
+                f"the error should name both shapes {x_shape} and {y_shape}: {error}"
+            )
+        else:
+            raise AssertionError(
+                f"{x_shape} {name} {y_shape} must raise ShapeError: those shapes cannot broadcast"
+            )
+
+    check_refused("+", lambda a, b: a + b, (2, 3), (4,))
+    ### BEGIN HIDDEN TESTS
+    hidden_cases(check_refused, {
+        "a product of a batch and a matrix": ("*", lambda a, b: a * b, (3, 2, 1), (4, 2)),
+        "a difference of two vectors": ("-", lambda a, b: a - b, (5,), (6,)),
+        "a quotient of a column and a matrix": ("/", lambda a, b: a / b, (3, 1), (2, 4)),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_shape_errors()
+
 
 # %% [markdown]
 # ## Part 4: matrix multiplication
@@ -782,16 +916,34 @@ def test_unit_matmul():
         f"Tensor(a float32 array) has dtype {made}: your Tensor constructor changes the dtype "
         "(see test_unit_tensor_creation). Fix the constructor first; this test's ops are not at fault"
     )
+
+    def check_product(a, b):
+        got, want = Tensor(a) @ Tensor(b), a @ b
+        assert got.shape == want.shape, (
+            f"{a.shape} @ {b.shape} should be {want.shape}, got {got.shape}"
+        )
+        first_row = np.reshape(got.data, (-1, want.shape[-1]))[0]
+        assert np.allclose(got.data, want, atol=1e-5), (
+            f"{a.shape} @ {b.shape}: first row {np.round(first_row, 4)}, expected "
+            f"{np.round(np.reshape(want, (-1, want.shape[-1]))[0], 4)} (NumPy's a @ b): use "
+            "np.matmul(a, b), not the element-wise a * b"
+        )
+        assert got.dtype == np.float32, f"matmul of float32 tensors gave {got.dtype}"
+
+    def check_refused(a_shape, b_shape):
+        try:
+            Tensor(np.ones(a_shape)) @ Tensor(np.ones(b_shape))
+        except ShapeError as error:
+            assert str(a_shape) in str(error), f"the matmul error should name both shapes: {error}"
+        else:
+            raise AssertionError(
+                f"{a_shape} @ {b_shape} must raise ShapeError: the inner sizes differ"
+            )
+
     rng = np.random.default_rng(0)
     a = rng.standard_normal((4, 3)).astype(np.float32)
     b = rng.standard_normal((3, 5)).astype(np.float32)
-    got = Tensor(a) @ Tensor(b)
-    assert got.shape == (4, 5), f"(4, 3) @ (3, 5) should be (4, 5), got {got.shape}"
-    assert np.allclose(got.data, a @ b, atol=1e-5), (
-        f"(4, 3) @ (3, 5): first row {np.round(got.data[0], 4)}, expected {np.round((a @ b)[0], 4)} "
-        "(NumPy's a @ b): use np.matmul(a, b), not the element-wise a * b"
-    )
-    assert got.dtype == np.float32, f"matmul of float32 tensors gave {got.dtype}"
+    check_product(a, b)
     batch = rng.standard_normal((2, 4, 3)).astype(np.float32)
     got = Tensor(batch) @ Tensor(b)
     assert got.shape == (2, 4, 5), (
@@ -804,15 +956,29 @@ def test_unit_matmul():
     v = rng.standard_normal(3).astype(np.float32)
     assert (Tensor(a) @ Tensor(v)).shape == (4,), "(4, 3) @ (3,) is a vector of shape (4,)"
     assert Tensor(a).matmul(Tensor(b)).shape == (4, 5), "matmul() is the same as @"
-    try:
-        Tensor(a) @ Tensor(a)
-    except ShapeError as error:
-        assert "(4, 3)" in str(error), f"the matmul error should name both shapes: {error}"
-    else:
-        raise AssertionError("(4, 3) @ (4, 3) must raise ShapeError: inner sizes 3 and 4 differ")
+    check_refused((4, 3), (4, 3))
+    ### BEGIN HIDDEN TESTS
+    rng = np.random.default_rng(202)
+
+    def normal(*shape):
+        return (rng.standard_normal(shape) * 3).astype(np.float32)
+
+    hidden_cases(check_product, {
+        "one by one times a row": (normal(1, 1), normal(1, 7)),
+        "a product with one column": (normal(5, 2), normal(2, 1)),
+        "two batches of matrices": (normal(3, 2, 4), normal(3, 4, 2)),
+        "batch axes that broadcast": (normal(2, 1, 3, 4), normal(5, 4, 2)),
+        "a vector times a matrix": (normal(3), normal(3, 4)),
+    })
+    hidden_cases(check_refused, {
+        "two batches whose inner sizes differ": ((2, 3, 4), (2, 3, 4)),
+        "a matrix times a vector of the wrong length": ((2, 5), (4,)),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_matmul()
+
 
 # %% [markdown]
 # ## Part 5: shapes and indexing
@@ -874,34 +1040,75 @@ class GetItem(Function):
 # %% nbgrader={"grade": true, "grade_id": "test_unit_shapes", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_shapes():
     """reshape, transpose, permute and indexing match NumPy."""
+
+    def check_like_numpy(x, name, on_tensor, on_array, fix):
+        """on_tensor(Tensor(x)) must hold what on_array(x) gives in NumPy, shape and order."""
+        got, want = on_tensor(Tensor(x)), on_array(x)
+        assert got.shape == want.shape and np.array_equal(got.data, want), (
+            f"{name} of shape {x.shape} gave shape {got.shape}, expected {want.shape}: {fix}"
+        )
+
+    def check_reshape_refused(x, shape):
+        try:
+            Tensor(x).reshape(*shape)
+        except ShapeError as error:
+            assert str(x.shape) in str(error), f"the reshape error should name the shape: {error}"
+        else:
+            raise AssertionError(
+                f"reshape of {x.size} elements into {shape} must raise ShapeError"
+            )
+
     x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     t = Tensor(x)
     assert t.reshape(6, 4).shape == (6, 4), f"reshape(6, 4) gave {t.reshape(6, 4).shape}"
     assert t.reshape((4, -1)).shape == (4, 6), "reshape((4, -1)) should infer 6"
-    assert np.array_equal(t.reshape(-1).data, x.reshape(-1)), "reshape must keep element order"
-    try:
-        t.reshape(5, 5)
-    except ShapeError as error:
-        assert "(2, 3, 4)" in str(error), f"the reshape error should name the shape: {error}"
-    else:
-        raise AssertionError("reshape of 24 elements into (5, 5) must raise ShapeError")
+    check_reshape_refused(x, (5, 5))
     assert t.transpose().shape == (2, 4, 3), (
         f"transpose() swaps the last two axes: expected (2, 4, 3), got {t.transpose().shape}"
     )
-    assert np.array_equal(t.transpose(0, 2).data, x.swapaxes(0, 2)), "transpose(0, 2) swaps axes 0, 2"
-    assert np.array_equal(t.permute(2, 0, 1).data, x.transpose(2, 0, 1)), "permute(2, 0, 1) is wrong"
-    m = Tensor(x[0])
-    assert np.array_equal(m.T.data, x[0].T), "T reverses the axes of a matrix"
-    assert np.array_equal(t[1].data, x[1]), "t[1] should select the second block"
-    assert np.array_equal(t[:, 1:, ::2].data, x[:, 1:, ::2]), "slicing should match NumPy"
     idx = np.array([2, 0, 2])
-    assert np.array_equal(m[idx].data, x[0][idx]), "indexing with an array picks rows (repeats ok)"
-    assert np.array_equal(m[Tensor(idx, dtype=np.int64)].data, x[0][idx]), (
-        "indexing with an integer Tensor should work like indexing with its array"
-    )
+    table = [  # (name, on a Tensor, on its array, what it should do)
+        ("reshape(-1)", lambda t: t.reshape(-1), lambda a: a.reshape(-1),
+         "reshape must keep element order"),
+        ("transpose(0, 2)", lambda t: t.transpose(0, 2), lambda a: a.swapaxes(0, 2),
+         "transpose(0, 2) swaps axes 0, 2"),
+        ("permute(2, 0, 1)", lambda t: t.permute(2, 0, 1), lambda a: a.transpose(2, 0, 1),
+         "permute(2, 0, 1) is wrong"),
+        ("t[0].T", lambda t: t[0].T, lambda a: a[0].T, "T reverses the axes of a matrix"),
+        ("t[1]", lambda t: t[1], lambda a: a[1], "t[1] should select the second block"),
+        ("t[:, 1:, ::2]", lambda t: t[:, 1:, ::2], lambda a: a[:, 1:, ::2],
+         "slicing should match NumPy"),
+        ("t[0][[2, 0, 2]]", lambda t: t[0][idx], lambda a: a[0][idx],
+         "indexing with an array picks rows (repeats ok)"),
+        ("t[0][Tensor([2, 0, 2])]", lambda t: t[0][Tensor(idx, dtype=np.int64)],
+         lambda a: a[0][idx],
+         "indexing with an integer Tensor should work like indexing with its array"),
+    ]
+    for row in table:
+        check_like_numpy(x, *row)
+    ### BEGIN HIDDEN TESTS
+    y = np.random.default_rng(303).standard_normal((3, 1, 5, 2)).astype(np.float32)
+    rows = np.array([4, 4, 1, 0])
+    hidden_cases(check_like_numpy, {
+        "a reshape of a four-axis array": (
+            y, "reshape", lambda t: t.reshape(5, -1, 3), lambda a: a.reshape(5, -1, 3), ""),
+        "a transpose of the last two axes": (
+            y, "transpose", lambda t: t.transpose(), lambda a: a.swapaxes(-1, -2), ""),
+        "a transpose of negative axes": (
+            y, "transpose", lambda t: t.transpose(-3, 0), lambda a: a.swapaxes(-3, 0), ""),
+        "a permutation of four axes": (
+            y, "permute", lambda t: t.permute(3, 1, 0, 2), lambda a: a.transpose(3, 1, 0, 2), ""),
+        "integer and slice indexing together": (
+            y, "index", lambda t: t[-1, :, 1:4:2], lambda a: a[-1, :, 1:4:2], ""),
+        "an index array on the second axis": (
+            y, "index", lambda t: t[0, 0][rows], lambda a: a[0, 0][rows], ""),
+    })
+    hidden_cases(check_reshape_refused, {"a reshape that loses elements": (y, (7, 4))})
+    ### END HIDDEN TESTS
 
 
 test_unit_shapes()
+
 
 # %% [markdown]
 # ## Part 6: reductions
@@ -951,37 +1158,54 @@ def test_unit_reductions():
         f"Tensor(a float32 array) has dtype {made}: your Tensor constructor changes the dtype "
         "(see test_unit_tensor_creation). Fix the constructor first; this test's ops are not at fault"
     )
+
+    def check_reductions(x, axes):
+        """sum, mean and max of Tensor(x) over each of `axes`, with and without keepdims."""
+        t = Tensor(x)
+        calls = [(n, a, k) for n in ("sum", "mean", "max") for a in axes for k in (False, True)]
+        for name, axis, keepdims in calls:
+            got = getattr(t, name)(axis=axis, keepdims=keepdims)
+            want = getattr(np, name)(x, axis=axis, keepdims=keepdims)
+            call = f"{name}(axis={axis}, keepdims={keepdims}) of shape {x.shape}"
+            if got.shape != np.shape(want):
+                flipped = np.shape(getattr(np, name)(x, axis=axis, keepdims=not keepdims))
+                hint = ("keepdims was not passed through to NumPy" if got.shape == flipped else
+                        f"the result is not reduced over axis={axis}: pass axis through to NumPy")
+                raise AssertionError(
+                    f"{call} has shape {got.shape}, expected {np.shape(want)}: {hint}")
+            if not np.allclose(got.data, want):
+                shown = np.round(np.ravel(got.data)[:4], 3), np.round(np.ravel(want)[:4], 3)
+                hint = ""
+                flat = np.ravel(got.data)
+                ratio = np.ravel(want) / np.where(flat == 0, np.nan, flat)
+                ratio = ratio[np.isfinite(ratio) & (np.ravel(want) != 0)]
+                if name == "mean" and ratio.size and np.allclose(ratio, ratio[0]):
+                    count = x.size // np.size(want)
+                    hint = (f": your mean divides by {count * ratio[0]:g} instead of {count}, the "
+                            f"number of elements along axis={axis}")
+                raise AssertionError(
+                    f"{call} starts {shown[0]}, expected {shown[1]} (NumPy){hint}")
+            assert got.dtype == np.float32, f"{name} of float32 data gave {got.dtype}"
+
     x = np.arange(24, dtype=np.float32).reshape(2, 3, 4) - 7.5
+    check_reductions(x, (None, 0, -1, (0, 2)))
     t = Tensor(x)
-    for name in ("sum", "mean", "max"):
-        for axis in (None, 0, -1, (0, 2)):
-            for keepdims in (False, True):
-                got = getattr(t, name)(axis=axis, keepdims=keepdims)
-                want = getattr(np, name)(x, axis=axis, keepdims=keepdims)
-                call = f"{name}(axis={axis}, keepdims={keepdims}) of shape {x.shape}"
-                if got.shape != np.shape(want):
-                    flipped = np.shape(getattr(np, name)(x, axis=axis, keepdims=not keepdims))
-                    hint = ("keepdims was not passed through to NumPy" if got.shape == flipped else
-                            f"the result is not reduced over axis={axis}: pass axis through to NumPy")
-                    raise AssertionError(
-                        f"{call} has shape {got.shape}, expected {np.shape(want)}: {hint}")
-                if not np.allclose(got.data, want):
-                    shown = np.round(np.ravel(got.data)[:4], 3), np.round(np.ravel(want)[:4], 3)
-                    hint = ""
-                    ratio = np.ravel(want) / np.where(np.ravel(got.data) == 0, np.nan, np.ravel(got.data))
-                    ratio = ratio[np.isfinite(ratio) & (np.ravel(want) != 0)]
-                    if name == "mean" and ratio.size and np.allclose(ratio, ratio[0]):
-                        count = x.size // np.size(want)
-                        hint = (f": your mean divides by {count * ratio[0]:g} instead of {count}, the "
-                                f"number of elements along axis={axis}")
-                    raise AssertionError(
-                        f"{call} starts {shown[0]}, expected {shown[1]} (NumPy){hint}")
-                assert got.dtype == np.float32, f"{name} of float32 data gave {got.dtype}"
     assert t.sum().shape == (), "sum() with no axis reduces to a 0-d tensor"
     assert abs(t.mean().item() - float(x.mean())) < 1e-5, "mean() of everything is wrong"
+    ### BEGIN HIDDEN TESTS
+    rng = np.random.default_rng(404)
+    hidden_cases(check_reductions, {
+        "a vector": (rng.standard_normal(7).astype(np.float32), (None, 0, -1)),
+        "four axes with a size-one axis": (
+            rng.standard_normal((3, 1, 2, 5)).astype(np.float32), (1, (1, 3), (-1, -2), None)),
+        "all values negative": (-rng.uniform(1, 9, (4, 6)).astype(np.float32), (0, 1, None)),
+        "one row": (rng.standard_normal((1, 9)).astype(np.float32), (0, -1)),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_reductions()
+
 
 # %% [markdown]
 # ## Systems analysis: memory and vectorization, measured on your machine

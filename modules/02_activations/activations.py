@@ -160,9 +160,25 @@ def test_unit_relu():
     ])
     expect_close("relu([-3, 4]) of a list", relu([-3.0, 4.0]).data, [0.0, 4.0],
                  "relu should accept anything Tensor() accepts")
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    rng = np.random.default_rng(2001)
+    cube = rng.standard_normal((3, 4, 2)).astype(np.float32)
+    far = rng.standard_normal((2, 5)) * 1e6
+    hidden_cases(check_elementwise, {
+        "a three-axis array": ("relu", relu, [(cube, np.where(cube > 0, cube, 0), fix)]),
+        "float64 values far from zero": ("relu", relu, [(far, np.where(far > 0, far, 0), fix)]),
+        "tiny values of both signs": ("relu", relu, [([-1e-30, 1e-30, -0.0], [0, 1e-30, 0], fix)]),
+        "only negative values": ("relu", relu, [(-np.abs(cube), np.zeros(cube.shape), fix)]),
+        "a NaN inside a matrix": ("relu", relu, [([[1.0, np.nan], [-2.0, 3.0]],
+                                                  [[1.0, np.nan], [0.0, 3.0]], fix)]),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_relu()
+
 
 # %% [markdown]
 # ## Part 2: sigmoid and tanh
@@ -258,9 +274,26 @@ def test_unit_sigmoid():
     expect_close("sigmoid(x) + sigmoid(-x) over 1,000 random x",
                  sigmoid(Tensor(v)).data + sigmoid(Tensor(-v)).data, np.ones(1000),
                  "it should be 1 for every x: one of your two branches is wrong", atol=1e-6)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    def logistic(x):  # 1 / (1 + e^-x) through tanh, in float64: another route to the values
+        return 0.5 * (1.0 + np.tanh(np.asarray(x, dtype=np.float64) / 2))
+
+    grid = np.linspace(-30.0, 30.0, 121)
+    block = (np.random.default_rng(2002).standard_normal((3, 2, 4)) * 6).astype(np.float32)
+    edge = [-88.0, -89.0, 88.0, 89.0, -1e30, 1e30]
+    hidden_cases(check_elementwise, {
+        "a float64 grid": ("sigmoid", sigmoid, [(grid, logistic(grid), fix)]),
+        "a three-axis float32 array": ("sigmoid", sigmoid, [(block, logistic(block), fix)]),
+        "values at the edge of float32's exp": (
+            "sigmoid", sigmoid, [(edge, logistic(edge), stable)]),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_sigmoid()
+
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_tanh", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 def test_unit_tanh():
@@ -271,9 +304,26 @@ def test_unit_tanh():
         ([-1000.0, 1000.0], [-1.0, 1.0], "(e^x - e^-x) / (e^x + e^-x) overflows to inf / inf; "
          "np.tanh does not"),
     ], atol=1e-6)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    def by_math(x):
+        x = np.asarray(x, dtype=np.float64)
+        return np.array([math.tanh(v) for v in x.ravel()]).reshape(x.shape)
+
+    grid = np.linspace(-12.0, 12.0, 97)
+    block = np.random.default_rng(2003).standard_normal((4, 1, 3)).astype(np.float32)
+    hidden_cases(check_elementwise, {
+        "a float64 grid": ("tanh", tanh, [(grid, by_math(grid), "")], 1e-6, 1e-6),
+        "a three-axis float32 array": ("tanh", tanh, [(block, by_math(block), "")], 1e-6, 1e-6),
+        "huge values of float32": ("tanh", tanh, [([-3e38, 3e38, -1e-20], [-1, 1, -1e-20], "")],
+                                   1e-6, 1e-6),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_tanh()
+
 
 # %% [markdown]
 # ## Part 3: the error function, vectorized
@@ -398,8 +448,32 @@ def test_unit_erf():
         far = erfc(np.array([-1000.0, 1000.0]))
     assert np.array_equal(far, [2.0, 0.0]), f"erfc([-1000, 1000]) gave {far}, expected [2, 0]"
 
+    def check_like_math(x):
+        """erf and erfc of a float64 array of any shape against the math module."""
+        want = [np.array([f(v) for v in x.ravel()]).reshape(x.shape) for f in (math.erf, math.erfc)]
+        expect_close(f"erf of shape {x.shape}", erf(x), want[0],
+                     "erf works on any shape: compute element-wise on the whole array", atol=2e-7)
+        expect_close(f"erfc of shape {x.shape}", erfc(x), want[1],
+                     "erfc(x) for x < 0 is 2 - erfc(-x); the tail is t * exp(P(t) - x**2)",
+                     rtol=2e-7, atol=0.0)
+
+    check_like_math(np.array([[-1.5, 0.25], [3.0, 9.5]]))
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    rng = np.random.default_rng(2004)
+    hidden_cases(check_like_math, {
+        "a three-axis array": rng.standard_normal((2, 3, 4)) * 3,
+        "the far right tail": np.linspace(15.0, 25.0, 41),
+        "the left tail": np.linspace(-7.0, -3.0, 17),
+        "values near zero": np.linspace(-1e-3, 1e-3, 11),
+        "a scalar array": np.array(0.75),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_erf()
+
 
 # %% [markdown]
 # ## Part 4: smooth ReLUs: GELU and SiLU
@@ -511,9 +585,38 @@ def test_unit_gelu():
         ], rtol=1e-5, atol=1e-6)
     expect_error("gelu(x, approximate='exact')", lambda: gelu(Tensor(x), approximate="exact"),
                  ValueError, ["none", "tanh"], "only 'none' and 'tanh' exist")
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    def formulas(v):  # both forms from the math module, in float64, for any shape
+        v = np.asarray(v, dtype=np.float64)
+        none = [t * 0.5 * math.erfc(-t / math.sqrt(2)) for t in v.ravel()]
+        tanh = [0.5 * t * (1 + math.tanh(k * (t + 0.044715 * t**3))) for t in v.ravel()]
+        return np.reshape(none, v.shape), np.reshape(tanh, v.shape)
+
+    rng = np.random.default_rng(2005)
+    wide = rng.standard_normal((3, 5)) * 4
+    block = (rng.standard_normal((2, 2, 3)) * 3).astype(np.float32)
+    ends = np.array([-40.0, -12.0, 12.0, 40.0], dtype=np.float32)
+    hidden_cases(check_elementwise, {
+        "a float64 matrix, exact form": (
+            "gelu", exact_gelu, [(wide, formulas(wide)[0], "")], 1e-6, 0.0),
+        "a float64 matrix, tanh form": (
+            "gelu", tanh_gelu, [(wide, formulas(wide)[1], "")], 1e-12, 1e-12),
+        "a three-axis float32 array, exact form": (
+            "gelu", exact_gelu, [(block, formulas(block)[0], "")], 1e-5, 1e-6),
+        "a three-axis float32 array, tanh form": (
+            "gelu", tanh_gelu, [(block, formulas(block)[1], "")], 1e-5, 1e-6),
+        "large float32 values, exact form": (
+            "gelu", exact_gelu, [(ends, formulas(ends)[0], "")], 1e-5, 1e-6),
+        "large float32 values, tanh form": (
+            "gelu", tanh_gelu, [(ends, formulas(ends)[1], "")], 1e-5, 1e-6),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_gelu()
+
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_silu", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 def test_unit_silu():
@@ -524,9 +627,26 @@ def test_unit_silu():
         ([-1000.0, 1000.0], [0.0, 1000.0], "reuse SigmoidFunction.forward, which never "
          "overflows, instead of writing 1 / (1 + exp(-x)) again"),
     ])
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    def by_tanh(v):  # x * sigmoid(x) with sigmoid(x) = (1 + tanh(x / 2)) / 2, in float64
+        v = np.asarray(v, dtype=np.float64)
+        return v * 0.5 * (1.0 + np.tanh(v / 2))
+
+    rng = np.random.default_rng(2006)
+    grid = np.linspace(-20.0, 20.0, 81)
+    block = (rng.standard_normal((4, 3, 2)) * 5).astype(np.float32)
+    hidden_cases(check_elementwise, {
+        "a float64 grid": ("silu", silu, [(grid, by_tanh(grid), "")]),
+        "a three-axis float32 array": ("silu", silu, [(block, by_tanh(block), "")], 1e-6, 1e-6),
+        "values far below zero": ("silu", silu, [([-90.0, -500.0, -1e30], [0.0, 0.0, 0.0], "")]),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_silu()
+
 
 # %% [markdown]
 # ## Part 5: softmax and log-softmax
@@ -616,6 +736,13 @@ def softmax_reference(x, axis):
 
 def test_unit_softmax():
     """softmax gives probabilities along the chosen axis, stably, in float32."""
+
+    def check_softmax(x_, axis, fix):
+        what = f"softmax({short_repr(x_)}, axis={axis})"
+        y = no_fp_errors(what, lambda: softmax(Tensor(x_), axis=axis), fix)
+        assert y.dtype == np.float32, f"{what} gave {y.dtype}, expected float32"
+        expect_close(what, y.data, softmax_reference(x_, axis)[0], fix, atol=1e-6)
+
     x = np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]], dtype=np.float32)
     t = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
     big = np.array([[1000.0, 1000.0], [-1000.0, 0.0], [1000.0, -1000.0]], dtype=np.float32)
@@ -628,18 +755,30 @@ def test_unit_softmax():
         (x + np.float32(50), -1, "softmax(x + 50) must equal softmax(x): subtract the maximum"),
     ]
     for x_, axis, fix in cases:
-        what = f"softmax({short_repr(x_)}, axis={axis})"
-        y = no_fp_errors(what, lambda: softmax(Tensor(x_), axis=axis), fix)
-        assert y.dtype == np.float32, f"{what} gave {y.dtype}, expected float32"
-        expect_close(what, y.data, softmax_reference(x_, axis)[0], fix, atol=1e-6)
+        check_softmax(x_, axis, fix)
     before = x.copy()
     softmax(Tensor(x))
     assert np.array_equal(x, before), (
         "softmax modified its input array: work in place only on the new array x - max"
     )
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    rng = np.random.default_rng(2007)
+    four = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    masked = np.array([[0.5, -np.inf, 2.0], [-np.inf, 1.0, -np.inf]], dtype=np.float32)
+    hidden_cases(check_softmax, {
+        "a four-axis array over an inner axis": (four, 2, ""),
+        "a four-axis array over the first axis": (four * 30, 0, ""),
+        "one column": (rng.standard_normal((5, 1)).astype(np.float32), -1, ""),
+        "masked entries": (masked, -1, ""),
+        "very negative rows": (four[0, 0] - np.float32(3e4), -1, ""),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_softmax()
+
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_log_softmax", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_log_softmax():
@@ -648,16 +787,34 @@ def test_unit_log_softmax():
     big = np.array([[0.0, -1000.0], [1000.0, 1000.0]], dtype=np.float32)
     fix = ("subtract m + log(sum(exp(x - m))), with m the maximum along axis; never take "
            "log(softmax(x)), which is -inf where softmax underflows")
-    for x_, axis in ((x, -1), (x, 0), (big, -1)):
+
+    def check_log_softmax(x_, axis):
         what = f"log_softmax({short_repr(x_)}, axis={axis})"
         y = no_fp_errors(what, lambda: log_softmax(Tensor(x_), axis=axis), fix)
         assert y.dtype == np.float32, f"{what} gave {y.dtype}, expected float32"
         expect_close(what, y.data, softmax_reference(x_, axis)[1], fix, rtol=1e-6, atol=1e-5)
+
+    for x_, axis in ((x, -1), (x, 0), (big, -1)):
+        check_log_softmax(x_, axis)
     expect_close("log(softmax(x))", np.log(softmax(Tensor(x)).data), softmax_reference(x, -1)[1],
                  "log_softmax is right but softmax is not: see test_unit_softmax", atol=1e-5)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    rng = np.random.default_rng(2008)
+    three = (rng.standard_normal((3, 2, 5)) * 4).astype(np.float32)
+    hidden_cases(check_log_softmax, {
+        "a three-axis array over the middle axis": (three, 1),
+        "a three-axis array over the last axis": (three, -1),
+        "rows with a huge spread": (np.array([[-1e4, 0.0, 1e4], [5.0, -3e3, 5.0]],
+                                             dtype=np.float32), -1),
+        "one column": (three[:, :, :1].reshape(6, 1), -1),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_log_softmax()
+
 
 # %% [markdown]
 # ## Part 6: activations as objects
@@ -777,40 +934,72 @@ class LogSoftmax(_Activation):
 # %% nbgrader={"grade": true, "grade_id": "test_unit_activation_classes", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 def test_unit_activation_classes():
     """Each class, called on a tensor, gives its function's result; repr shows the settings."""
-    x = Tensor([[-2.0, 0.5, 3.0], [1.0, -1.0, 0.0]])
-    pairs = [
-        (ReLU(), relu(x)), (Sigmoid(), sigmoid(x)), (Tanh(), tanh(x)),
-        (GELU(), gelu(x)), (GELU(approximate="tanh"), gelu(x, approximate="tanh")),
-        (SiLU(), silu(x)), (Softmax(axis=0), softmax(x, axis=0)),
-        (LogSoftmax(), log_softmax(x)),
-    ]
-    for layer, want in pairs:
-        got = layer(x)
-        assert isinstance(got, Tensor), f"{layer!r}(x) returned {type(got).__name__}, not a Tensor"
-        assert np.array_equal(got.data, want.data), (
-            f"{layer!r}(x) differs from the function it wraps: forward should call it with "
-            "the object's settings (axis, approximate)"
-        )
-        assert np.array_equal(layer.forward(x).data, want.data), f"{layer!r}.forward(x) is wrong"
+
+    def check_wrapping(x):
+        pairs = [
+            (ReLU(), relu(x)), (Sigmoid(), sigmoid(x)), (Tanh(), tanh(x)),
+            (GELU(), gelu(x)), (GELU(approximate="tanh"), gelu(x, approximate="tanh")),
+            (SiLU(), silu(x)), (Softmax(axis=0), softmax(x, axis=0)),
+            (LogSoftmax(), log_softmax(x)),
+        ]
+        for layer, want in pairs:
+            got = layer(x)
+            assert isinstance(got, Tensor), (
+                f"{layer!r}(x) returned {type(got).__name__}, not a Tensor"
+            )
+            assert np.array_equal(got.data, want.data), (
+                f"{layer!r}(x) differs from the function it wraps: forward should call it with "
+                "the object's settings (axis, approximate)"
+            )
+            assert np.array_equal(layer.forward(x).data, want.data), (
+                f"{layer!r}.forward(x) is wrong"
+            )
+
+    def check_repr(text, layer):
+        assert repr(layer) == text, f"repr gave {repr(layer)!r}, expected {text!r}"
+
+    def check_refused(approximate):
+        try:
+            GELU(approximate=approximate)
+        except ValueError as error:
+            assert approximate in str(error), (
+                f"the error should name the bad value {approximate!r}: {error}"
+            )
+        else:
+            raise AssertionError(
+                f"GELU(approximate={approximate!r}) must raise ValueError when the object is "
+                "built: call _check_approximate in __init__"
+            )
+
+    check_wrapping(Tensor([[-2.0, 0.5, 3.0], [1.0, -1.0, 0.0]]))
     reprs = {
         "ReLU()": ReLU(), "GELU(approximate='tanh')": GELU(approximate="tanh"),
         "GELU(approximate='none')": GELU(), "Softmax(axis=-1)": Softmax(),
         "LogSoftmax(axis=1)": LogSoftmax(axis=1), "SiLU()": SiLU(),
     }
     for text, layer in reprs.items():
-        assert repr(layer) == text, f"repr gave {repr(layer)!r}, expected {text!r}"
-    try:
-        GELU(approximate="fast")
-    except ValueError as error:
-        assert "fast" in str(error), f"the error should name the bad value 'fast': {error}"
-    else:
-        raise AssertionError(
-            "GELU(approximate='fast') must raise ValueError when the object is built: call "
-            "_check_approximate in __init__"
-        )
+        check_repr(text, layer)
+    check_refused("fast")
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    rng = np.random.default_rng(2009)
+    hidden_cases(check_wrapping, {
+        "a three-axis tensor": Tensor(rng.standard_normal((3, 2, 4)).astype(np.float32)),
+        "a single row": Tensor(rng.standard_normal((1, 6)).astype(np.float32)),
+        "a float64 tensor": Tensor(rng.standard_normal((2, 5)), dtype=np.float64),
+    })
+    hidden_cases(check_repr, {
+        "a positive axis": ("Softmax(axis=2)", Softmax(axis=2)),
+        "an axis given as dim": ("LogSoftmax(axis=0)", LogSoftmax(dim=0)),
+        "the default activation classes": ("Sigmoid()", Sigmoid()),
+    })
+    hidden_cases(check_refused, {"a capitalized mode": "Tanh", "an empty mode": ""})
+    ### END HIDDEN TESTS
 
 
 test_unit_activation_classes()
+
 
 # %% [markdown]
 # ## Systems analysis: time per element, and softmax's memory

@@ -191,9 +191,34 @@ def test_unit_mse():
     expect_error("mse_loss(..., reduction='average')",
                  lambda: mse_loss(pred, target, reduction="average"), ValueError, ["average"],
                  "check the reduction with _check_reduction")
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    rng = np.random.default_rng(4001)
+    p3 = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    t3 = rng.standard_normal((2, 3, 4))
+    err = (p3.astype(np.float64) - t3) ** 2
+    one = Tensor(np.array([[2.5]], dtype=np.float32))
+    hidden_cases(check_loss, {
+        "a three-axis batch, mean": (
+            "mse_loss", mse_loss, [((Tensor(p3), t3), {}, err.mean(), "")]),
+        "a three-axis batch, sum": (
+            "mse_loss", mse_loss, [((Tensor(p3), t3), {"reduction": "sum"}, err.sum(), "")],
+            1e-5, 1e-5),
+        "a three-axis batch, none": (
+            "mse_loss", mse_loss, [((Tensor(p3), t3), {"reduction": "none"}, err, "")], 1e-5, 1e-5),
+        "a single element": ("mse_loss", mse_loss, [((one, np.array([[-1.5]])), {}, 16.0, "")]),
+        "a Tensor target": ("mse_loss", mse_loss, [((Tensor(p3), Tensor(t3)), {}, err.mean(), "")]),
+    })
+    hidden_cases(expect_error, {
+        "a transposed target": ("mse_loss", lambda: mse_loss(Tensor(p3), t3.T), ShapeError,
+                                [str(p3.shape), str(t3.T.shape)], ""),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_mse()
+
 
 # %% [markdown]
 # ## Part 2: cross-entropy, fused with log-softmax
@@ -406,9 +431,35 @@ def test_unit_cross_entropy():
     expect_error("cross_entropy with a target of 0.5",
                  lambda: cross_entropy(logits, np.array([0.5, 1, 2, 3, 4, 0])), ValueError,
                  ["0.5"], "0.5 is not a class index")
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    def rows(x, t):  # per-row cross-entropy in float64, from logsumexp
+        x = np.asarray(x, dtype=np.float64)
+        m = x.max(axis=1, keepdims=True)
+        return (m[:, 0] + np.log(np.exp(x - m).sum(axis=1))) - x[np.arange(len(t)), t]
+
+    rng = np.random.default_rng(4002)
+    wide = (rng.standard_normal((9, 40)) * 4).astype(np.float32)
+    wide_t = rng.integers(0, 40, size=9)
+    two = (rng.standard_normal((7, 2)) * 30).astype(np.float32)
+    two_t = rng.integers(0, 2, size=7)
+    hidden_cases(check_loss, {
+        "many classes": ("cross_entropy", cross_entropy, [
+            ((Tensor(wide), wide_t), {"reduction": "none"}, rows(wide, wide_t), "")], 1e-5, 1e-4),
+        "two classes, large logits": ("cross_entropy", cross_entropy, [
+            ((Tensor(two), two_t), {}, rows(two, two_t).mean(), "")], 1e-5, 1e-4),
+        "one row": ("cross_entropy", cross_entropy, [
+            ((Tensor(wide[:1]), wide_t[:1]), {"reduction": "sum"}, rows(wide[:1], wide_t[:1]).sum(),
+             "")], 1e-5, 1e-4),
+        "a list of class indices": ("cross_entropy", cross_entropy, [
+            ((Tensor(two), [int(t) for t in two_t]), {}, rows(two, two_t).mean(), "")], 1e-5, 1e-4),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_cross_entropy()
+
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_cross_entropy_ignore_index", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 def test_unit_cross_entropy_ignore_index():
@@ -433,9 +484,34 @@ def test_unit_cross_entropy_ignore_index():
          "(PyTorch's answer): check the count first, never divide 0 by 0"),
         ((logits, none_left), {"reduction": "sum"}, 0.0, "a sum over nothing is 0"),
     ], atol=1e-5)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    rng = np.random.default_rng(4003)
+    x = rng.standard_normal((8, 6)).astype(np.float32)
+    t = rng.integers(0, 6, size=8)
+    x64 = x.astype(np.float64)
+    per_row = np.log(np.exp(x64).sum(axis=1)) - x64[np.arange(8), t]
+    skip = np.array([True, False, False, True, True, False, True, False])
+    t_skip = np.where(skip, -100, t)
+    t_five = np.where(skip, 5, t)
+    keep_five = t_five != 5
+    hidden_cases(check_loss, {
+        "half of the rows ignored": ("cross_entropy", cross_entropy, [
+            ((Tensor(x), t_skip), {}, per_row[~skip].mean(), "")], 1e-5, 1e-5),
+        "half of the rows ignored, none": ("cross_entropy", cross_entropy, [
+            ((Tensor(x), t_skip), {"reduction": "none"}, np.where(skip, 0.0, per_row), "")],
+            1e-5, 1e-5),
+        "another ignore index": ("cross_entropy", cross_entropy, [
+            ((Tensor(x), t_five), {"ignore_index": 5}, per_row[keep_five].mean(), "")], 1e-5, 1e-5),
+        "one row kept": ("cross_entropy", cross_entropy, [
+            ((Tensor(x), np.where(np.arange(8) == 4, t, -100)), {}, per_row[4], "")], 1e-5, 1e-5),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_cross_entropy_ignore_index()
+
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_cross_entropy_errors", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 def test_unit_cross_entropy_errors():
@@ -461,9 +537,34 @@ def test_unit_cross_entropy_errors():
          "uniform logits over 3 classes cost log(3) per row; ignore_index rows are skipped "
          "before the range check"),
     ])
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    four = Tensor(np.zeros((2, 3, 4, 5), dtype=np.float32))
+    hidden_cases(expect_error, {
+        "four-axis logits": ("cross_entropy", lambda: cross_entropy(four, np.zeros((2, 3, 4), int)),
+                             ShapeError, ["(2, 3, 4, 5)"], ""),
+        "a target longer than the batch": (
+            "cross_entropy", lambda: cross_entropy(logits, np.zeros(5, int)), ShapeError,
+            ["(4, 3)", "(5,)"], ""),
+        "a class index far out of range": (
+            "cross_entropy", lambda: cross_entropy(logits, np.array([0, 1, 2, 7])), ValueError,
+            ["7", "[0, 3)"], ""),
+        "a negative index beside another ignore index": (
+            "cross_entropy",
+            lambda: cross_entropy(logits, np.array([-1, -2, 0, 1]), ignore_index=-1),
+            ValueError, ["-2", "[0, 3)"], ""),
+    })
+    hidden_cases(check_loss, {
+        "uniform logits over many classes": ("cross_entropy", cross_entropy, [
+            ((Tensor(np.zeros((3, 50), np.float32)), np.array([49, -100, 0])), {}, math.log(50),
+             "")]),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_cross_entropy_errors()
+
 
 # %% [markdown]
 # ## Part 3: binary cross-entropy with logits
@@ -552,9 +653,36 @@ def test_unit_bce_with_logits():
     expect_error("BCE of logits (3, 1) with targets (3,)",
                  lambda: bce(Tensor(np.zeros((3, 1))), np.zeros(3)), ShapeError,
                  ["(3, 1)", "(3,)"], "compare the shapes before broadcasting")
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    def textbook(x, y):  # the formula with log-sigmoids, in float64 (finite for |x| < 30)
+        x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+        return -(y * np.log(1 / (1 + np.exp(-x))) + (1 - y) * np.log(1 / (1 + np.exp(x))))
+
+    rng = np.random.default_rng(4004)
+    x2 = (rng.standard_normal((4, 6)) * 5).astype(np.float32)
+    y2 = rng.uniform(0, 1, (4, 6))
+    x3 = rng.standard_normal((2, 2, 3))
+    y3 = rng.integers(0, 2, (2, 2, 3))
+    hidden_cases(check_loss, {
+        "a matrix with soft labels": ("bce", bce, [
+            ((Tensor(x2), y2), {"reduction": "none"}, textbook(x2, y2), "")], 1e-5, 1e-5),
+        "a float64 three-axis batch": ("bce", bce, [
+            ((Tensor(x3, dtype=np.float64), y3), {}, textbook(x3, y3).mean(), "")], 1e-9, 1e-9),
+        "large logits of both signs": ("bce", bce, [
+            ((Tensor(np.array([88.0, -89.0, 150.0, -3e4], np.float32)), np.array([0, 1, 1, 0])),
+             {"reduction": "sum"}, 88.0 + 89.0, "")], 1e-5, 1e-4),
+    })
+    hidden_cases(expect_error, {
+        "a transposed target": ("bce", lambda: bce(Tensor(x2), y2.T), ShapeError,
+                                ["(4, 6)", "(6, 4)"], ""),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_bce_with_logits()
+
 
 # %% [markdown]
 # ## Part 4: losses as objects
@@ -631,23 +759,25 @@ def test_unit_loss_classes():
     rng = np.random.default_rng(2)
     logits = Tensor(rng.standard_normal((4, 3)).astype(np.float32))
     target = np.array([2, -1, 0, 1])
-    cases = [
-        (MSELoss(), mse_loss(logits, logits.data * 0.5), (logits, logits.data * 0.5)),
-        (MSELoss(reduction="none"), mse_loss(logits, 0 * logits.data, reduction="none"),
-         (logits, 0 * logits.data)),
-        (CrossEntropyLoss(ignore_index=-1), cross_entropy(logits, target, ignore_index=-1),
-         (logits, target)),
-        (CrossEntropyLoss(ignore_index=-1, reduction="sum"),
-         cross_entropy(logits, target, ignore_index=-1, reduction="sum"), (logits, target)),
-        (BCEWithLogitsLoss(), binary_cross_entropy_with_logits(logits, np.ones((4, 3))),
-         (logits, np.ones((4, 3)))),
-    ]
-    for criterion, want, args in cases:
-        got = criterion(*args)
-        assert isinstance(got, Tensor) and np.allclose(got.data, want.data), (
+
+    def check_criterion(criterion, function, args, kwargs):
+        """criterion(*args) must equal function(*args, **kwargs), the function it wraps."""
+        got, want = criterion(*args), function(*args, **kwargs)
+        assert isinstance(got, Tensor) and np.allclose(got.data, want.data, equal_nan=True), (
             f"{criterion!r} gave {getattr(got, 'data', got)}, expected {want.data}: forward "
             "should call the loss function with the object's ignore_index and reduction"
         )
+
+    cases = [  # (criterion, the function it wraps, its arguments, the settings it passes on)
+        (MSELoss(), mse_loss, (logits, logits.data * 0.5), {}),
+        (MSELoss(reduction="none"), mse_loss, (logits, 0 * logits.data), {"reduction": "none"}),
+        (CrossEntropyLoss(ignore_index=-1), cross_entropy, (logits, target), {"ignore_index": -1}),
+        (CrossEntropyLoss(ignore_index=-1, reduction="sum"), cross_entropy, (logits, target),
+         {"ignore_index": -1, "reduction": "sum"}),
+        (BCEWithLogitsLoss(), binary_cross_entropy_with_logits, (logits, np.ones((4, 3))), {}),
+    ]
+    for case in cases:
+        check_criterion(*case)
     reprs = {
         "MSELoss(reduction='mean')": MSELoss(),
         "CrossEntropyLoss(ignore_index=-100, reduction='mean')": CrossEntropyLoss(),
@@ -658,9 +788,33 @@ def test_unit_loss_classes():
         assert repr(criterion) == text, f"repr gave {repr(criterion)!r}, expected {text!r}"
     expect_error("CrossEntropyLoss(reduction='avg')", lambda: CrossEntropyLoss(reduction="avg"),
                  ValueError, ["avg"], "pass the reduction to _Loss.__init__, which checks it")
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    wide = Tensor(rng.standard_normal((5, 7)).astype(np.float32))
+    labels = np.array([6, 3, 3, 0, 6])
+    hidden_cases(check_criterion, {
+        "cross-entropy ignoring another index": (
+            CrossEntropyLoss(ignore_index=3), cross_entropy, (wide, labels), {"ignore_index": 3}),
+        "cross-entropy without reduction": (
+            CrossEntropyLoss(reduction="none"), cross_entropy, (wide, labels),
+            {"reduction": "none"}),
+        "squared error summed": (
+            MSELoss(reduction="sum"), mse_loss, (wide, wide.data * 0), {"reduction": "sum"}),
+        "binary cross-entropy without reduction": (
+            BCEWithLogitsLoss(reduction="none"), binary_cross_entropy_with_logits,
+            (wide, np.zeros((5, 7))), {"reduction": "none"}),
+    })
+    hidden_cases(expect_error, {
+        "a misspelled reduction of another loss": (
+            "BCEWithLogitsLoss", lambda: BCEWithLogitsLoss(reduction="means"), ValueError,
+            ["means"], ""),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_loss_classes()
+
 
 # %% [markdown]
 # ## Systems analysis: stability and memory of cross-entropy, measured

@@ -226,9 +226,32 @@ def test_unit_tensor_dataset():
                  lambda: TensorDataset(np.zeros((5, 2)), np.zeros(5), np.zeros(4)), ValueError,
                  ["[5, 5, 4]"], "list every array's length")
     expect_error("TensorDataset()", TensorDataset, ValueError, fix="it needs one array at least")
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    images = np.arange(60, dtype=np.float64).reshape(5, 3, 4)
+    codes = np.array([7, -2, 0, 3, 9], dtype=np.int32)
+    weights = np.linspace(0, 1, 5).astype(np.float16)
+    three = (images, codes, weights)
+    hidden_cases(lambda make, want: check_fields("a hidden case", make(), want, ""), {
+        "three arrays, one example": (lambda: TensorDataset(*three)[4], [
+            (images[4], np.float32), (9, np.int32), (weights[4], np.float32)]),
+        "three arrays, a batch with repeats": (
+            lambda: TensorDataset(*three).get_batch(np.array([3, 3, 0, 1])),
+            [(images[[3, 3, 0, 1]], np.float32), (codes[[3, 3, 0, 1]], np.int32),
+             (weights[[3, 3, 0, 1]], np.float32)]),
+        "a single array": (lambda: TensorDataset(images)[-1], [(images[-1], np.float32)]),
+    })
+    hidden_cases(expect_error, {
+        "two arrays of three and four rows": (
+            "TensorDataset", lambda: TensorDataset(np.zeros(3), np.zeros((4, 2))), ValueError,
+            ["[3, 4]"], ""),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_tensor_dataset()
+
 
 # %% [markdown]
 # ## Part 2: collating examples into a batch
@@ -326,9 +349,30 @@ def test_unit_default_collate():
     expect_error("collating examples of shapes (3,) and (4,)",
                  lambda: default_collate([(np.ones(3), 0), (np.ones(4), 1)]), ValueError,
                  ["(3,)", "(4,)"], "name two of the different shapes")
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    rows = [(np.full((2, 2), i, dtype=np.int32), float(i) / 2, np.array([i, -i])) for i in range(3)]
+    hidden_cases(lambda examples, want: check_fields("a hidden case", default_collate(examples),
+                                                     want, ""), {
+        "three fields of other dtypes": (rows, [
+            ([np.full((2, 2), i) for i in range(3)], np.int32), ([0.0, 0.5, 1.0], np.float32),
+            ([[i, -i] for i in range(3)], np.int64)]),
+        "a single example": ([(np.array([1.5, 2.5]), 7)], [([[1.5, 2.5]], np.float32),
+                                                            ([7], np.int64)]),
+        "float32 Tensor fields": ([(Tensor([[1.0, 2.0]]),), (Tensor([[3.0, 4.0]]),)],
+                                  [([[[1.0, 2.0]], [[3.0, 4.0]]], np.float32)]),
+    })
+    hidden_cases(expect_error, {
+        "matrices of two shapes": (
+            "default_collate", lambda: default_collate([(np.ones((2, 3)),), (np.ones((3, 2)),)]),
+            ValueError, ["(2, 3)", "(3, 2)"], ""),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_default_collate()
+
 
 # %% [markdown]
 # ## Part 3: the DataLoader
@@ -449,9 +493,18 @@ class DataLoader:
 # %% nbgrader={"grade": true, "grade_id": "test_unit_dataloader_batches", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_dataloader_batches():
     """Batches in order, the right sizes, len() that agrees, drop_last, any dataset."""
-    x = np.arange(10, dtype=np.float32).reshape(10, 1)
-    y = np.arange(10, dtype=np.int64)
-    ds = TensorDataset(x, y)
+
+    def check_sizes(n, batch_size, drop_last, want, fix):
+        """Batch sizes and len() of a loader over n examples."""
+        ds = TensorDataset(np.zeros((n, 1), dtype=np.float32), np.arange(n))
+        loader = DataLoader(ds, batch_size=batch_size, drop_last=drop_last)
+        sizes = [len(b[1]) for b in loader]
+        what = f"{n} examples, batch_size={batch_size}, drop_last={drop_last}"
+        assert sizes == want, f"{what}: batch sizes {sizes}, expected {want}: {fix}"
+        assert len(loader) == len(want), (
+            f"{what}: len(loader) is {len(loader)}, expected {len(want)}: {fix}"
+        )
+
     slicing = "slice the order in steps of batch_size"
     cases = [  # (batch_size, drop_last, expected batch sizes, fix)
         (4, False, [4, 4, 2], f"{slicing} and keep the short last batch: len is ceil(10 / 4)"),
@@ -460,13 +513,10 @@ def test_unit_dataloader_batches():
         (20, False, [10], "a batch_size larger than the data set gives one batch"),
     ]
     for batch_size, drop_last, want, fix in cases:
-        loader = DataLoader(ds, batch_size=batch_size, drop_last=drop_last)
-        sizes = [len(b[1]) for b in loader]
-        what = f"10 examples, batch_size={batch_size}, drop_last={drop_last}"
-        assert sizes == want, f"{what}: batch sizes {sizes}, expected {want}: {fix}"
-        assert len(loader) == len(want), (
-            f"{what}: len(loader) is {len(loader)}, expected {len(want)}: {fix}"
-        )
+        check_sizes(10, batch_size, drop_last, want, fix)
+    x = np.arange(10, dtype=np.float32).reshape(10, 1)
+    y = np.arange(10, dtype=np.int64)
+    ds = TensorDataset(x, y)
     batches = list(DataLoader(ds, batch_size=4))
     check_fields("the first batch of 4", batches[0], [(x[:4], np.float32), (y[:4], np.int64)],
                  "without shuffle the order is np.arange(n); keep the arrays' dtypes")
@@ -477,17 +527,27 @@ def test_unit_dataloader_batches():
     )
 
     class Squares(Dataset):  # a dataset of your own: only __len__ and __getitem__
+        def __init__(self, n=5):
+            self.n = n
+
         def __len__(self):
-            return 5
+            return self.n
 
         def __getitem__(self, i):
             return float(i), i * i
 
-    got = [(b[0].data.tolist(), b[1].data.tolist()) for b in DataLoader(Squares(), batch_size=2)]
-    assert got == [([0.0, 1.0], [0, 1]), ([2.0, 3.0], [4, 9]), ([4.0], [16])], (
-        f"a custom dataset gave batches {got}: without get_batch, build each batch with "
-        "default_collate([dataset[i] for i in chunk])"
-    )
+    def check_custom(n, batch_size):
+        got = [(b[0].data.tolist(), b[1].data.tolist())
+               for b in DataLoader(Squares(n), batch_size=batch_size)]
+        starts = range(0, n, batch_size)
+        want = [([float(i) for i in range(s, min(s + batch_size, n))],
+                 [i * i for i in range(s, min(s + batch_size, n))]) for s in starts]
+        assert got == want, (
+            f"a custom dataset gave batches {got}: without get_batch, build each batch with "
+            "default_collate([dataset[i] for i in chunk])"
+        )
+
+    check_custom(5, 2)
     custom = DataLoader(Squares(), batch_size=2, collate_fn=lambda items: len(items))
     assert list(custom) == [2, 2, 1], (
         "a collate_fn, when given, receives the list of examples and its result is the batch"
@@ -498,44 +558,78 @@ def test_unit_dataloader_batches():
                      "batch_size must be a positive integer")
     expect_error("Dataset()[0]", lambda: Dataset()[0], NotImplementedError, ["__getitem__"],
                  "the base class leaves __getitem__ to subclasses")
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_sizes, {
+        "a single example": (1, 1, False, [1], ""),
+        "one full batch, drop_last": (7, 7, True, [7], ""),
+        "a short last batch kept": (13, 5, False, [5, 5, 3], ""),
+        "a short last batch dropped": (12, 5, True, [5, 5], ""),
+        "fewer examples than a batch, drop_last": (3, 4, True, [], ""),
+        "batches of one": (4, 1, False, [1, 1, 1, 1], ""),
+    })
+    hidden_cases(check_custom, {
+        "a custom dataset in batches of three": (7, 3),
+        "a custom dataset in one batch": (4, 10),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_dataloader_batches()
 
+
 # %% nbgrader={"grade": true, "grade_id": "test_unit_vectorized_batches", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
 def test_unit_vectorized_batches():
     """With a TensorDataset, batches come from one gather per array, not per-item calls."""
-    x = np.arange(40, dtype=np.float32).reshape(20, 2)
-    y = np.arange(20, dtype=np.int64)
-    ds = TensorDataset(x, y)
-    calls = []
-    original = TensorDataset.__getitem__
 
-    def spy(self, index):
-        calls.append(index)
-        return original(self, index)
+    def check_gathered(n, batch_size, seed):
+        """One shuffled epoch over n examples: no dataset[i] calls, pairs kept, all seen once."""
+        x = np.arange(2 * n, dtype=np.float32).reshape(n, 2)
+        y = np.arange(n, dtype=np.int64)
+        ds = TensorDataset(x, y)
+        calls = []
+        original = TensorDataset.__getitem__
 
-    TensorDataset.__getitem__ = spy  # count per-example calls for the length of this test
-    try:
-        batches = list(DataLoader(ds, batch_size=8, shuffle=True, seed=0))
-    finally:
-        TensorDataset.__getitem__ = original
-    assert calls == [], (
-        f"the loader called dataset[i] {len(calls)} times: when the dataset has get_batch and "
-        "no collate_fn was given, fetch each batch with dataset.get_batch(chunk)"
-    )
-    xs = np.concatenate([b[0].data for b in batches])
-    ys = np.concatenate([b[1].data for b in batches])
-    assert np.array_equal(xs, x[ys]), (
-        f"inputs and labels must stay paired after shuffling: label {ys[0]} came with input "
-        f"{xs[0].tolist()}, expected {x[ys[0]].tolist()}; gather every array with the same chunk"
-    )
-    assert sorted(ys.tolist()) == list(range(20)), (
-        f"one epoch visited {sorted(ys.tolist())}, expected every example 0..19 exactly once"
-    )
+        def spy(self, index):
+            calls.append(index)
+            return original(self, index)
+
+        TensorDataset.__getitem__ = spy  # count per-example calls for the length of this check
+        try:
+            batches = list(DataLoader(ds, batch_size=batch_size, shuffle=True, seed=seed))
+        finally:
+            TensorDataset.__getitem__ = original
+        assert calls == [], (
+            f"the loader called dataset[i] {len(calls)} times: when the dataset has get_batch "
+            "and no collate_fn was given, fetch each batch with dataset.get_batch(chunk)"
+        )
+        xs = np.concatenate([b[0].data for b in batches])
+        ys = np.concatenate([b[1].data for b in batches])
+        assert np.array_equal(xs, x[ys]), (
+            f"inputs and labels must stay paired after shuffling: label {ys[0]} came with input "
+            f"{xs[0].tolist()}, expected {x[ys[0]].tolist()}; gather every array with the same "
+            "chunk"
+        )
+        assert sorted(ys.tolist()) == list(range(n)), (
+            f"one epoch visited {sorted(ys.tolist())}, expected every example 0..{n - 1} "
+            "exactly once"
+        )
+
+    check_gathered(20, 8, 0)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_gathered, {
+        "an odd number of examples": (23, 5, 3),
+        "one batch holding everything": (16, 16, 1),
+        "batches of one": (6, 1, 2),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_vectorized_batches()
+
 
 # %% [markdown]
 # ## Part 4: shuffling that can be replayed
@@ -574,31 +668,38 @@ test_unit_vectorized_batches()
 # %% nbgrader={"grade": true, "grade_id": "test_unit_shuffle_reproducible", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 def test_unit_shuffle_reproducible():
     """Shuffled epochs are permutations, differ from each other, and repeat for a seed."""
-    n = 50
-    ds = TensorDataset(np.zeros((n, 1), dtype=np.float32), np.arange(n))
 
     def epoch_labels(loader):
         return np.concatenate([b[1].data for b in loader])
 
-    loader = DataLoader(ds, batch_size=7, shuffle=True, seed=123)
-    e0, e1 = epoch_labels(loader), epoch_labels(loader)
-    assert sorted(e0.tolist()) == list(range(n)), (
-        "a shuffled epoch must contain every example exactly once: use a permutation of "
-        "range(n), not random draws with replacement"
-    )
-    assert not np.array_equal(e0, np.arange(n)), "shuffle=True must change the order"
-    assert not np.array_equal(e0, e1), (
-        "two epochs in a row had the same order: iter(loader) must advance loader.epoch and "
-        "the order must depend on the epoch"
-    )
-    assert loader.epoch == 2, f"after two epochs loader.epoch is {loader.epoch}, expected 2"
-    again = DataLoader(ds, batch_size=7, shuffle=True, seed=123)
-    assert np.array_equal(epoch_labels(again), e0) and np.array_equal(epoch_labels(again), e1), (
-        "a new loader with the same seed must give the same epochs in the same order: derive "
-        "each epoch's order from (seed, epoch) only, e.g. np.random.default_rng([seed, epoch])"
-    )
-    other = DataLoader(ds, batch_size=7, shuffle=True, seed=124)
-    assert not np.array_equal(epoch_labels(other), e0), "a different seed must give another order"
+    def check_shuffled(n, batch_size, seed):
+        """Two epochs of a shuffled loader over n examples (n large enough to reorder)."""
+        ds = TensorDataset(np.zeros((n, 1), dtype=np.float32), np.arange(n))
+        loader = DataLoader(ds, batch_size=batch_size, shuffle=True, seed=seed)
+        e0, e1 = epoch_labels(loader), epoch_labels(loader)
+        assert sorted(e0.tolist()) == list(range(n)), (
+            "a shuffled epoch must contain every example exactly once: use a permutation of "
+            "range(n), not random draws with replacement"
+        )
+        assert not np.array_equal(e0, np.arange(n)), "shuffle=True must change the order"
+        assert not np.array_equal(e0, e1), (
+            "two epochs in a row had the same order: iter(loader) must advance loader.epoch and "
+            "the order must depend on the epoch"
+        )
+        assert loader.epoch == 2, f"after two epochs loader.epoch is {loader.epoch}, expected 2"
+        again = DataLoader(ds, batch_size=batch_size, shuffle=True, seed=seed)
+        first, second = epoch_labels(again), epoch_labels(again)
+        assert np.array_equal(first, e0) and np.array_equal(second, e1), (
+            "a new loader with the same seed must give the same epochs in the same order: derive "
+            "each epoch's order from (seed, epoch) only, e.g. np.random.default_rng([seed, epoch])"
+        )
+        other = DataLoader(ds, batch_size=batch_size, shuffle=True, seed=seed + 1)
+        assert not np.array_equal(epoch_labels(other), e0), (
+            "a different seed must give another order"
+        )
+
+    check_shuffled(50, 7, 123)
+    ds = TensorDataset(np.zeros((50, 1), dtype=np.float32), np.arange(50))
     manual_seed(5)
     a = DataLoader(ds, batch_size=7, shuffle=True)
     manual_seed(5)
@@ -614,50 +715,75 @@ def test_unit_shuffle_reproducible():
     assert default_generator().random() == before, (
         "a loader that does not shuffle must not draw from default_generator()"
     )
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_shuffled, {
+        "a larger set in one batch": (101, 101, 7),
+        "seed zero": (64, 10, 0),
+        "batches of one": (30, 1, 2024),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_shuffle_reproducible()
 
+
 # %% nbgrader={"grade": true, "grade_id": "test_unit_set_epoch_resume", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 def test_unit_set_epoch_resume():
     """set_epoch(e) replays epoch e exactly; order(e) depends on nothing else."""
-    n = 30
-    ds = TensorDataset(np.arange(n, dtype=np.float32).reshape(n, 1), np.arange(n))
 
     def epoch_labels(loader):
         return [b[1].data.tolist() for b in loader]
 
-    original = DataLoader(ds, batch_size=4, shuffle=True, seed=9)
-    seen = [epoch_labels(original) for _ in range(4)]  # epochs 0, 1, 2, 3
-    resumed = DataLoader(ds, batch_size=4, shuffle=True, seed=9)
-    resumed.set_epoch(2)
-    assert epoch_labels(resumed) == seen[2], (
-        "after set_epoch(2), a fresh loader with the same seed must yield exactly the batches "
-        "of epoch 2 of the original run"
-    )
-    assert epoch_labels(resumed) == seen[3], (
-        "after replaying epoch 2, the next iteration must be epoch 3"
-    )
-    explicit = DataLoader(ds, batch_size=4, shuffle=True, seed=9)
-    replay = []
-    for e in range(4):
-        explicit.set_epoch(e)
-        replay.append(epoch_labels(explicit))
-    assert replay == seen, (
-        "calling set_epoch(e) before every epoch must give the same batches as not calling it"
-    )
-    assert np.array_equal(original.order(1), original.order(1)), "order(e) must be repeatable"
-    iterated = np.concatenate([np.asarray(b) for b in seen[1]])
-    assert np.array_equal(iterated, original.order(1)), (
-        f"the second epoch iterated {iterated[:6].tolist()}..., but order(1) is "
-        f"{original.order(1)[:6].tolist()}...: iter() must use order(self.epoch) and only then "
-        "add one (the first iteration is epoch 0)"
-    )
-    plain = DataLoader(ds, batch_size=4)
-    assert np.array_equal(plain.order(3), np.arange(n)), "without shuffle, every epoch is 0..n-1"
+    def check_resume(n, batch_size, seed, epochs, resume_at):
+        """A run of `epochs` epochs, replayed from `resume_at` by a fresh loader."""
+        ds = TensorDataset(np.arange(n, dtype=np.float32).reshape(n, 1), np.arange(n))
+        original = DataLoader(ds, batch_size=batch_size, shuffle=True, seed=seed)
+        seen = [epoch_labels(original) for _ in range(epochs)]
+        resumed = DataLoader(ds, batch_size=batch_size, shuffle=True, seed=seed)
+        resumed.set_epoch(resume_at)
+        assert epoch_labels(resumed) == seen[resume_at], (
+            f"after set_epoch({resume_at}), a fresh loader with the same seed must yield exactly "
+            f"the batches of epoch {resume_at} of the original run"
+        )
+        assert epoch_labels(resumed) == seen[resume_at + 1], (
+            f"after replaying epoch {resume_at}, the next iteration must be epoch {resume_at + 1}"
+        )
+        explicit = DataLoader(ds, batch_size=batch_size, shuffle=True, seed=seed)
+        replay = []
+        for e in range(epochs):
+            explicit.set_epoch(e)
+            replay.append(epoch_labels(explicit))
+        assert replay == seen, (
+            "calling set_epoch(e) before every epoch must give the same batches as not calling it"
+        )
+        assert np.array_equal(original.order(1), original.order(1)), "order(e) must be repeatable"
+        iterated = np.concatenate([np.asarray(b) for b in seen[1]])
+        assert np.array_equal(iterated, original.order(1)), (
+            f"the second epoch iterated {iterated[:6].tolist()}..., but order(1) is "
+            f"{original.order(1)[:6].tolist()}...: iter() must use order(self.epoch) and only "
+            "then add one (the first iteration is epoch 0)"
+        )
+        plain = DataLoader(ds, batch_size=batch_size)
+        assert np.array_equal(plain.order(3), np.arange(n)), (
+            "without shuffle, every epoch is 0..n-1"
+        )
+
+    check_resume(30, 4, 9, 4, 2)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_resume, {
+        "a later epoch": (17, 3, 31, 8, 6),
+        "resuming at the first epoch": (25, 25, 5, 3, 0),
+        "seed zero": (40, 6, 0, 5, 3),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_set_epoch_resume()
+
 
 # %% [markdown]
 # ## Systems analysis: the cost of a batch, measured on your machine

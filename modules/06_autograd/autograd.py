@@ -354,21 +354,9 @@ def numerical_gradient(op, arrays, i, weights, params, eps=1e-6):
 # %% nbgrader={"grade": true, "grade_id": "test_unit_elementwise_rules", "locked": true, "points": 6, "schema_version": 3, "solution": false, "task": false}
 def test_unit_elementwise_rules():
     """Each element-wise rule returns grad times the local derivative, as float32 arrays."""
-    a, b = [2.0, -3.0], [4.0, 0.5]
-    g = float32_array([1.0, 10.0])
-    cases = [
-        # op, inputs, params, expected gradients, the likely mistake
-        (Add, (a, b), {}, ([1, 10], [1, 10]), "Add passes grad unchanged to both inputs"),
-        (Sub, (a, b), {}, ([1, 10], [-1, -10]), "the second input of Sub gets -grad"),
-        (Mul, (a, b), {}, ([4, 5], [2, -30]), "each input of Mul gets grad times the OTHER input"),
-        (Div, (a, b), {}, ([0.25, 20], [-0.125, 120]),
-         "d(a/b)/db = -a/b**2: did you forget the minus sign or the square?"),
-        (Neg, (a,), {}, ([-1, -10],), "Neg returns -grad"),
-        (Pow, (a,), {"exponent": 3.0}, ([12, 270],), "d(a**e)/da = e * a**(e - 1)"),
-        (Exp, ([0.0, 1.0],), {}, ([1, 10 * np.e],), "d(exp a)/da = exp(a), i.e. ctx.output"),
-        (Log, ([0.5, 4.0],), {}, ([2, 2.5],), "d(log a)/da = 1/a"),
-    ]
-    for op, inputs, params, expected, hint in cases:
+
+    def check_rule(op, inputs, params, expected, g, hint):
+        """DERIVATIVES[op] on a float32 record of op(*inputs) with upstream gradient g."""
         ctx = record(op, *inputs, **params)
         rule = DERIVATIVES.get(op)
         assert rule is not None, (
@@ -392,8 +380,54 @@ def test_unit_elementwise_rules():
                 "inputs: a float64 constant crept in. Build constants with a.dtype.type(value)."
             )
 
+    a, b = [2.0, -3.0], [4.0, 0.5]
+    g = float32_array([1.0, 10.0])
+    cases = [
+        # op, inputs, params, expected gradients, the likely mistake
+        (Add, (a, b), {}, ([1, 10], [1, 10]), "Add passes grad unchanged to both inputs"),
+        (Sub, (a, b), {}, ([1, 10], [-1, -10]), "the second input of Sub gets -grad"),
+        (Mul, (a, b), {}, ([4, 5], [2, -30]), "each input of Mul gets grad times the OTHER input"),
+        (Div, (a, b), {}, ([0.25, 20], [-0.125, 120]),
+         "d(a/b)/db = -a/b**2: did you forget the minus sign or the square?"),
+        (Neg, (a,), {}, ([-1, -10],), "Neg returns -grad"),
+        (Pow, (a,), {"exponent": 3.0}, ([12, 270],), "d(a**e)/da = e * a**(e - 1)"),
+        (Exp, ([0.0, 1.0],), {}, ([1, 10 * np.e],), "d(exp a)/da = exp(a), i.e. ctx.output"),
+        (Log, ([0.5, 4.0],), {}, ([2, 2.5],), "d(log a)/da = 1/a"),
+    ]
+    for op, inputs, params, expected, hint in cases:
+        check_rule(op, inputs, params, expected, g, hint)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    rng = np.random.default_rng(6001)
+    p = rng.uniform(0.5, 2.0, (2, 3))
+    q = rng.uniform(0.5, 2.0, (2, 3)) * rng.choice([-1.0, 1.0], (2, 3))
+    up = rng.standard_normal((2, 3)).astype(np.float32)
+
+    def numerical(op, inputs, params):  # the expected gradients, by central differences
+        arrays = [np.array(x, dtype=np.float64) for x in inputs]
+        return tuple(numerical_gradient(op, arrays, i, up, params) for i in range(len(arrays)))
+
+    table = {
+        "matrices through Add": (Add, (p, q), {}),
+        "matrices through Sub": (Sub, (q, p), {}),
+        "matrices through Mul": (Mul, (q, p), {}),
+        "matrices through Div": (Div, (q, p), {}),
+        "a matrix through Neg": (Neg, (q,), {}),
+        "a negative fractional power": (Pow, (p,), {"exponent": -1.5}),
+        "a square root": (Pow, (p,), {"exponent": 0.5}),
+        "Exp of negative values": (Exp, (-p,), {}),
+        "Log of small values": (Log, (p / 100,), {}),
+    }
+    hidden_cases(check_rule, {
+        label: (op, inputs, params, numerical(op, inputs, params), up, "")
+        for label, (op, inputs, params) in table.items()
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_elementwise_rules()
+
 
 # %% [markdown]
 # ## Part 3: broadcast gradients, reduced in one place
@@ -452,6 +486,30 @@ def unbroadcast(grad, shape, op="an operation"):
 # %% nbgrader={"grade": true, "grade_id": "test_unit_unbroadcast", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 def test_unit_unbroadcast():
     """Gradients are summed over stretched axes, and impossible shapes name the op."""
+
+    def check_summed(g, shape, want, hint):
+        got = unbroadcast(g, shape)
+        assert isinstance(got, np.ndarray) and got.shape == shape, (
+            f"unbroadcast(grad of shape {g.shape}, {shape}) returned shape "
+            f"{np.shape(got)}, expected {shape}: {hint}"
+        )
+        assert np.allclose(got, want), f"unbroadcast to {shape} gave wrong values: {hint}"
+        assert got.dtype == g.dtype, f"unbroadcast changed the dtype to {got.dtype}"
+
+    def check_refused(g, bad):
+        try:
+            unbroadcast(g, bad, "MatMul")
+        except ShapeError as error:
+            assert "MatMul" in str(error) and str(bad) in str(error), (
+                f"the error for {g.shape} -> {bad} should name the op (MatMul) and both "
+                f"shapes, so the wrong rule can be found: {error}"
+            )
+        else:
+            raise AssertionError(
+                f"unbroadcast(grad of shape {g.shape}, {bad}) must raise ShapeError: no "
+                "summing turns one into the other, so the rule that made it is wrong"
+            )
+
     g = np.arange(24, dtype=np.float32).reshape(2, 4, 3)
     cases = [
         ((2, 4, 3), g, "a gradient that already has the input's shape is returned as it is"),
@@ -463,29 +521,30 @@ def test_unit_unbroadcast():
         ((), g.sum(), "a scalar input gets the sum of everything"),
     ]
     for shape, want, hint in cases:
-        got = unbroadcast(g, shape)
-        assert isinstance(got, np.ndarray) and got.shape == shape, (
-            f"unbroadcast(grad of shape (2, 4, 3), {shape}) returned shape "
-            f"{np.shape(got)}, expected {shape}: {hint}"
-        )
-        assert np.allclose(got, want), f"unbroadcast to {shape} gave wrong values: {hint}"
-        assert got.dtype == np.float32, f"unbroadcast changed the dtype to {got.dtype}"
+        check_summed(g, shape, want, hint)
     for bad in ((5, 3), (4, 2), (2, 2, 4, 3)):
-        try:
-            unbroadcast(g, bad, "MatMul")
-        except ShapeError as error:
-            assert "MatMul" in str(error) and str(bad) in str(error), (
-                f"the error for (2, 4, 3) -> {bad} should name the op (MatMul) and both "
-                f"shapes, so the wrong rule can be found: {error}"
-            )
-        else:
-            raise AssertionError(
-                f"unbroadcast(grad of shape (2, 4, 3), {bad}) must raise ShapeError: no "
-                "summing turns one into the other, so the rule that made it is wrong"
-            )
+        check_refused(g, bad)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    h = np.random.default_rng(6002).standard_normal((3, 1, 5, 2)).astype(np.float32)
+    hidden_cases(check_summed, {
+        "keeping a size-one middle axis": (h, (1, 5, 1), h.sum(axis=(0, 3), keepdims=True)[0], ""),
+        "the last axis alone": (h, (2,), h.sum(axis=(0, 1, 2)), ""),
+        "everything into a scalar": (h, (), h.sum(), ""),
+        "a size-one first axis kept": (h, (1, 1, 5, 2), h.sum(axis=0, keepdims=True), ""),
+        "a float64 gradient": (h.astype(np.float64), (5, 1), h.astype(np.float64).sum(
+            axis=(0, 1)).sum(axis=1, keepdims=True), ""),
+    })
+    hidden_cases(check_refused, {
+        "a shape with the wrong last axis": (h, (5, 3)),
+        "more axes than the gradient": (h, (1, 3, 1, 5, 2)),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_unbroadcast()
+
 
 # %% [markdown]
 # ## Part 4: reduction rules
@@ -566,51 +625,79 @@ def max_backward(ctx, grad):
 # %% nbgrader={"grade": true, "grade_id": "test_unit_reduction_rules", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_reduction_rules():
     """Sum, Mean and Max send the gradient back for every axis variant; ties share."""
-    x = random(2, 3, 4)
     weights = np.random.default_rng(1)
-    for op, hint in (
-        (Sum, "expand grad at the reduced axes (unless keepdims) and broadcast it to a's shape"),
-        (Mean, "as Sum, divided by the number of elements reduced"),
-        (Max, "grad goes to the positions equal to the max (restore its reduced axes first)"),
-    ):
+    hints = {
+        Sum: "expand grad at the reduced axes (unless keepdims) and broadcast it to a's shape",
+        Mean: "as Sum, divided by the number of elements reduced",
+        Max: "grad goes to the positions equal to the max (restore its reduced axes first)",
+    }
+
+    def check_reduction(op, x, axis, keepdims):
+        """op's rule against finite differences for one axis and keepdims, in float64."""
+        params = {"axis": axis, "keepdims": keepdims}
+        ctx = record(op, x, dtype=np.float64, **params)
+        g = weights.standard_normal(ctx.output.shape)
+        (got,) = DERIVATIVES[op](ctx, g)
+        want = numerical_gradient(op, [x.copy()], 0, g, params)
+        label = f"{op.__name__}(axis={axis}, keepdims={keepdims}) on shape {x.shape}"
+        assert np.shape(got) == x.shape, (
+            f"{label}: the gradient has shape {np.shape(got)}, expected {x.shape}: {hints[op]}"
+        )
+        assert np.allclose(got, want, rtol=1e-5, atol=1e-7), (
+            f"{label}: the gradient differs from finite differences (largest gap "
+            f"{np.max(np.abs(got - want)):.3g}): {hints[op]}; normalize negative axes "
+            "with axis % ndim"
+        )
+
+    def check_ties(op_input, axis, want, text):
+        ctx = record(Max, op_input, axis=axis)
+        (got,) = DERIVATIVES[Max](ctx, np.ones(ctx.output.shape, dtype=np.float32))
+        assert np.allclose(got, want), (
+            f"{text}: each tied element should get its share of the gradient, like torch.amax; "
+            f"got {np.asarray(got).tolist()}. Divide the mask a == max by the number of tied "
+            "elements per output"
+        )
+
+    x = random(2, 3, 4)
+    for op in (Sum, Mean, Max):
         for axis in (None, 0, -1, (0, 2), (-1, 1)):
             for keepdims in (False, True):
-                params = {"axis": axis, "keepdims": keepdims}
-                ctx = record(op, x, dtype=np.float64, **params)
-                g = weights.standard_normal(ctx.output.shape)
-                (got,) = DERIVATIVES[op](ctx, g)
-                want = numerical_gradient(op, [x.copy()], 0, g, params)
-                label = f"{op.__name__}(axis={axis}, keepdims={keepdims}) on shape (2, 3, 4)"
-                assert np.shape(got) == x.shape, (
-                    f"{label}: the gradient has shape {np.shape(got)}, expected (2, 3, 4): {hint}"
-                )
-                assert np.allclose(got, want, rtol=1e-5, atol=1e-7), (
-                    f"{label}: the gradient differs from finite differences (largest gap "
-                    f"{np.max(np.abs(got - want)):.3g}): {hint}; normalize negative axes "
-                    "with axis % ndim"
-                )
+                check_reduction(op, x, axis, keepdims)
         ctx = record(op, x, axis=-1)
         (got,) = DERIVATIVES[op](ctx, np.ones(ctx.output.shape, dtype=np.float32))
         assert np.asarray(got).dtype == np.float32, (
             f"{op.__name__}'s gradient of float32 data is {np.asarray(got).dtype}: divide by "
             "a constant of the input's dtype, a.dtype.type(count)"
         )
-    ties = record(Max, [[1.0, 3.0, 3.0], [2.0, 0.0, 2.0]], axis=1)
-    (got,) = DERIVATIVES[Max](ties, float32_array([1.0, 1.0]))
-    assert np.allclose(got, [[0, 0.5, 0.5], [0.5, 0, 0.5]]), (
-        f"rows [1, 3, 3] and [2, 0, 2] have tied maxima: each tied element should get half "
-        f"the gradient, like torch.amax; got {np.asarray(got).tolist()}. Divide the mask "
-        "a == max by the number of tied elements per output"
-    )
-    whole = record(Max, [[1.0, 5.0], [5.0, 2.0]])
-    (got,) = DERIVATIVES[Max](whole, float32_array(1.0))
-    assert np.allclose(got, [[0, 0.5], [0.5, 0]]), (
-        f"max() over everything with two tied 5s: [[0, 0.5], [0.5, 0]] expected, got "
-        f"{np.asarray(got).tolist()}"
-    )
+    check_ties([[1.0, 3.0, 3.0], [2.0, 0.0, 2.0]], 1, [[0, 0.5, 0.5], [0.5, 0, 0.5]],
+               "rows [1, 3, 3] and [2, 0, 2] have tied maxima")
+    check_ties([[1.0, 5.0], [5.0, 2.0]], None, [[0, 0.5], [0.5, 0]],
+               "max() over everything with two tied 5s: [[0, 0.5], [0.5, 0]] expected")
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    line, four = random(7, seed=3), random(2, 1, 3, 2, seed=4)
+    def sum_mean_max(array, axis, keepdims):
+        for op in (Sum, Mean, Max):
+            check_reduction(op, array, axis, keepdims)
+
+    hidden_cases(sum_mean_max, {
+        "a vector": (line, 0, False),
+        "a vector, keepdims": (line, -1, True),
+        "two axes of four": (four, (1, 3), False),
+        "negative axes of four, keepdims": (four, (0, -1), True),
+        "all four axes, keepdims": (four, None, True),
+    })
+    hidden_cases(check_ties, {
+        "ties along the first axis": ([[4.0, 1.0], [4.0, 2.0], [4.0, 2.0]], 0,
+                                      [[1 / 3, 0], [1 / 3, 0.5], [1 / 3, 0.5]], ""),
+        "a whole row tied": ([[7.0, 7.0, 7.0, 7.0]], -1, [[0.25, 0.25, 0.25, 0.25]], ""),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_reduction_rules()
+
 
 # %% [markdown]
 # ## Part 5: the order of the walk
@@ -665,26 +752,38 @@ def topological_order(root):
 # %% nbgrader={"grade": true, "grade_id": "test_unit_topological_order", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 def test_unit_topological_order():
     """Every node comes after its inputs, once; constants are left out; no recursion."""
+
+    def check_order(build):
+        """build() gives (root, {name: tensor}) naming every node that requires grad."""
+        root, named = build()
+        names = {id(t): n for n, t in named.items()}
+        order = topological_order(root)
+        got = [names.get(id(n), "?") for n in order]
+        assert sorted(got) == sorted(named), (
+            f"the order of the graph should hold {', '.join(sorted(named))} once each, got "
+            f"{got}: did you visit a node twice (mark it seen) or skip the leaves? ('?' is a "
+            "node that does not require grad, a constant: leave it out)"
+        )
+        position = {n: i for i, n in enumerate(got)}
+        for name, t in named.items():
+            for parent in t._ctx.parents if t._ctx is not None else ():
+                if id(parent) in names:
+                    assert position[names[id(parent)]] < position[name], (
+                        f"in {got}, {names[id(parent)]} comes after {name}, which uses it: "
+                        "append a node only after all its parents are appended (post-order)"
+                    )
+        assert got[-1] == names[id(root)], f"the root must come last, got {got}"
+
+    def squared_sum():  # L = (a*b + b)**2
+        a = Tensor([2.0], requires_grad=True)
+        b = Tensor([-3.0], requires_grad=True)
+        c = a * b
+        d = c + b
+        loss = d * d
+        return loss, {"a": a, "b": b, "c": c, "d": d, "L": loss}
+
+    check_order(squared_sum)
     a = Tensor([2.0], requires_grad=True)
-    b = Tensor([-3.0], requires_grad=True)
-    c = a * b
-    d = c + b
-    loss = d * d
-    order = topological_order(loss)
-    names = {id(a): "a", id(b): "b", id(c): "c", id(d): "d", id(loss): "L"}
-    got = [names.get(id(n), "?") for n in order]
-    assert sorted(got) == ["L", "a", "b", "c", "d"], (
-        f"the order of the graph L = (a*b + b)**2 should hold a, b, c, d, L once each, got "
-        f"{got}: did you visit a node twice (mark it seen) or skip the leaves?"
-    )
-    position = {n: i for i, n in enumerate(got)}
-    for child, parents in (("c", "ab"), ("d", "cb"), ("L", "d")):
-        for p in parents:
-            assert position[p] < position[child], (
-                f"in {got}, {p} comes after {child}, which uses it: append a node only after "
-                "all its parents are appended (post-order)"
-            )
-    assert got[-1] == "L", f"the root must come last, got {got}"
     scaled = a * 3.0
     assert len(topological_order(scaled)) == 2, (
         "a * 3.0 has the leaf a and the constant 3.0: the constant does not require grad "
@@ -704,9 +803,49 @@ def test_unit_topological_order():
     assert len(deep) == 10_001 and deep[0] is x and deep[-1] is y, (
         f"the 10,000-step chain should give 10,001 nodes from x to y, got {len(deep)}"
     )
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    def diamond():
+        x = Tensor([1.0, 2.0], requires_grad=True)
+        w = Tensor([0.5, -1.0], requires_grad=True)
+        h = x * w
+        left, right = h * 2.0, h * h
+        out = left + right
+        return out, {"x": x, "w": w, "h": h, "left": left, "right": right, "out": out}
+
+    def with_constants():
+        a = Tensor([1.0], requires_grad=True)
+        b = Tensor([2.0], requires_grad=True)
+        shifted = a + 1.0
+        product = shifted * Tensor([4.0])
+        out = product - b
+        return out, {"a": a, "b": b, "shifted": shifted, "product": product, "out": out}
+
+    def fan_in():
+        x = Tensor([0.5], requires_grad=True)
+        named, total = {"x": x}, x
+        for i in range(1, 8):
+            term = x * float(i)
+            total = total + term
+            named[f"term{i}"], named[f"total{i}"] = term, total
+        return total, named
+
+    def leaf_only():
+        x = Tensor([3.0], requires_grad=True)
+        return x, {"x": x}
+
+    hidden_cases(check_order, {
+        "a diamond": diamond,
+        "constants between the nodes": with_constants,
+        "one leaf used by many nodes": fan_in,
+        "a leaf alone": leaf_only,
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_topological_order()
+
 
 # %% [markdown]
 # ## Part 6: `backward`
@@ -893,35 +1032,55 @@ def test_unit_chain_rule():
         "this test builds on Mul's derivative rule, which is wrong (see "
         "test_unit_elementwise_rules): fix that rule first"
     )
-    a = Tensor(2.0, requires_grad=True)
-    b = Tensor(-3.0, requires_grad=True)
-    c = a * b
-    d = c + b
-    loss = d * d
-    backward(loss)
-    assert a.grad is not None and b.grad is not None, (
-        "after backward(loss) both leaves should have .grad: are leaves (tensors with "
-        "_ctx None) given their gradient at the end of the walk?"
-    )
-    assert isinstance(a.grad, Tensor), f"a.grad should be a Tensor, got {type(a.grad).__name__}"
-    assert np.isclose(a.grad.item(), 54.0), (
-        f"dL/da should be 2*b**2*(a+1) = 54, got {a.grad.item()}: check Mul's rule "
-        "(grad times the OTHER input) and that d, used twice by d*d, receives both contributions"
-    )
-    assert np.isclose(b.grad.item(), -54.0), (
-        f"dL/db should be -18 (through Add) + -36 (through a*b) = -54, got {b.grad.item()}: "
-        "a node used twice must ADD the gradients of its uses (did the second one overwrite "
-        "the first?)"
-    )
-    assert c.grad is None and d.grad is None, (
-        "interior nodes (c, d) should not get .grad: only leaves do"
-    )
-    assert a.grad.shape == () and a.grad.dtype == np.float32, (
-        f"a.grad should have a's shape () and dtype float32, got {a.grad.shape} {a.grad.dtype}"
-    )
+
+    def check_chain(a_value, b_value, dtype=np.float32):
+        """L = (a*b + b)**2: dL/da = 2(ab + b) b, dL/db = 2(ab + b)(a + 1), summed if arrays."""
+        a = Tensor(a_value, dtype=dtype, requires_grad=True)
+        b = Tensor(b_value, dtype=dtype, requires_grad=True)
+        c = a * b
+        d = c + b
+        loss = (d * d).sum() if a.ndim else d * d
+        backward(loss)
+        av, bv = np.asarray(a_value, dtype=np.float64), np.asarray(b_value, dtype=np.float64)
+        da, db = 2 * (av * bv + bv) * bv, 2 * (av * bv + bv) * (av + 1)
+        assert a.grad is not None and b.grad is not None, (
+            "after backward(loss) both leaves should have .grad: are leaves (tensors with "
+            "_ctx None) given their gradient at the end of the walk?"
+        )
+        assert isinstance(a.grad, Tensor), f"a.grad should be a Tensor, got {type(a.grad).__name__}"
+        assert np.allclose(a.grad.data, da, rtol=1e-5), (
+            f"dL/da should be 2*b**2*(a+1) = {da}, got {a.grad.data}: check Mul's rule "
+            "(grad times the OTHER input) and that d, used twice by d*d, receives both "
+            "contributions"
+        )
+        assert np.allclose(b.grad.data, db, rtol=1e-5), (
+            f"dL/db should be 2*(a*b + b) (through Add) + 2*(a*b + b)*a (through a*b) = {db}, "
+            f"got {b.grad.data}: a node used twice must ADD the gradients of its uses (did the "
+            "second one overwrite the first?)"
+        )
+        assert c.grad is None and d.grad is None, (
+            "interior nodes (c, d) should not get .grad: only leaves do"
+        )
+        assert a.grad.shape == a.shape and a.grad.dtype == dtype, (
+            f"a.grad should have a's shape {a.shape} and dtype {np.dtype(dtype)}, got "
+            f"{a.grad.shape} {a.grad.dtype}"
+        )
+
+    check_chain(2.0, -3.0)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_chain, {
+        "other values": (-0.5, 1.25),
+        "a zero factor": (0.0, 4.0),
+        "vectors": ([1.0, -2.0, 0.5], [3.0, 0.25, -1.0]),
+        "float64 scalars": (1.5, -2.0, np.float64),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_chain_rule()
+
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_accumulation", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_accumulation():
@@ -931,34 +1090,51 @@ def test_unit_accumulation():
         "this test builds on Mul's derivative rule, which is wrong (see "
         "test_unit_elementwise_rules): fix that rule first"
     )
-    x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
-    backward((x * x).sum())
-    assert np.allclose(x.grad.data, [2, 4, 6]), (
-        f"d/dx sum(x*x) = 2x = [2, 4, 6], got {x.grad.data}: x is both inputs of Mul, so "
-        "its two contributions must be added"
-    )
-    w = Tensor([0.5, -1.0, 2.0], requires_grad=True)
-    h = x * w  # used by two branches: a diamond
-    out = (h * 2.0 + h * h).sum()
-    backward(out)
-    want = (2 + 2 * x.data * w.data) * w.data
-    assert np.allclose(x.grad.data, [2, 4, 6] + want), (
-        f"x.grad after a second backward should be the first gradient plus the new one "
-        f"({[2, 4, 6] + want}), got {x.grad.data}: leaf gradients accumulate across calls "
-        "(add to .grad instead of replacing it), and the diamond h -> (h*2, h*h) must sum "
-        "both branches"
-    )
-    assert x.grad.dtype == np.float32 and x.grad.shape == (3,), (
-        f"x.grad must keep x's shape (3,) and dtype float32, got {x.grad.shape} {x.grad.dtype}"
-    )
+
+    def check_accumulated(x_value, w_value, calls):
+        """`calls` backward passes of sum(x*x), then one through a diamond h -> (h*2, h*h)."""
+        x = Tensor(x_value, requires_grad=True)
+        for _ in range(calls):
+            backward((x * x).sum())
+        first = 2 * calls * x.data
+        assert np.allclose(x.grad.data, first), (
+            f"d/dx sum(x*x) = 2x per call, {first} after {calls}, got {x.grad.data}: x is both "
+            "inputs of Mul, so its two contributions must be added"
+        )
+        w = Tensor(w_value, requires_grad=True)
+        h = x * w  # used by two branches: a diamond
+        backward((h * 2.0 + h * h).sum())
+        want = first + (2 + 2 * x.data * w.data) * w.data
+        assert np.allclose(x.grad.data, want, rtol=1e-5), (
+            f"x.grad after a second backward should be the first gradient plus the new one "
+            f"({want}), got {x.grad.data}: leaf gradients accumulate across calls "
+            "(add to .grad instead of replacing it), and the diamond h -> (h*2, h*h) must sum "
+            "both branches"
+        )
+        assert x.grad.dtype == np.float32 and x.grad.shape == x.shape, (
+            f"x.grad must keep x's shape {x.shape} and dtype float32, got {x.grad.shape} "
+            f"{x.grad.dtype}"
+        )
+
+    check_accumulated([1.0, 2.0, 3.0], [0.5, -1.0, 2.0], 1)
     y = Tensor([1.0, 1.0], requires_grad=True)
     backward(y.sum() + y.sum())
     assert np.allclose(y.grad.data, [2, 2]), (
         f"y.sum() + y.sum() gives y.grad [2, 2], got {y.grad.data}"
     )
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_accumulated, {
+        "three passes before the diamond": ([0.5, -1.5], [2.0, 3.0], 3),
+        "a matrix": ([[1.0, -1.0], [2.0, 0.0]], [[0.25, 1.0], [-2.0, 5.0]], 2),
+        "a scalar": (1.5, -0.5, 1),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_accumulation()
+
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_broadcast_backward", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 def test_unit_broadcast_backward():
@@ -969,27 +1145,47 @@ def test_unit_broadcast_backward():
         "test_unit_elementwise_rules): fix that rule first"
     )
     rng = np.random.default_rng(0)
-    x = Tensor(rng.standard_normal((4, 3)), requires_grad=True)
-    bias = Tensor(rng.standard_normal(3), requires_grad=True)
-    col = Tensor(rng.standard_normal((4, 1)), requires_grad=True)
-    backward(((x + bias) * col).sum())
-    assert bias.grad is not None and bias.grad.shape == (3,), (
-        f"bias of shape (3,) was broadcast to (4, 3): its gradient must have shape (3,), got "
-        f"{None if bias.grad is None else bias.grad.shape}. Is every gradient passed through "
-        "unbroadcast before it is added to its parent's entry?"
-    )
-    assert np.allclose(bias.grad.data, col.data.sum()), (
-        "bias.grad[j] should be the sum over the 4 rows of col: the gradient is summed over "
-        "the stretched axis"
-    )
-    assert col.grad.shape == (4, 1), f"col (4, 1) got a gradient of shape {col.grad.shape}"
-    assert np.allclose(col.grad.data, (x.data + bias.data).sum(axis=1, keepdims=True), atol=1e-5), (
-        "col.grad should be (x + bias) summed over axis 1, keeping the axis"
-    )
-    assert x.grad.dtype == np.float32, f"x.grad is {x.grad.dtype}, expected float32"
+
+    def check_broadcast(x_shape, bias_shape, col_shape, bias_axes, col_axes):
+        """backward(((x + bias) * col).sum()): bias.grad sums col, col.grad sums x + bias,
+        over the axes (`bias_axes`, `col_axes`) each was stretched along."""
+        x = Tensor(rng.standard_normal(x_shape), requires_grad=True)
+        bias = Tensor(rng.standard_normal(bias_shape), requires_grad=True)
+        col = Tensor(rng.standard_normal(col_shape), requires_grad=True)
+        backward(((x + bias) * col).sum())
+        out = np.broadcast_shapes(x_shape, bias_shape, col_shape)
+        assert bias.grad is not None and bias.grad.shape == bias_shape, (
+            f"bias of shape {bias_shape} was broadcast to {out}: its gradient must have shape "
+            f"{bias_shape}, got {None if bias.grad is None else bias.grad.shape}. Is every "
+            "gradient passed through unbroadcast before it is added to its parent's entry?"
+        )
+        want = np.broadcast_to(col.data, out).sum(axis=bias_axes).reshape(bias_shape)
+        assert np.allclose(bias.grad.data, want, atol=1e-5), (
+            "bias.grad should be col summed over the axes bias was stretched along"
+        )
+        assert col.grad.shape == col_shape, (
+            f"col {col_shape} got a gradient of shape {col.grad.shape}"
+        )
+        want = np.broadcast_to(x.data + bias.data, out).sum(axis=col_axes).reshape(col_shape)
+        assert np.allclose(col.grad.data, want, atol=1e-5), (
+            "col.grad should be (x + bias) summed over the axes col was stretched along"
+        )
+        assert x.grad.dtype == np.float32, f"x.grad is {x.grad.dtype}, expected float32"
+
+    check_broadcast((4, 3), (3,), (4, 1), 0, 1)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_broadcast, {
+        "three axes, a vector bias and a middle column": ((2, 3, 4), (4,), (3, 1), (0, 1), (0, 2)),
+        "every operand stretched": ((5, 1), (1, 6), (6,), 0, 0),
+        "a scalar bias": ((3, 2), (), (3, 1), (0, 1), 1),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_broadcast_backward()
+
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_deep_chain", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 def test_unit_deep_chain():
@@ -999,26 +1195,37 @@ def test_unit_deep_chain():
         "this test builds on Mul's derivative rule, which is wrong (see "
         "test_unit_elementwise_rules): fix that rule first"
     )
-    x = Tensor([0.5, 2.0], requires_grad=True)
-    y = x
-    for _ in range(5_000):
-        y = y * 1.0001
-        y = y - 0.001
-    try:
-        backward(y.sum())
-    except RecursionError:
-        raise AssertionError(
-            "backward on a 10,000-op chain raised RecursionError: order the graph with an "
-            "explicit stack (topological_order), not a recursive function"
-        ) from None
-    want = 1.0001 ** 5_000
-    assert np.allclose(x.grad.data, want, rtol=1e-3), (
-        f"d/dx of 5,000 multiplications by 1.0001 is 1.0001**5000 = {want:.4f}, got "
-        f"{x.grad.data}"
-    )
+
+    def check_deep(steps, step, want):
+        """`steps` repetitions of step(y) from x; d sum(y) / dx must be `want`."""
+        x = Tensor([0.5, 2.0], requires_grad=True)
+        y = x
+        for _ in range(steps):
+            y = step(y)
+        try:
+            backward(y.sum())
+        except RecursionError:
+            raise AssertionError(
+                f"backward on a chain of {steps} steps raised RecursionError: order the graph "
+                "with an explicit stack (topological_order), not a recursive function"
+            ) from None
+        assert np.allclose(x.grad.data, want, rtol=1e-3), (
+            f"d/dx of the chain is {want:.4f}, got {x.grad.data}"
+        )
+
+    check_deep(5_000, lambda y: y * 1.0001 - 0.001, 1.0001 ** 5_000)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_deep, {
+        "a longer chain of divisions": (12_000, lambda y: y / 1.00005, 1.00005 ** -12_000),
+        "a chain of negations": (8_000, lambda y: -y, 1.0),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_deep_chain()
+
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_graph_freed", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 def test_unit_graph_freed():
@@ -1031,40 +1238,68 @@ def test_unit_graph_freed():
     import gc
     import weakref
 
-    x = Tensor(np.ones(1000, dtype=np.float32), requires_grad=True)
-    hidden = x * 2.0
-    alive = weakref.ref(hidden)
-    loss = (hidden * hidden).sum()
-    del hidden
-    backward(loss, retain_graph=True)
-    gc.collect()
-    assert alive() is not None, (
-        "with retain_graph=True the graph must stay: the intermediate tensor disappeared"
-    )
-    backward(loss)
-    gc.collect()
-    assert np.allclose(x.grad.data, 16.0), (
-        f"two backward calls of sum((2x)**2) should accumulate 8 + 8 = 16, got {x.grad.data[:3]}"
-    )
-    assert alive() is None, (
-        "after backward the intermediate tensor x * 2.0 is still alive: the graph keeps it. "
-        "Empty each record once its rule has run (ctx.parents = ctx.inputs = ctx.output = "
-        "None ...), unless retain_graph=True"
-    )
-    try:
+    def check_freed(n, make, per_call):
+        """make(x) -> (an intermediate tensor, the loss); each backward adds per_call * ones."""
+        x = Tensor(np.ones(n, dtype=np.float32), requires_grad=True)
+        hidden, loss = make(x)
+        alive = weakref.ref(hidden)
+        del hidden
+        backward(loss, retain_graph=True)
+        gc.collect()
+        assert alive() is not None, (
+            "with retain_graph=True the graph must stay: the intermediate tensor disappeared"
+        )
         backward(loss)
-    except RuntimeError as error:
-        assert "retain_graph" in str(error), (
-            f"the error for a second backward should say to pass retain_graph=True: {error}"
+        gc.collect()
+        assert np.allclose(x.grad.data, 2 * per_call), (
+            f"two backward calls should accumulate {per_call} + {per_call} = {2 * per_call}, got "
+            f"{x.grad.data[:3]}"
         )
-    else:
-        raise AssertionError(
-            "a second backward through a freed graph must raise RuntimeError (the records "
-            "are empty), not silently do nothing or treat the loss as a leaf"
+        assert alive() is None, (
+            "after backward the intermediate tensor is still alive: the graph keeps it. "
+            "Empty each record once its rule has run (ctx.parents = ctx.inputs = ctx.output = "
+            "None ...), unless retain_graph=True"
         )
+        try:
+            backward(loss)
+        except RuntimeError as error:
+            assert "retain_graph" in str(error), (
+                f"the error for a second backward should say to pass retain_graph=True: {error}"
+            )
+        else:
+            raise AssertionError(
+                "a second backward through a freed graph must raise RuntimeError (the records "
+                "are empty), not silently do nothing or treat the loss as a leaf"
+            )
+
+    def doubled_squares(x):  # sum((2x)**2): 8 per element at x = 1
+        h = x * 2.0
+        return h, (h * h).sum()
+
+    check_freed(1000, doubled_squares, 8.0)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    def diamond_mean(x):  # mean(h*3 + h) with h = x*x: 8x / n = 8 / 4 at x = 1
+        h = x * x
+        return h, (h * 3.0 + h).mean()
+
+    def long_tail(x):  # the intermediate sits deep inside a chain
+        h = x + 1.0
+        y = h
+        for _ in range(50):
+            y = y * 1.0
+        return h, y.sum()
+
+    hidden_cases(check_freed, {
+        "a diamond reduced by a mean": (4, diamond_mean, 2.0),
+        "an intermediate deep in a chain": (10, long_tail, 1.0),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_graph_freed()
+
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_backward_errors", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_backward_errors():
@@ -1084,21 +1319,27 @@ def test_unit_backward_errors():
             return error
         return None
 
+    def check_start(shape, bad):
+        """backward() on a tensor of `shape` with no grad, then with a grad of shape `bad`."""
+        y = Tensor(np.ones(shape, dtype=np.float32), requires_grad=True) * 2.0
+        error = error_of(lambda: backward(y))
+        assert isinstance(error, RuntimeError), (
+            f"backward() on a {shape} tensor without grad= must raise RuntimeError, got {error!r}"
+        )
+        assert "sum()" in str(error) and f"np.ones({shape})" in str(error), (
+            f"the message should say what to pass (e.g. t.backward(Tensor(np.ones({shape})))) "
+            f"or to reduce with .sum(): {error}"
+        )
+        error = error_of(lambda: backward(y, np.ones(bad, dtype=np.float32)))
+        named = str(bad) in str(error) and str(shape) in str(error)
+        assert isinstance(error, ValueError) and named, (
+            f"a starting gradient of shape {bad} for a {shape} tensor must raise ShapeError "
+            f"naming both shapes, got {error!r}"
+        )
+
+    check_start((2, 3), (3,))
     x = Tensor(np.ones((2, 3), dtype=np.float32), requires_grad=True)
     y = x * 2.0
-    error = error_of(lambda: backward(y))
-    assert isinstance(error, RuntimeError), (
-        f"backward() on a (2, 3) tensor without grad= must raise RuntimeError, got {error!r}"
-    )
-    assert "sum()" in str(error) and "np.ones((2, 3))" in str(error), (
-        f"the message should say what to pass (e.g. t.backward(Tensor(np.ones((2, 3))))) or "
-        f"to reduce with .sum(): {error}"
-    )
-    error = error_of(lambda: backward(y, np.ones(3, dtype=np.float32)))
-    assert isinstance(error, ValueError) and "(3,)" in str(error) and "(2, 3)" in str(error), (
-        f"a starting gradient of shape (3,) for a (2, 3) tensor must raise ShapeError naming "
-        f"both shapes, got {error!r}"
-    )
     backward(y, np.full((2, 3), 0.5, dtype=np.float32))
     assert np.allclose(x.grad.data, 1.0), (
         f"backward(y, grad=0.5 everywhere) for y = 2x should give x.grad = 1, got {x.grad.data}"
@@ -1139,9 +1380,19 @@ def test_unit_backward_errors():
         f"a ShapeError naming the op (Cube), got {error!r}"
     )
     del DERIVATIVES[Cube]
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_start, {
+        "a vector with a matrix gradient": ((4,), (2, 2)),
+        "three axes with a gradient missing one": ((2, 1, 3), (2, 3)),
+        "a column with a row gradient": ((3, 1), (1, 3)),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_backward_errors()
+
 
 # %% [markdown]
 # ## Part 7: matrix, shape and indexing rules
@@ -1330,9 +1581,21 @@ def test_unit_matmul_rule():
     check_op(MatMul, [random(2, 3, 4), random(4, seed=1)],
              hint + " (b is a vector: (4,) as (4, 1))")
     check_op(MatMul, [random(4), random(4, seed=1)], hint + " (two vectors: a dot product)")
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(lambda a, b: check_op(MatMul, [a, b], hint), {
+        "a column times a row": (random(5, 1, seed=7), random(1, 3, seed=8)),
+        "two batches of the same size": (random(3, 2, 4, seed=7), random(3, 4, 2, seed=8)),
+        "batch axes that both broadcast": (random(2, 1, 1, 3, seed=7), random(4, 3, 2, seed=8)),
+        "a vector times a batch": (random(3, seed=7), random(2, 3, 4, seed=8)),
+        "a batch times a vector of one": (random(2, 5, 1, seed=7), random(1, seed=8)),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_matmul_rule()
+
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_shape_rules", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_shape_rules():
@@ -1356,9 +1619,25 @@ def test_unit_shape_rules():
         f"t[[0, 0, 0, 2]].sum() uses t[0] three times: t.grad should be [3, 0, 1], got "
         f"{t.grad.data}. {repeats}"
     )
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    z = random(3, 1, 4, 2, seed=9)
+    hidden_cases(lambda op, params: check_op(op, [z], "", **params), {
+        "a reshape that infers a size": (Reshape, {"shape": (-1, 2)}),
+        "a transpose of outer axes": (Transpose, {"dim0": 1, "dim1": 3}),
+        "a reversed permutation": (Permute, {"dims": (3, 2, 1, 0)}),
+        "an ellipsis index": (GetItem, {"index": (Ellipsis, 1)}),
+        "negative indices": (GetItem, {"index": (-1, 0, slice(-3, None))}),
+        "repeated indices on two axes": (GetItem, {"index": (np.array([0, 2, 0]),
+                                                             np.array([0, 0, 0]))}),
+        "a boolean mask over the first two axes": (GetItem, {"index": z[:, :, 0, 0] > 0}),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_shape_rules()
+
 
 # %% [markdown]
 # ## Part 8: activations and losses
@@ -1543,9 +1822,26 @@ def test_unit_activation_rules():
                  "use the op's axis", axis=axis)
         check_op(LogSoftmaxFunction, [x], "grad - exp(y) * sum(grad, axis, keepdims=True)",
                  axis=axis)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    cube = random(2, 3, 4, seed=11) * 3.0
+    cube[np.abs(cube) < 0.05] = 0.5  # away from ReLU's kink
+    hidden_cases(lambda op, params: check_op(op, [cube], "", **params), {
+        "ReLU of three axes": (ReLUFunction, {}),
+        "Sigmoid of large values": (SigmoidFunction, {}),
+        "Tanh of three axes": (TanhFunction, {}),
+        "SiLU of three axes": (SiLUFunction, {}),
+        "exact GELU of three axes": (GELUFunction, {"approximate": "none"}),
+        "tanh GELU of three axes": (GELUFunction, {"approximate": "tanh"}),
+        "Softmax over the middle axis": (SoftmaxFunction, {"axis": 1}),
+        "LogSoftmax over a negative middle axis": (LogSoftmaxFunction, {"axis": -2}),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_activation_rules()
+
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_loss_rules", "locked": true, "points": 6, "schema_version": 3, "solution": false, "task": false}
 def test_unit_loss_rules():
@@ -1561,9 +1857,27 @@ def test_unit_loss_rules():
     for reduction in ("mean", "sum", "none"):
         check_op(BCEWithLogitsFunction, [random(3, 4)], "sigmoid(x) - target, times grad; "
                  "'mean' divides by the number of elements", target=labels, reduction=reduction)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    many = random(7, 3, seed=12)
+    classes = np.array([2, 0, 1, 2, 2, 1, 0])
+    soft = np.random.default_rng(13).uniform(0, 1, (2, 2, 3))
+    hidden_cases(lambda op, arrays, params: check_op(op, arrays, "", **params), {
+        "another ignore index, mean": (CrossEntropyFunction, [many],
+                                       {"target": classes, "ignore_index": 2, "reduction": "mean"}),
+        "another ignore index, none": (CrossEntropyFunction, [many],
+                                       {"target": classes, "ignore_index": 2, "reduction": "none"}),
+        "one row": (CrossEntropyFunction, [many[:1]],
+                    {"target": classes[:1], "ignore_index": -100, "reduction": "sum"}),
+        "soft labels over three axes": (BCEWithLogitsFunction, [random(2, 2, 3, seed=14) * 4],
+                                        {"target": soft, "reduction": "mean"}),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_loss_rules()
+
 
 # %% [markdown]
 # ## Part 9: not recording: `no_grad()` and `detach()`
@@ -1662,24 +1976,39 @@ def test_unit_no_grad():
         "an exception inside no_grad() left recording off: restore the previous state in "
         "__exit__, which runs even when the block raises"
     )
-    with no_grad():
-        with no_grad():
-            pass
-        assert not is_grad_enabled(), (
-            "leaving an inner no_grad() turned recording on inside the outer one: restore the "
-            "PREVIOUS state (returned by set_grad_enabled), not True"
-        )
-        with enable_grad():
-            assert is_grad_enabled(), "enable_grad() inside no_grad() should record again"
-        assert not is_grad_enabled(), "after enable_grad() we are back inside no_grad()"
-    assert is_grad_enabled(), "nested blocks must end with recording on"
+    def check_restored(start):
+        """Nested and decorated blocks entered with recording `start` leave it as it was."""
+        previous = set_grad_enabled(start)
+        try:
+            with no_grad():
+                with no_grad():
+                    pass
+                assert not is_grad_enabled(), (
+                    "leaving an inner no_grad() turned recording on inside the outer one: restore "
+                    "the PREVIOUS state (returned by set_grad_enabled), not True"
+                )
+                with enable_grad():
+                    assert is_grad_enabled(), "enable_grad() inside no_grad() should record again"
+                assert not is_grad_enabled(), "after enable_grad() we are back inside no_grad()"
+            assert is_grad_enabled() == start, (
+                f"nested blocks entered with recording {'on' if start else 'off'} must end with "
+                f"it {'on' if start else 'off'}: restore the previous state, not a constant"
+            )
 
-    @no_grad()
-    def predict(x):
-        return x * w
+            @no_grad()
+            def predict(x):
+                return x * w
 
-    assert predict(Tensor([1.0, 1.0]))._ctx is None, "@no_grad() on a function: nothing recorded"
-    assert is_grad_enabled(), "after a @no_grad() function returns, recording is on again"
+            assert predict(Tensor([1.0, 1.0]))._ctx is None, (
+                "@no_grad() on a function: nothing recorded"
+            )
+            assert is_grad_enabled() == start, (
+                "after a @no_grad() function returns, recording is back as it was"
+            )
+        finally:
+            set_grad_enabled(previous)
+
+    check_restored(True)
     frozen = (w * 2.0).detach()
     loss = (frozen * w).sum()
     backward(loss)
@@ -1687,9 +2016,15 @@ def test_unit_no_grad():
         f"(w*2).detach() * w: the detached factor is a constant, so w.grad = 2w = [2, 4], got "
         f"{w.grad.data}"
     )
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_restored, {"blocks entered with recording off": False})
+    ### END HIDDEN TESTS
 
 
 test_unit_no_grad()
+
 
 # %% [markdown]
 # ## Part 10: `gradcheck`
@@ -1814,21 +2149,31 @@ def test_unit_gradcheck():
         def forward(x):
             return x * x
 
-    DERIVATIVES[Square] = lambda ctx, grad: (grad * ctx.inputs[0],)  # wrong: forgot the 2
-    try:
-        gradcheck(lambda x: Square.apply(x), [a])
-    except GradcheckError as error:
-        text = str(error)
-        assert "input 0" in text and "element" in text, (
-            f"GradcheckError should name the input (input 0) and the element: {text}"
-        )
-    else:
-        raise AssertionError(
-            "gradcheck accepted the rule grad * x for x * x (the right one is 2 * grad * x): "
-            "compare every element with atol + rtol * |numerical| and raise GradcheckError"
-        )
-    finally:
-        del DERIVATIVES[Square]
+    class Product(Function):
+        @staticmethod
+        def forward(x, y):
+            return x * y
+
+    def check_caught(op, rule, fn, inputs, index):
+        """gradcheck of fn with a wrong `rule` registered for op must name input `index`."""
+        DERIVATIVES[op] = rule
+        try:
+            gradcheck(fn, inputs)
+        except GradcheckError as error:
+            text = str(error)
+            assert f"input {index}" in text and "element" in text, (
+                f"GradcheckError should name the input (input {index}) and the element: {text}"
+            )
+        else:
+            raise AssertionError(
+                "gradcheck accepted a wrong rule (for x * x, grad * x instead of 2 * grad * x): "
+                "compare every element with atol + rtol * |numerical| and raise GradcheckError"
+            )
+        finally:
+            del DERIVATIVES[op]
+
+    check_caught(Square, lambda ctx, grad: (grad * ctx.inputs[0],), lambda x: Square.apply(x),
+                 [a], 0)
     probs = Tensor(rng.standard_normal((2, 3)), dtype=np.float64, requires_grad=True)
     DERIVATIVES[Square] = lambda ctx, grad: (np.zeros_like(grad),)
     try:
@@ -1849,9 +2194,31 @@ def test_unit_gradcheck():
         assert "float64" in str(error), f"the float32 refusal should say to use float64: {error}"
     else:
         raise AssertionError("gradcheck on float32 inputs must raise TypeError explaining float64")
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    def one_element_off(ctx, grad):
+        x, y = ctx.inputs
+        wrong = grad * x
+        wrong.flat[-1] += 0.01
+        return grad * y, wrong
+
+    c = Tensor(rng.standard_normal((2, 2)), dtype=np.float64, requires_grad=True)
+    d = Tensor(rng.standard_normal((2, 2)), dtype=np.float64, requires_grad=True)
+    product = lambda x, y: Product.apply(x, y)  # noqa: E731
+    hidden_cases(check_caught, {
+        "a wrong gradient for the second input": (
+            Product, lambda ctx, grad: (grad * ctx.inputs[1], grad), product, [c, d], 1),
+        "a wrong gradient for the first input only": (
+            Product, lambda ctx, grad: (-grad * ctx.inputs[1], grad * ctx.inputs[0]), product,
+            [c, d], 0),
+        "one element off by a little": (Product, one_element_off, product, [c, d], 1),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_gradcheck()
+
 
 # %% [markdown]
 # ## Systems analysis: memory, depth and speed of backward, measured on your machine

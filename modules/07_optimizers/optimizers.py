@@ -429,14 +429,22 @@ def test_unit_optimizer_base():
         def update(self, param, grad, state):
             param -= self.lr * grad
 
+    def check_kept(tensors, order):
+        """PlainGD over `tensors` keeps tensors[i] for i in `order`, once each, in that order."""
+        opt = PlainGD((p for p in tensors), lr=0.1)
+        assert len(opt.params) == len(order), (
+            f"{len(tensors)} tensors with {len(order)} distinct ones should give {len(order)} "
+            f"parameters, got {len(opt.params)}: keep each tensor once, comparing by identity "
+            "(id(p)), so a tied weight is not stepped twice"
+        )
+        assert all(p is tensors[i] for p, i in zip(opt.params, order)), (
+            "keep the parameters in their first order"
+        )
+        return opt
+
     w = Tensor([1.0, 2.0])
     b = Tensor([0.5])
-    opt = PlainGD((p for p in [w, b, w]), lr=0.1)
-    assert len(opt.params) == 2, (
-        f"[w, b, w] should give 2 parameters, got {len(opt.params)}: keep each tensor once, "
-        "comparing by identity (id(p)), so a tied weight is not stepped twice"
-    )
-    assert opt.params[0] is w and opt.params[1] is b, "keep the parameters in their first order"
+    opt = check_kept([w, b, w], [0, 1])
     assert len(PlainGD([Tensor([1.0]), Tensor([1.0])], lr=0.1).params) == 2, (
         "two different tensors holding equal values are two parameters: compare with id(p), "
         "not with == or by value"
@@ -468,9 +476,21 @@ def test_unit_optimizer_base():
     w.grad = Tensor([1.0, 2.0, 3.0])
     expect_error("step() with a (3,) gradient for a (2,) parameter", opt.step, ValueError,
                  ["(2,)", "(3,)"], "check the shapes and name both")
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    u, v, x = Tensor([1.0]), Tensor(np.zeros((2, 2))), Tensor([1.0])
+    hidden_cases(check_kept, {
+        "a repeat at the end": ([u, v, x, u], [0, 1, 2]),
+        "one tensor many times": ([v, v, v, v], [0]),
+        "equal values, different tensors": ([u, x, u, x], [0, 1]),
+        "no repeats": ([x, v, u], [0, 1, 2]),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_optimizer_base()
+
 
 # %% [markdown]
 # ## Part 2: stochastic gradient descent
@@ -570,9 +590,34 @@ def test_unit_sgd():
         f"p.grad changed to {w.grad.data}: weight decay must build a new array "
         "(grad = grad + wd * param), not modify the gradient in place"
     )
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    def by_hand(start, grads, lr, wd):  # plain SGD in float64, step by step
+        w, path = np.array(start, dtype=np.float64), []
+        for g in grads:
+            w = w - lr * (np.asarray(g, dtype=np.float64) + wd * w)
+            path.append(w.copy())
+        return path
+
+    rng = np.random.default_rng(7001)
+    start = rng.standard_normal((2, 3))
+    grads = [rng.standard_normal((2, 3)) for _ in range(3)]
+    hidden_cases(check_steps, {
+        "a matrix over three steps": ("SGD", lambda p: SGD(p, lr=0.05), start, grads,
+                                      by_hand(start, grads, 0.05, 0.0), "", np.float32, 1e-5),
+        "weight decay over three steps": (
+            "SGD", lambda p: SGD(p, lr=0.2, weight_decay=0.1), start, grads,
+            by_hand(start, grads, 0.2, 0.1), "", np.float32, 1e-5),
+        "a float64 parameter": ("SGD", lambda p: SGD(p, lr=1.5, weight_decay=0.01), [3.0, -1.0],
+                                [[0.25, 0.5]], by_hand([3.0, -1.0], [[0.25, 0.5]], 1.5, 0.01),
+                                "", np.float64, 1e-12),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_sgd()
+
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_sgd_momentum", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_sgd_momentum():
@@ -596,9 +641,36 @@ def test_unit_sgd_momentum():
     assert opt.state[0] == {}, (
         "SGD without momentum should keep no state (no buffer): memory matters"
     )
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    def by_hand(start, grads, lr, mu, nesterov=False, wd=0.0):  # momentum SGD in float64
+        w, v, path = np.array(start, dtype=np.float64), None, []
+        for g in grads:
+            g = np.asarray(g, dtype=np.float64) + wd * w
+            v = g.copy() if v is None else mu * v + g
+            w = w - lr * (g + mu * v if nesterov else v)
+            path.append(w.copy())
+        return path
+
+    rng = np.random.default_rng(7002)
+    start = rng.standard_normal(4)
+    grads = [rng.standard_normal(4) for _ in range(4)]
+    hidden_cases(check_steps, {
+        "changing gradients": ("SGD", lambda p: SGD(p, lr=0.1, momentum=0.8), start, grads,
+                               by_hand(start, grads, 0.1, 0.8), "", np.float32, 1e-5),
+        "changing gradients, Nesterov": (
+            "SGD", lambda p: SGD(p, lr=0.1, momentum=0.5, nesterov=True), start, grads,
+            by_hand(start, grads, 0.1, 0.5, True), "", np.float32, 1e-5),
+        "momentum with weight decay": (
+            "SGD", lambda p: SGD(p, lr=0.05, momentum=0.9, weight_decay=0.1), start, grads,
+            by_hand(start, grads, 0.05, 0.9, False, 0.1), "", np.float32, 1e-5),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_sgd_momentum()
+
 
 # %% [markdown]
 # ## Part 3: Adam
@@ -747,9 +819,44 @@ def test_unit_adam():
     assert opt.state[0]["exp_avg"].dtype == np.float32, (
         "float32 parameters must keep float32 buffers (np.zeros_like(param))"
     )
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    def by_hand(start, grads, lr, b1=0.9, b2=0.999, eps=1e-8, wd=0.0, decoupled=False):
+        w = np.array(start, dtype=np.float64)
+        m, v, path = np.zeros_like(w), np.zeros_like(w), []
+        for t, g in enumerate(grads, start=1):
+            g = np.asarray(g, dtype=np.float64)
+            if decoupled:
+                w = w * (1 - lr * wd)
+            else:
+                g = g + wd * w
+            m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+            w = w - lr * (m / (1 - b1**t)) / (np.sqrt(v / (1 - b2**t)) + eps)
+            path.append(w.copy())
+        return path
+
+    rng = np.random.default_rng(7003)
+    start = rng.standard_normal((3, 2))
+    grads = [rng.standard_normal((3, 2)) * 10.0**k for k in (-3, 0, 2, 1)]
+    hidden_cases(check_steps, {
+        "a matrix over four steps": ("Adam", lambda p: Adam(p, lr=0.01), start.copy(), grads,
+                                     by_hand(start, grads, 0.01), "", np.float64, 1e-9),
+        "other betas": ("Adam", lambda p: Adam(p, lr=0.02, betas=(0.8, 0.99)), start.copy(), grads,
+                        by_hand(start, grads, 0.02, 0.8, 0.99), "", np.float64, 1e-9),
+        "weight decay added to the gradient": (
+            "Adam", lambda p: Adam(p, lr=0.01, weight_decay=0.1), start.copy(), grads,
+                            by_hand(start, grads, 0.01, wd=0.1), "", np.float64, 1e-9),
+        "a large eps": ("Adam", lambda p: Adam(p, lr=0.1, eps=1.0), start.copy(), grads,
+                        by_hand(start, grads, 0.1, eps=1.0), "", np.float64, 1e-9),
+        "float32 over four steps": ("Adam", lambda p: Adam(p, lr=0.01), start.copy(), grads,
+                                    by_hand(start, grads, 0.01), "", np.float32, 1e-5),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_adam()
+
 
 # %% [markdown]
 # ## Part 4: AdamW, decoupled weight decay
@@ -810,26 +917,41 @@ def test_unit_adamw():
     )
     assert AdamW([Tensor([1.0])]).weight_decay == 0.01, "AdamW's default weight_decay is 0.01"
 
+    def check_decoupled(lr, wd, grads):
+        """AdamW must equal: shrink by (1 - lr * wd), then Adam's step with the raw gradient."""
+        a = Tensor([1.0], dtype=np.float64)
+        b = Tensor([1.0 * (1 - lr * wd)], dtype=np.float64)
+        opt_w, opt_a = AdamW([a], lr=lr, weight_decay=wd), Adam([b], lr=lr)
+        for i, g in enumerate(grads):
+            a.grad = Tensor([g], dtype=np.float64)
+            b.grad = Tensor([g], dtype=np.float64)
+            opt_w.step()
+            opt_a.step()
+            if i + 1 < len(grads):
+                b.data *= 1 - lr * wd
+        assert np.allclose(a.data, b.data, rtol=1e-12), (
+            f"AdamW should equal 'shrink by (1 - lr * wd), then Adam's step with the raw "
+            f"gradient': got {a.data[0]:.6f}, expected {b.data[0]:.6f}. Do not add the decay to "
+            "the gradient, and shrink before (not after) the Adam step"
+        )
+        return opt_w
+
     # With a gradient: decay first, then exactly Adam's step.
-    a = Tensor([1.0], dtype=np.float64)
-    b = Tensor([1.0 * (1 - 0.1 * 0.5)], dtype=np.float64)
-    opt_w, opt_a = AdamW([a], lr=0.1, weight_decay=0.5), Adam([b], lr=0.1)
-    for g in (2.0, -1.0, 0.5):
-        a.grad = Tensor([g], dtype=np.float64)
-        b.grad = Tensor([g], dtype=np.float64)
-        opt_w.step()
-        opt_a.step()
-        if g != 0.5:
-            b.data *= 1 - 0.1 * 0.5
-    assert np.allclose(a.data, b.data, rtol=1e-12), (
-        f"AdamW should equal 'shrink by (1 - lr * wd), then Adam's step with the raw "
-        f"gradient': got {a.data[0]:.6f}, expected {b.data[0]:.6f}. Do not add the decay to "
-        "the gradient, and shrink before (not after) the Adam step"
-    )
+    opt_w = check_decoupled(0.1, 0.5, (2.0, -1.0, 0.5))
     assert isinstance(opt_w, Adam), "AdamW can subclass Adam: only update() differs"
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_decoupled, {
+        "a small decay over many steps": (0.01, 0.05, (1.0, -2.0, 3.0, 0.5, -0.25, 4.0)),
+        "a large learning rate": (0.5, 0.2, (-1.0, -1.0, 2.0)),
+        "one step": (0.03, 1.0, (7.0,)),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_adamw()
+
 
 # %% [markdown]
 # ## Part 5: saving and resuming
@@ -851,39 +973,51 @@ test_unit_adamw()
 def test_unit_optimizer_state():
     """Adam state saved after 3 steps and loaded into a new optimizer resumes bit-identically."""
     rng = np.random.default_rng(7)
-    grads = [rng.standard_normal((3, 2)).astype(np.float32) for _ in range(5)]
+
+    def check_resumed(make, shape, total, saved_at):
+        """`total` steps straight, or `saved_at` steps, state_dict, load, and the rest."""
+        grads = [rng.standard_normal(shape).astype(np.float32) for _ in range(total)]
+        start = rng.standard_normal(shape).astype(np.float32)
+        straight = Tensor(start.copy())
+        opt = make([straight])
+        for g in grads:
+            straight.grad = Tensor(g)
+            opt.step()
+        resumed = Tensor(start.copy())
+        first = make([resumed])
+        for g in grads[:saved_at]:
+            resumed.grad = Tensor(g)
+            first.step()
+        saved = first.state_dict()
+        assert saved["steps"] == saved_at, (
+            f"the saved state should record {saved_at} steps, got {saved.get('steps')}"
+        )
+        for key, value in first.state[0].items():
+            if isinstance(value, np.ndarray):
+                assert not np.shares_memory(saved[f"param.0.{key}"], value), (
+                    "state_dict() must copy the buffers: update() changes them in place"
+                )
+        second = make([resumed])
+        second.load_state_dict(saved)
+        for g in grads[saved_at:]:
+            resumed.grad = Tensor(g)
+            second.step()
+        assert np.array_equal(resumed.data, straight.data), (
+            f"resumed training differs from uninterrupted training by "
+            f"{np.abs(resumed.data - straight.data).max():.3g}: the restored optimizer must "
+            "continue with the saved m, v and per-parameter step count"
+        )
+        assert second.steps == total, (
+            f"the step counter should continue from {saved_at} to {total}, got {second.steps}"
+        )
+        return saved
+
+    saved = check_resumed(lambda p: AdamW(p, lr=0.05), (3, 2), 5, 3)
+    assert saved["param.0.step"] == 3, (
+        f"the saved state should record 3 steps per parameter, got {saved.get('param.0.step')}"
+    )
     start = rng.standard_normal((3, 2)).astype(np.float32)
-
-    straight = Tensor(start.copy())
-    opt = AdamW([straight], lr=0.05)
-    for g in grads:
-        straight.grad = Tensor(g)
-        opt.step()
-
-    resumed = Tensor(start.copy())
-    first = AdamW([resumed], lr=0.05)
-    for g in grads[:3]:
-        resumed.grad = Tensor(g)
-        first.step()
-    saved = first.state_dict()
-    assert saved["steps"] == 3 and saved["param.0.step"] == 3, (
-        f"the saved state should record 3 steps, got {saved.get('steps')}"
-    )
-    assert not np.shares_memory(saved["param.0.exp_avg"], first.state[0]["exp_avg"]), (
-        "state_dict() must copy the buffers: update() changes them in place"
-    )
-    second = AdamW([resumed], lr=0.05)
-    second.load_state_dict(saved)
-    for g in grads[3:]:
-        resumed.grad = Tensor(g)
-        second.step()
-    assert np.array_equal(resumed.data, straight.data), (
-        f"resumed training differs from uninterrupted training by "
-        f"{np.abs(resumed.data - straight.data).max():.3g}: the restored optimizer must "
-        "continue with the saved m, v and per-parameter step count"
-    )
-    assert second.steps == 5, f"the step counter should continue from 3 to 5, got {second.steps}"
-
+    grads = [rng.standard_normal((3, 2)).astype(np.float32)]
     momentum_state = SGD([Tensor(start.copy())], lr=0.1, momentum=0.9)
     momentum_state.params[0].grad = Tensor(grads[0])
     momentum_state.step()
@@ -891,9 +1025,20 @@ def test_unit_optimizer_state():
                  lambda: AdamW([Tensor(start.copy())]).load_state_dict(
                      momentum_state.state_dict()), ValueError, ["momentum_buffer"],
                  "name the unexpected key")
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_resumed, {
+        "Adam saved after one step": (lambda p: Adam(p, lr=0.01, weight_decay=0.1), (4,), 4, 1),
+        "momentum SGD saved late": (lambda p: SGD(p, lr=0.1, momentum=0.9, nesterov=True),
+                                    (2, 2, 2), 7, 5),
+        "AdamW saved before any step": (lambda p: AdamW(p, lr=0.02), (5,), 3, 0),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_optimizer_state()
+
 
 # %% [markdown]
 # ## Part 6: gradient clipping
@@ -980,9 +1125,37 @@ def test_unit_clip_grad_norm():
     assert clip_grad_norm_([Tensor([1.0])], max_norm=1.0) == 0.0, (
         "with no gradients at all the norm is 0.0"
     )
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    def check_clipped(grads, max_norm):
+        params = [Tensor(np.zeros(np.shape(g) if g is not None else 1)) for g in grads]
+        for p, g in zip(params, grads):
+            p.grad = None if g is None else Tensor(g)
+        arrays = [p.grad.data for p in params if p.grad is not None]
+        total = float(np.sqrt(sum(float(np.sum(np.square(a, dtype=np.float64))) for a in arrays)))
+        scale = max_norm / (total + 1e-6) if total > max_norm else 1.0
+        want = [None if g is None else np.asarray(g, dtype=np.float64) * scale for g in grads]
+        got = clip_grad_norm_(params, max_norm=max_norm)
+        expect_close("the returned norm", got, total, "", rtol=1e-5)
+        for p, w, a in zip((p for p in params if p.grad is not None),
+                           (w for w in want if w is not None), arrays):
+            expect_close("a clipped gradient", p.grad.data, w, "", rtol=1e-5, atol=1e-7)
+            expect_close("the same array", float(p.grad.data is a), 1.0, "")
+
+    rng = np.random.default_rng(7004)
+    hidden_cases(check_clipped, {
+        "matrices far over the limit": ([rng.standard_normal((3, 4)) * 50, rng.standard_normal(5)],
+                                        1.0),
+        "one gradient among missing ones": ([None, np.array([0.0, -9.0, 12.0]), None], 3.0),
+        "just under the limit": ([np.array([0.6, 0.8])], 1.0001),
+        "a limit below one": ([np.full((2, 2), 0.5), np.full(3, -0.5)], 0.25),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_clip_grad_norm()
+
 
 # %% [markdown]
 # ## Optimizers at work

@@ -239,15 +239,49 @@ def test_unit_schedules():
         f"CosineWarmup(0.5, 0.0, 0, 10) gave lr(0) = {no_warmup(0):.6g} (expected 0.5) and "
         f"lr(10) = {no_warmup(10):.6g} (expected 0)"
     )
-    decay = StepDecay(lr=0.1, step_size=30, gamma=0.1)
-    for step, want in {0: 0.1, 29: 0.1, 30: 0.01, 59: 0.01, 60: 0.001, 95: 1e-4}.items():
-        assert abs(decay(step) - want) < 1e-12, (
-            f"StepDecay(0.1, 30, 0.1)({step}) = {decay(step)}, expected {want}: "
-            "lr * gamma ** (step // step_size), with integer division"
-        )
+
+    def check_rates(schedule, table):
+        """schedule(step) for each `step: expected` of table, within 1e-9 + 1e-6 * expected."""
+        for step, want in table.items():
+            got = schedule(step)
+            assert abs(got - want) <= 1e-9 + 1e-6 * abs(want), (
+                f"{type(schedule).__name__}({step}) = {got:.6g}, expected {want:.6g}: warm-up "
+                "is max_lr * (step + 1) / (warmup_steps + 1), the decay min_lr + (max_lr - "
+                "min_lr) * (1 + cos(pi * progress)) / 2, StepDecay lr * gamma ** (step // "
+                "step_size), with integer division"
+            )
+
+    check_rates(StepDecay(lr=0.1, step_size=30, gamma=0.1),
+                {0: 0.1, 29: 0.1, 30: 0.01, 59: 0.01, 60: 0.001, 95: 1e-4})
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    def get_lr(it, max_lr, min_lr, warmup, total):  # nanoGPT's get_lr
+        if it < warmup:
+            return max_lr * (it + 1) / (warmup + 1)
+        if it > total:
+            return min_lr
+        ratio = (it - warmup) / (total - warmup)
+        return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (max_lr - min_lr)
+
+    def cosine(max_lr, min_lr, warmup, total, steps):
+        return (CosineWarmup(max_lr=max_lr, min_lr=min_lr, warmup_steps=warmup, total_steps=total),
+                {s: get_lr(s, max_lr, min_lr, warmup, total) for s in steps})
+
+    hidden_cases(check_rates, {
+        "a short warm-up": cosine(6e-4, 6e-5, 3, 50, [0, 1, 2, 3, 4, 26, 49, 50, 51, 500]),
+        "a long warm-up": cosine(0.1, 0.0, 400, 500, [0, 199, 399, 400, 450, 499, 500]),
+        "equal maximum and minimum": cosine(1e-3, 1e-3, 10, 20, [0, 9, 10, 15, 20, 30]),
+        "a step decay by a half": (StepDecay(lr=2.0, step_size=7, gamma=0.5),
+                                   {0: 2.0, 6: 2.0, 7: 1.0, 13: 1.0, 14: 0.5, 70: 2.0 / 1024}),
+        "a step decay every step": (StepDecay(lr=0.3, step_size=1, gamma=0.9),
+                                    {s: 0.3 * 0.9**s for s in (0, 1, 2, 17)}),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_schedules()
+
 
 # %% [markdown]
 # ### PyTorch-style schedulers (given)
@@ -598,8 +632,56 @@ def test_unit_checkpoint():
     weights_only = Sequential(Linear(3, 4), ReLU(), Linear(4, 2))
     assert load_checkpoint(path, weights_only)[0] == 7, "optimizer=None loads only the weights"
 
+    def check_restored(build, make_opt, step, extra):
+        """save_checkpoint then load_checkpoint into a fresh build(): everything comes back."""
+        path = os.path.join(tempfile.mkdtemp(), "ckpt.npz")
+        manual_seed(0)
+        model, opt = build(), None
+        if make_opt is not None:
+            opt = make_opt(model.parameters())
+            for p in model.parameters():
+                p.grad = Tensor(np.full(p.shape, 0.5, dtype=np.float32))
+            opt.step()
+        save_checkpoint(path, model, opt, step=step, extra=extra)
+        draw = default_generator().random()
+        manual_seed(321)
+        other = build()
+        other_opt = None if make_opt is None else make_opt(other.parameters())
+        got_step, got_extra = load_checkpoint(path, other, other_opt)
+        assert got_step == step and got_extra == extra, (
+            f"load_checkpoint returned ({got_step}, {got_extra}), expected ({step}, {extra})"
+        )
+        for (name, a), b in zip(model.state_dict().items(), other.state_dict().values()):
+            assert np.array_equal(a, b) and a.dtype == b.dtype, f"weight {name} did not come back"
+        if opt is not None:
+            assert other_opt.steps == opt.steps and other_opt.lr == opt.lr, (
+                "the optimizer's step counter and lr should come back from the checkpoint"
+            )
+            for mine, theirs in zip(other_opt.state, opt.state):
+                for key, value in theirs.items():
+                    assert np.array_equal(mine[key], value), f"optimizer state {key} differs"
+        assert default_generator().random() == draw, (
+            "after loading, the shared generator must continue where it was when saved"
+        )
+
+    check_restored(lambda: Sequential(Linear(3, 4), ReLU(), Linear(4, 2)),
+                   lambda ps: AdamW(ps, lr=0.01), 7, {"note": "hi", "best": 0.5})
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_restored, {
+        "momentum SGD and a deeper model": (
+            lambda: Sequential(Linear(5, 3), ReLU(), Linear(3, 3), ReLU(), Linear(3, 1)),
+            lambda ps: SGD(ps, lr=0.3, momentum=0.9), 12345, {"epochs": [1, 2], "tag": "x"}),
+        "weights only, no extra": (lambda: Linear(6, 2), None, 0, None),
+        "a model without biases": (lambda: Sequential(Linear(2, 2, bias=False)),
+                                   lambda ps: Adam(ps, lr=0.5, weight_decay=0.1), 1, {}),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_checkpoint()
+
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_checkpoint_errors", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 def test_unit_checkpoint_errors():
@@ -628,9 +710,29 @@ def test_unit_checkpoint_errors():
     assert all(np.array_equal(before[k], v) for k, v in wider.state_dict().items()), (
         "a failed load must leave the model unchanged"
     )
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    junk = os.path.join(folder, "junk.npz")
+    with open(junk, "wb") as handle:
+        handle.write(b"PK\x03\x04 but not an archive")
+    tiny = os.path.join(folder, "tiny.npz")
+    with open(tiny, "wb") as handle:
+        handle.write(data[:10])
+    deeper = Sequential(Linear(3, 4), ReLU(), Linear(4, 2), ReLU(), Linear(2, 2))
+    hidden_cases(expect_error, {
+        "a file that only starts like an archive": (
+            "load", lambda: load_checkpoint(junk, model), CheckpointError, ["junk.npz"], ""),
+        "the first bytes of a checkpoint": (
+            "load", lambda: load_checkpoint(tiny, model), CheckpointError, ["tiny.npz"], ""),
+        "a model with a layer the checkpoint lacks": (
+            "load", lambda: load_checkpoint(path, deeper), CheckpointError, ["4.weight"], ""),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_checkpoint_errors()
+
 
 # %% [markdown]
 # ## Part 3: evaluation
@@ -770,8 +872,47 @@ def test_unit_evaluate():
         f"with a metric, evaluate returns loss and the metric under its __name__, got {set(results)}"
     )
 
+    def check_per_sample(sizes, values):
+        """Batches of the given sizes whose samples all hold values[i]: the per-sample mean."""
+        loader = [(Tensor(np.full((n, 1), v, np.float32)), Tensor(np.full((n, 1), v, np.float32)))
+                  for n, v in zip(sizes, values)]
+        want = sum(n * v for n, v in zip(sizes, values)) / sum(sizes)
+        got = evaluate(Probe(), mean_value, loader)["loss"]
+        assert abs(got - want) < 1e-5 * max(1.0, abs(want)), (
+            f"batches of {sizes} samples holding {values} average to {want:.6g} per sample, "
+            f"got {got}: weight each batch's loss by its number of samples"
+        )
+
+    def check_accuracy(logits, targets, want):
+        got = accuracy(Tensor(logits), targets)
+        assert abs(got - want) < 1e-9, (
+            f"accuracy of logits {np.shape(logits)} gave {got}, expected {want}: argmax over the "
+            "last axis, compared with the target indices (or the one-hot targets' argmax)"
+        )
+
+    check_per_sample([3, 1], [1.0, 4.0])
+    check_accuracy([[2.0, 1.0, 0.0], [0.0, 3.0, 1.0]], np.array([0, 2]), 0.5)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_per_sample, {
+        "three batches of other sizes": ([5, 2, 7], [2.0, -1.0, 0.5]),
+        "one batch": ([6], [3.0]),
+        "a last batch of one": ([4, 4, 1], [0.0, 1.0, 10.0]),
+    })
+    seq = np.zeros((2, 3, 4), np.float32)
+    seq[0, :, 1] = seq[1, :2, 3] = 1.0
+    hidden_cases(check_accuracy, {
+        "logits over a sequence": (seq, np.array([[1, 1, 0], [3, 3, 0]]), 5 / 6),
+        "one row, a miss": ([[0.1, 0.7, 0.2]], np.array([2]), 0.0),
+        "one-hot targets with misses": (np.eye(4, dtype=np.float32),
+                                        np.eye(4, dtype=np.float32)[[0, 2, 2, 3]], 0.75),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_evaluate()
+
 
 # %% [markdown]
 # ## Part 4: one training step, and stopping at the first `nan`
@@ -859,8 +1000,41 @@ def test_unit_train_step():
         "after a nan loss the weights must not change: check the loss before backward and step"
     )
 
+    def check_step(w0, xs, ys, lr, clip_norm):
+        """One train_step of x @ w (w 1x1) under mse_loss: loss, norm and w by hand."""
+        w = Parameter(np.array([[w0]], dtype=np.float32))
+        x, y = np.array(xs, dtype=np.float64), np.array(ys, dtype=np.float64)
+        loss, norm = train_step(lambda t: t @ w, mse_loss, SGD([w], lr=lr),
+                                (Tensor(x[:, None]), Tensor(y[:, None])), step=3,
+                                clip_norm=clip_norm)
+        want_loss = np.mean((w0 * x - y) ** 2)
+        grad = np.mean(2 * (w0 * x - y) * x)
+        scale = min(1.0, clip_norm / (abs(grad) + 1e-6)) if clip_norm else 1.0
+        assert abs(loss - want_loss) < 1e-5 * max(1.0, want_loss), (
+            f"the loss before the step should be {want_loss:.6g}, got {loss}"
+        )
+        assert abs(norm - abs(grad)) < 1e-4 * max(1.0, abs(grad)), (
+            f"the gradient norm should be {abs(grad):.6g} (before clipping), got {norm}"
+        )
+        want_w = w0 - lr * grad * scale
+        assert abs(w.data[0, 0] - want_w) < 1e-4 * max(1.0, abs(want_w)), (
+            f"after the step w should be {want_w:.6g}, got {w.data[0, 0]}"
+        )
+
+    check_step(2.0, [1.0, 2.0], [1.0, 2.0], 0.1, None)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_step, {
+        "a weight below its target": (-0.5, [1.0, -3.0, 0.5], [2.0, -6.0, 1.0], 0.05, None),
+        "clipping a large gradient": (4.0, [3.0, 1.0], [0.0, 0.0], 0.01, 0.5),
+        "clipping that does not bite": (1.1, [1.0], [1.0], 0.2, 10.0),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_train_step()
+
 
 # %% [markdown]
 # ## Part 5: where in the data is step `s`?
@@ -909,42 +1083,58 @@ def test_unit_batches_from():
     """Step s is batch s % B of epoch s // B, with set_epoch called for every epoch."""
 
     class Recorder:
-        """A loader of 4 batches that says which epoch and batch each one came from."""
+        """A loader of n batches that says which epoch and batch each one came from."""
 
-        def __init__(self):
-            self.epoch, self.epochs_set = 0, []
+        def __init__(self, n=4):
+            self.n, self.epoch, self.epochs_set = n, 0, []
 
         def set_epoch(self, epoch):
             self.epoch = epoch
             self.epochs_set.append(epoch)
 
         def __len__(self):
-            return 4
+            return self.n
 
         def __iter__(self):
-            return iter([(self.epoch, i) for i in range(4)])
+            return iter([(self.epoch, i) for i in range(self.n)])
 
-    loader = Recorder()
-    taken = []
-    for step, batch in batches_from(loader, 6):
-        taken.append((step, batch))
-        if step == 11:
-            break
-    want = [(6, (1, 2)), (7, (1, 3)), (8, (2, 0)), (9, (2, 1)), (10, (2, 2)), (11, (2, 3))]
-    assert taken == want, (
-        f"batches_from(loader of 4 batches, 6) yielded {taken}, expected {want} as "
-        "(step, (epoch, batch)): start in epoch 6 // 4 = 1 at batch 6 % 4 = 2, then go on "
-        "to the next epoch from its first batch"
-    )
-    assert loader.epochs_set == [1, 2], (
-        f"set_epoch should be called with 1, then 2, got {loader.epochs_set}: call it before "
-        "iterating each epoch, so the shuffled order depends only on (seed, epoch)"
-    )
+    def check_position(n_batches, start, count):
+        """batches_from(a loader of n_batches, start): `count` steps, epochs set as it goes."""
+        loader = Recorder(n_batches)
+        taken = []
+        for step, batch in batches_from(loader, start):
+            taken.append((step, batch))
+            if len(taken) == count:
+                break
+        want = [(s, (s // n_batches, s % n_batches)) for s in range(start, start + count)]
+        assert taken == want, (
+            f"batches_from(loader of {n_batches} batches, {start}) yielded {taken}, expected "
+            f"{want} as (step, (epoch, batch)): start in epoch {start} // {n_batches} at batch "
+            f"{start} % {n_batches}, then go on to the next epoch from its first batch"
+        )
+        epochs = sorted({e for _, (e, _) in want})
+        assert loader.epochs_set == epochs, (
+            f"set_epoch should be called with {epochs}, got {loader.epochs_set}: call it "
+            "before iterating each epoch, so the shuffled order depends only on (seed, epoch)"
+        )
+
+    check_position(4, 6, 6)
     steps = [s for s, _ in zip(range(3), batches_from([("a",), ("b",)], 0))]
     assert steps == [0, 1, 2], "a plain list of batches works too (no set_epoch)"
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_position, {
+        "the very first step": (3, 0, 7),
+        "a start on an epoch boundary": (5, 10, 6),
+        "one batch per epoch": (1, 4, 3),
+        "a start late in a long epoch": (9, 35, 4),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_batches_from()
+
 
 # %% [markdown]
 # ## Part 6: the training loop
@@ -1212,8 +1402,42 @@ def test_unit_train():
                                train_loader, steps=50, progress=False),
                  TrainingError, ["step "], "train_step raises it naming the step; let it through")
 
+    def check_counts(n, batch_size, eval_every, steps=None, epochs=None):
+        """What train records on a tiny problem: one loss per step, the evaluations' steps."""
+        x = np.random.default_rng(n).standard_normal((n, 2)).astype(np.float32)
+        loader = DataLoader(TensorDataset(x, (x[:, 0] > 0).astype(np.int64)),
+                            batch_size=batch_size)
+        manual_seed(0)
+        tiny = Sequential(Linear(2, 2))
+        history = train(tiny, cross_entropy, SGD(tiny.parameters(), lr=0.1), loader,
+                        steps=steps, epochs=epochs, eval_loader=loader, eval_every=eval_every,
+                        progress=False)
+        total = steps if steps is not None else epochs * len(loader)
+        assert history.step == list(range(total)) and len(history.loss) == total, (
+            f"train over {total} steps should record steps 0..{total - 1} and one loss each, "
+            f"got {len(history.loss)} losses and steps {history.step[:3]}..."
+        )
+        want = sorted(set(range(eval_every, total + 1, eval_every)) | {total})
+        got = [e["step"] for e in history.eval]
+        assert got == want, (
+            f"with eval_every={eval_every} over {total} steps, evaluate after steps {want} (a "
+            f"multiple of eval_every, and once at the end), got {got}"
+        )
+
+    check_counts(20, 4, 2, steps=6)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_counts, {
+        "steps that are not a multiple of the evaluation period": (20, 4, 3, 7),
+        "epochs of uneven batches": (10, 4, 2, None, 3),
+        "more steps than one epoch": (8, 8, 5, 11),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_train()
+
 
 # %% [markdown]
 # ## Part 7: resuming exactly
@@ -1245,43 +1469,55 @@ def test_unit_resume():
         model = Sequential(Linear(2, 32), ReLU(), Dropout(0.2), Linear(32, 2))
         return model, AdamW(model.parameters(), lr=0.01)
 
-    train_loader, _ = moons_loaders(batch_size=40)  # 192 samples: 5 batches per epoch
-    schedule = CosineWarmup(0.02, 0.002, 10, 60)
-    model, opt = make_run(0)
-    straight = train(model, cross_entropy, opt, train_loader, steps=60, schedule=schedule,
-                     progress=False)
+    def check_resume(batch_size, total, split, schedule):
+        """`total` steps straight, or `split` steps + checkpoint + a new model + the rest."""
+        train_loader, _ = moons_loaders(batch_size=batch_size)
+        model, opt = make_run(0)
+        straight = train(model, cross_entropy, opt, train_loader, steps=total, schedule=schedule,
+                         progress=False)
+        path = os.path.join(tempfile.mkdtemp(), "run.npz")
+        model, opt = make_run(0)
+        first = train(model, cross_entropy, opt, train_loader, steps=split, schedule=schedule,
+                      checkpoint=path, progress=False)
+        assert os.path.isfile(path), "train(checkpoint=path) should save a checkpoint at the end"
+        model, opt = make_run(99)  # different initial weights: everything must come from the file
+        second = train(model, cross_entropy, opt, train_loader, steps=total, schedule=schedule,
+                       resume_from=path, progress=False)
+        assert second.step == list(range(split, total)), (
+            f"the resumed run should do steps {split}..{total - 1}, did {second.step[:3]}...: the "
+            f"checkpoint saved at the end of a {split}-step run holds step {split} (the number "
+            "of steps done), and train(resume_from=...) starts at the step stored in it"
+        )
+        resumed = first.loss + second.loss
+        differ = [s for s, (a, b) in enumerate(zip(straight.loss, resumed)) if a != b]
+        assert not differ or differ[0] >= split, (
+            f"the first {split} steps, before any checkpoint, already differ from the "
+            f"uninterrupted run at step {differ[0]} ({straight.loss[differ[0]]:.6f} vs "
+            f"{resumed[differ[0]]:.6f}), with the same seed: the data order depends on what the "
+            "loader did before. batches_from must call loader.set_epoch(epoch) before each epoch"
+            " so that the order depends on the step only"
+        )
+        assert not differ, (
+            f"the resumed losses differ from the uninterrupted run from step {differ[0]} on "
+            f"({straight.loss[differ[0]]:.6f} vs {resumed[differ[0]]:.6f}). Is every piece of "
+            "state restored: weights, optimizer state, the step, the data position "
+            "(batches_from with set_epoch) and the generator state (for dropout)?"
+        )
 
-    path = os.path.join(tempfile.mkdtemp(), "run.npz")
-    model, opt = make_run(0)
-    first = train(model, cross_entropy, opt, train_loader, steps=32, schedule=schedule,
-                  checkpoint=path, progress=False)
-    assert os.path.isfile(path), "train(checkpoint=path) should save a checkpoint at the end"
-    model, opt = make_run(99)  # different initial weights: everything must come from the file
-    second = train(model, cross_entropy, opt, train_loader, steps=60, schedule=schedule,
-                   resume_from=path, progress=False)
-    assert second.step == list(range(32, 60)), (
-        f"the resumed run should do steps 32..59, did {second.step[:3]}...: the checkpoint "
-        "saved at the end of a 32-step run holds step 32 (the number of steps done), and "
-        "train(resume_from=...) starts at the step stored in it"
-    )
-    resumed = first.loss + second.loss
-    differ = [s for s, (a, b) in enumerate(zip(straight.loss, resumed)) if a != b]
-    assert not differ or differ[0] >= 32, (
-        f"the first 32 steps, before any checkpoint, already differ from the uninterrupted "
-        f"run at step {differ[0]} ({straight.loss[differ[0]]:.6f} vs "
-        f"{resumed[differ[0]]:.6f}), with the same seed: the data order depends on what the "
-        "loader did before. batches_from must call loader.set_epoch(epoch) before each epoch"
-        " so that the order depends on the step only"
-    )
-    assert not differ, (
-        f"the resumed losses differ from the uninterrupted run from step {differ[0]} on "
-        f"({straight.loss[differ[0]]:.6f} vs {resumed[differ[0]]:.6f}). Is every piece of "
-        "state restored: weights, optimizer state, the step, the data position "
-        "(batches_from with set_epoch) and the generator state (for dropout)?"
-    )
+    # 192 samples in batches of 40: 5 batches per epoch
+    check_resume(40, 60, 32, CosineWarmup(0.02, 0.002, 10, 60))
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_resume, {
+        "a split inside the warm-up": (64, 20, 3, CosineWarmup(0.05, 0.005, 6, 20)),
+        "a split on an epoch boundary": (48, 12, 4, None),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_resume()
+
 
 # %% [markdown]
 # ## Part 8: safetensors, the format open models are shared in
@@ -1496,8 +1732,65 @@ def test_unit_save_safetensors():
         "may follow the last tensor"
     )
 
+    codes = {"float64": "F64", "float32": "F32", "float16": "F16", "int64": "I64",
+             "int32": "I32", "int16": "I16", "int8": "I8", "uint64": "U64", "uint32": "U32",
+             "uint16": "U16", "uint8": "U8", "bool": "BOOL"}
+
+    def check_layout(tensors, metadata):
+        """The file save_safetensors writes for `tensors`: header, dtypes, shapes, bytes."""
+        path = os.path.join(tempfile.mkdtemp(), "t.safetensors")
+        save_safetensors(path, tensors, metadata=metadata)
+        data = open(path, "rb").read()
+        n = int.from_bytes(data[:8], "little")
+        assert n % 8 == 0 and 8 + n <= len(data), (
+            f"a header of {n} bytes in a file of {len(data)}: write its length in 8 bytes, "
+            "then the JSON padded with spaces to a multiple of 8"
+        )
+        header = json.loads(data[8:8 + n])
+        if metadata is not None:
+            assert header.get("__metadata__") == metadata, (
+                f"__metadata__ is {header.get('__metadata__')!r}, expected {metadata!r}"
+            )
+        for name, array in tensors.items():
+            array = np.asarray(array)
+            entry = header.get(name, {})
+            assert entry.get("dtype") == codes[array.dtype.name], (
+                f"the entry for {name!r} is {entry}: a {array.dtype} array is "
+                f"{codes[array.dtype.name]!r}"
+            )
+            assert entry["shape"] == list(array.shape), (
+                f"the entry for {name!r} has shape {entry['shape']}, expected {list(array.shape)}"
+            )
+            begin, end = entry["data_offsets"]
+            assert data[8 + n + begin:8 + n + end] == array.astype(
+                array.dtype.newbyteorder("<")).tobytes(), (
+                f"bytes {begin}..{end} after the header should be {name!r}'s raw little-endian "
+                "bytes: data_offsets are relative to the first byte after the header"
+            )
+        assert len(data) == 8 + n + sum(np.asarray(a).nbytes for a in tensors.values()), (
+            "nothing may follow the last tensor, and no tensor may be written twice"
+        )
+
+    check_layout({"w": w, "ids": ids}, {"format": "np"})
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    rng = np.random.default_rng(8001)
+    hidden_cases(check_layout, {
+        "half precision, flags and bytes": ({
+            "half": rng.standard_normal((2, 1, 3)).astype(np.float16),
+            "mask": np.array([[True, False], [False, True]]),
+            "raw": np.arange(250, 256, dtype=np.uint8)}, {"a": "b", "c": "d"}),
+        "a scalar and an empty array, no metadata": ({
+            "scalar": np.float64(-1.25), "empty": np.zeros((0, 3), dtype=np.int32)}, None),
+        "one tensor of many elements": ({"big": rng.standard_normal(3000).astype(np.float32)},
+                                        {}),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_save_safetensors()
+
 
 # %% [markdown]
 # ### Reading the header, trusting nothing
@@ -1656,7 +1949,10 @@ def test_unit_read_safetensors_header():
         ("a shape that is not a list of integers",
          _safetensors_bytes({"w": entry(0, 8, shape=("2",))}, bytes(8)), "w"),
     ]
-    for what, content, tensor in cases:
+
+    def check_refused(what, content, tensor):
+        """read_safetensors_header refuses `content` with a SafetensorsError naming the file
+        and (when not None) the tensor."""
         path = write("broken.safetensors", content)
         try:
             read_safetensors_header(path)
@@ -1680,8 +1976,38 @@ def test_unit_read_safetensors_header():
                 f"{len(content)} bytes, header {shown}): add the check from the table above"
             )
 
+    for what, content, tensor in cases:
+        check_refused(what, content, tensor)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    pair = {"dtype": "F32", "shape": [2]}
+    hidden_cases(check_refused, {
+        "a header that is a list": ("", _safetensors_bytes([1, 2]), None),
+        "a negative dimension": ("", _safetensors_bytes({"x": entry(0, 8, shape=(-2,))}, bytes(8)),
+                                 "x"),
+        "a hole before the first tensor": ("", _safetensors_bytes({"x": entry(4, 12)}, bytes(12)),
+                                           "x"),
+        "an entry without offsets": ("", _safetensors_bytes({"x": pair}, bytes(8)), "x"),
+        "a dtype in lower case": ("", _safetensors_bytes({"x": entry(0, 8, dtype="f32")},
+                                                         bytes(8)), "x"),
+        "bytes after the last tensor": ("", _safetensors_bytes({"x": entry(0, 8)}, bytes(12)),
+                                        None),
+        "two tensors on the same bytes": (
+            "", _safetensors_bytes({"x": entry(0, 8), "y": entry(0, 8)}, bytes(8)), "y"),
+        "offsets written as floats": (
+            "", _safetensors_bytes({"x": {**pair, "data_offsets": [0.0, 8.0]}}, bytes(8)), "x"),
+        "metadata with a number": (
+            "", _safetensors_bytes({"__metadata__": {"k": 1}, "x": entry(0, 8)}, bytes(8)), None),
+        "an entry that is a number": ("", _safetensors_bytes({"x": 5}, bytes(8)), "x"),
+        "three offsets": (
+            "", _safetensors_bytes({"x": {**pair, "data_offsets": [0, 4, 8]}}, bytes(8)), "x"),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_read_safetensors_header()
+
 
 # %% [markdown]
 # ### Loading: views into the file
@@ -1851,8 +2177,58 @@ def test_unit_load_safetensors():
         "a folder with one model.safetensors should load that file"
     )
 
+    def check_round_trip(arrays):
+        """save then load: every array back with its dtype, shape and values, read-only."""
+        where = os.path.join(tempfile.mkdtemp(), "r.safetensors")
+        save_safetensors(where, arrays)
+        back = load_safetensors(where)
+        assert set(back) == set(arrays), f"loaded {sorted(back)}, expected {sorted(arrays)}"
+        for name, array in arrays.items():
+            got = back[name]
+            assert got.dtype == np.asarray(array).dtype and got.shape == np.shape(array), (
+                f"{name!r} came back as {got.dtype} {got.shape}, expected "
+                f"{np.asarray(array).dtype} {np.shape(array)}"
+            )
+            assert np.array_equal(got, array), f"{name!r} came back with other values"
+            assert not got.flags.writeable, f"{name!r} should be a read-only view of the file"
+
+    def check_bf16(values):
+        """float32 values exact in bfloat16, stored as their top 16 bits, load as float32."""
+        values = np.asarray(values, dtype=np.float32)
+        bits = (values.view(np.uint32) >> 16).astype("<u2")
+        where = os.path.join(tempfile.mkdtemp(), "h.safetensors")
+        with open(where, "wb") as handle:
+            handle.write(_safetensors_bytes({"h": {"dtype": "BF16", "shape": list(values.shape),
+                                                   "data_offsets": [0, bits.nbytes]}},
+                                            bits.tobytes()))
+        got = load_safetensors(where)["h"]
+        assert got.dtype == np.float32 and np.array_equal(got, values), (
+            f"BF16 bits should load as float32 {values.tolist()}, got {np.asarray(got).tolist()}"
+            ": widen to uint32, shift left by 16, view as float32"
+        )
+
+    check_round_trip({"a": tensors["f32"], "b": tensors["u8"]})
+    check_bf16([1.0, -2.5, 3.140625, 0.0, -np.inf])
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_round_trip, {
+        "three-axis half precision and a flag matrix": {
+            "h": rng.standard_normal((2, 3, 2)).astype(np.float16),
+            "m": rng.standard_normal((4, 4)) > 0},
+        "extreme integers": {"lo": np.array([-2**63, 2**63 - 1]),
+                             "u": np.array([0, 2**32 - 1], dtype=np.uint32)},
+        "a scalar alone": {"s": np.int16(-7)},
+    })
+    hidden_cases(check_bf16, {
+        "a matrix of values exact in bfloat16": [[0.5, -65280.0], [2.0**-100, np.inf]],
+        "negative zero and a small power of two": [-0.0, 2.0**-126, 384.0],
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_load_safetensors()
+
 
 # %% [markdown]
 # ## Systems analysis: where the time of a training step goes

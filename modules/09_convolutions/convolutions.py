@@ -181,7 +181,8 @@ def test_unit_output_size():
         ((8, 3, 1, 0), 6), ((8, 3, 1, 1), 8), ((8, 3, 2, 1), 4), ((8, 2, 2, 0), 4),
         ((7, 2, 2, 0), 3), ((5, 5, 1, 0), 1), ((28, 5, 1, 2), 28), ((10, 3, 3, 0), 3),
     ]
-    for (size, k, s, p), want in cases:
+
+    def check_size(size, k, s, p, want):
         got = conv_output_size(size, k, s, p)
         assert got == want, (
             f"conv_output_size(size={size}, kernel={k}, stride={s}, padding={p}) gave {got}, "
@@ -190,8 +191,23 @@ def test_unit_output_size():
         )
         assert isinstance(got, int), f"the output size should be an int, got {type(got).__name__}"
 
+    for (size, k, s, p), want in cases:
+        check_size(size, k, s, p, want)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_size, {
+        "a one-pixel image": (1, 1, 1, 0, 1),
+        "a stride larger than the kernel": (9, 4, 3, 2, 4),
+        "a large image and kernel": (33, 7, 4, 3, 9),
+        "a stride past the only window": (6, 6, 5, 0, 1),
+        "padding that makes a window fit": (3, 5, 1, 1, 1),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_output_size()
+
 
 # %% [markdown]
 # ## Part 2: the definition, with loops
@@ -277,11 +293,12 @@ def test_unit_conv_loop():
         f"(top-left 0+1+4+5 = 10), got\n{got[0, 0]}"
     )
     rng = np.random.default_rng(0)
-    for (N, C, H, W, O, k, s, p) in [(2, 3, 5, 6, 4, 3, 1, 1), (1, 2, 7, 7, 3, 3, 2, 0),
-                                     (2, 1, 6, 5, 2, 2, 2, 1)]:
-        x = rng.standard_normal((N, C, H, W)).astype(np.float32)
-        w = rng.standard_normal((O, C, k, k)).astype(np.float32)
-        b = rng.standard_normal(O).astype(np.float32)
+
+    def check_definition(x_shape, w_shape, s, p, with_bias=True):
+        """conv2d_loop against slow_conv for random x, weight (and bias)."""
+        x = rng.standard_normal(x_shape).astype(np.float32)
+        w = rng.standard_normal(w_shape).astype(np.float32)
+        b = rng.standard_normal(w_shape[0]).astype(np.float32) if with_bias else None
         got = conv2d_loop(x, w, b, stride=s, padding=p)
         want = slow_conv(x, w, b, s, p)
         assert got.shape == want.shape, (
@@ -295,8 +312,23 @@ def test_unit_conv_loop():
         )
         assert got.dtype == np.float32, f"float32 input gave a {got.dtype} output"
 
+    for (N, C, H, W, O, k, s, p) in [(2, 3, 5, 6, 4, 3, 1, 1), (1, 2, 7, 7, 3, 3, 2, 0),
+                                     (2, 1, 6, 5, 2, 2, 2, 1)]:
+        check_definition((N, C, H, W), (O, C, k, k), s, p)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_definition, {
+        "one window": ((1, 1, 3, 3), (1, 1, 3, 3), 1, 0),
+        "a rectangular kernel with pair strides": ((3, 2, 4, 7), (2, 2, 1, 3), (1, 2), (0, 1)),
+        "no bias": ((2, 3, 5, 5), (4, 3, 2, 2), 1, 0, False),
+        "a one-by-one kernel": ((1, 4, 3, 2), (5, 4, 1, 1), 1, 0),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_conv_loop()
+
 
 # %% [markdown]
 # ## Part 3: im2col, the convolution as one matrix product
@@ -418,24 +450,44 @@ def test_unit_im2col():
         f"(u, v, c) order; got {im2col(two, (2, 2))[0]}"
     )
     rng = np.random.default_rng(1)
-    x = rng.standard_normal((2, 3, 6, 5)).astype(np.float32)
-    w = rng.standard_normal((4, 3, 3, 2)).astype(np.float32)
-    cols = im2col(x, (3, 2), stride=(2, 1), padding=(1, 0))
-    OH, OW = conv_output_size(6, 3, 2, 1), conv_output_size(5, 2, 1, 0)
-    assert cols.shape == (2 * OH * OW, 3 * 3 * 2), (
-        f"x (2, 3, 6, 5), kernel (3, 2), stride (2, 1), padding (1, 0): expected "
-        f"{(2 * OH * OW, 18)}, got {cols.shape}"
-    )
-    out = (cols @ w.transpose(0, 2, 3, 1).reshape(4, -1).T).reshape(2, OH, OW, 4)
-    want = slow_conv(x, w, stride=(2, 1), padding=(1, 0))
-    assert np.allclose(out.transpose(0, 3, 1, 2), want, atol=1e-5), (
-        "cols @ W_mat.T differs from the definition for x (2, 3, 6, 5), kernel (3, 2), stride "
-        "(2, 1), padding (1, 0): fill cols[:, :, :, u, v] for EVERY offset of the (kh, kw) kernel"
-    )
-    assert cols.dtype == np.float32, f"im2col of float32 gave {cols.dtype}"
+
+    def check_gemm(x_shape, w_shape, stride, padding):
+        """im2col(x) @ the flattened weight, reshaped, equals the definition."""
+        (N, C, H, W), (O, _, kh, kw) = x_shape, w_shape
+        x = rng.standard_normal(x_shape).astype(np.float32)
+        w = rng.standard_normal(w_shape).astype(np.float32)
+        cols = im2col(x, (kh, kw), stride=stride, padding=padding)
+        OH = conv_output_size(H, kh, stride[0], padding[0])
+        OW = conv_output_size(W, kw, stride[1], padding[1])
+        assert cols.shape == (N * OH * OW, C * kh * kw), (
+            f"x {x_shape}, kernel {(kh, kw)}, stride {stride}, padding {padding}: expected "
+            f"{(N * OH * OW, C * kh * kw)}, got {cols.shape}"
+        )
+        out = (cols @ w.transpose(0, 2, 3, 1).reshape(O, -1).T).reshape(N, OH, OW, O)
+        want = slow_conv(x, w, stride=stride, padding=padding)
+        assert np.allclose(out.transpose(0, 3, 1, 2), want, atol=1e-5), (
+            f"cols @ W_mat.T differs from the definition for x {x_shape}, kernel {(kh, kw)}, "
+            f"stride {stride}, padding {padding}: fill cols[:, :, :, u, v] for EVERY offset of "
+            "the (kh, kw) kernel"
+        )
+        assert cols.dtype == np.float32, f"im2col of float32 gave {cols.dtype}"
+
+    check_gemm((2, 3, 6, 5), (4, 3, 3, 2), (2, 1), (1, 0))
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_gemm, {
+        "a kernel as large as the image": ((1, 1, 3, 3), (2, 1, 3, 3), (1, 1), (0, 0)),
+        "a one-by-one kernel": ((3, 2, 5, 4), (3, 2, 1, 1), (1, 1), (0, 0)),
+        "a tall kernel with a wide stride and uneven padding": (
+            (2, 4, 7, 3), (2, 4, 2, 3), (3, 1), (2, 1)),
+        "a batch of one with many channels": ((1, 6, 4, 4), (2, 6, 2, 2), (2, 2), (1, 1)),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_im2col()
+
 
 # %% [markdown]
 # ## Part 4: col2im, the backward pass of im2col
@@ -505,9 +557,9 @@ def test_unit_col2im():
         "padding off at the end: dxp[:, ph : ph + H, pw : pw + W]"
     )
     rng = np.random.default_rng(2)
-    for shape, k, s, p in [((2, 3, 6, 5), (3, 2), (2, 1), (1, 0)),
-                           ((1, 2, 7, 7), (3, 3), (2, 2), (1, 1)),
-                           ((2, 1, 5, 5), (2, 2), (3, 3), (0, 0))]:
+
+    def check_adjoint(shape, k, s, p):
+        """sum(im2col(x) * c) == sum(x * col2im(c)) for random x and c."""
         x = rng.standard_normal(shape)
         cols = im2col(x, k, s, p)
         c = rng.standard_normal(cols.shape)
@@ -520,12 +572,29 @@ def test_unit_col2im():
             "im2col, u : u + sh*OH : sh and v : v + sw*OW : sw, on the padded buffer (this "
             "identity uses your im2col too: if test_unit_im2col fails, fix it first)"
         )
+        return c
+
+    for shape, k, s, p in [((2, 3, 6, 5), (3, 2), (2, 1), (1, 0)),
+                           ((1, 2, 7, 7), (3, 3), (2, 2), (1, 1)),
+                           ((2, 1, 5, 5), (2, 2), (3, 3), (0, 0))]:
+        c = check_adjoint(shape, k, s, p)
     assert col2im(c.astype(np.float32), shape, k, s, p).dtype == np.float32, (
         "col2im of float32 columns should be float32: make the zeros with dtype=cols.dtype"
     )
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_adjoint, {
+        "one window over the whole image": ((1, 1, 4, 3), (4, 3), (1, 1), (0, 0)),
+        "overlapping windows with wide padding": ((2, 2, 5, 6), (3, 3), (1, 2), (2, 1)),
+        "a one-by-one kernel on many channels": ((1, 5, 3, 3), (1, 1), (1, 1), (0, 0)),
+        "a stride that skips pixels": ((1, 3, 9, 8), (2, 2), (4, 3), (0, 1)),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_col2im()
+
 
 # %% [markdown]
 # ## Part 5: `Conv2dFunction` and the `Conv2d` layer
@@ -678,15 +747,34 @@ def test_unit_conv2d_forward():
         "product back with .reshape(N, OH, OW, O).transpose(0, 3, 1, 2)"
     )
     assert out.dtype == np.float32, f"Conv2d of float32 gave {out.dtype}"
-    strided = Conv2d(3, 2, (3, 2), stride=(2, 1), bias=False)
-    got = strided(Tensor(x))
-    assert np.allclose(got.data, slow_conv(x, strided.weight.data, stride=(2, 1)), atol=1e-5), (
-        "Conv2d(3, 2, (3, 2), stride=(2, 1), bias=False) differs from the definition: pass the "
-        "layer's stride and padding to Conv2dFunction, and skip the bias when it is None"
-    )
+
+    def check_layer(layer, x_shape, stride, padding):
+        """layer(x) against the definition with the layer's own weight, bias and settings."""
+        x = np.random.default_rng(3).standard_normal(x_shape).astype(np.float32)
+        got = layer(Tensor(x))
+        bias = None if layer.bias is None else layer.bias.data
+        want = slow_conv(x, layer.weight.data, bias, stride=stride, padding=padding)
+        assert got.shape == want.shape and np.allclose(got.data, want, atol=1e-5), (
+            f"{layer!r} on {x_shape} differs from the definition: pass the layer's stride and "
+            "padding to Conv2dFunction, and skip the bias when it is None"
+        )
+        assert got.dtype == np.float32, f"Conv2d of float32 gave {got.dtype}"
+
+    check_layer(Conv2d(3, 2, (3, 2), stride=(2, 1), bias=False), (2, 3, 6, 5), (2, 1), 0)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_layer, {
+        "one input channel, many filters": (Conv2d(1, 6, 2), (3, 1, 4, 4), 1, 0),
+        "pair padding and stride": (Conv2d(2, 3, (1, 3), stride=(1, 2), padding=(1, 0)),
+                                    (1, 2, 3, 7), (1, 2), (1, 0)),
+        "a kernel covering the padded image": (Conv2d(4, 1, 5, padding=1), (2, 4, 3, 3), 1, 1),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_conv2d_forward()
+
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_conv2d_backward", "locked": true, "points": 6, "schema_version": 3, "solution": false, "task": false}
 def test_unit_conv2d_backward():
@@ -696,14 +784,18 @@ def test_unit_conv2d_backward():
             "G = grad.transpose(0, 2, 3, 1).reshape(-1, O); dW = G.T @ cols, reshaped to "
             "(O, kh, kw, C) and transposed to (O, C, kh, kw); db = G.sum(axis=0); "
             "dx = col2im(G @ W_mat, x.shape, ...)")
-    for shape, wshape, s, p in [((2, 2, 5, 4), (3, 2, 3, 3), (1, 1), (1, 1)),
-                                ((1, 3, 6, 6), (2, 3, 3, 2), (2, 1), (0, 1))]:
+
+    def check_gradients(shape, wshape, s, p):
         x, w, b = float64_inputs(rng, shape, wshape, wshape[:1])
         explain(f"Conv2d gradients for x {shape}, weight {wshape}, stride {s}, padding {p}",
                 lambda: gradcheck(lambda x, w, b: Conv2dFunction.apply(x, w, b, stride=s,
                                                                        padding=p), [x, w, b]),
                 f"{hint}. (gradcheck differentiates your forward: if test_unit_conv2d_forward, "
                 "test_unit_im2col or test_unit_col2im fails too, fix that first)")
+
+    for shape, wshape, s, p in [((2, 2, 5, 4), (3, 2, 3, 3), (1, 1), (1, 1)),
+                                ((1, 3, 6, 6), (2, 3, 3, 2), (2, 1), (0, 1))]:
+        check_gradients(shape, wshape, s, p)
     x32 = Tensor(rng.standard_normal((1, 2, 4, 4)).astype(np.float32), requires_grad=True)
     layer = Conv2d(2, 3, 3)
     backward(layer(x32).sum())
@@ -713,9 +805,18 @@ def test_unit_conv2d_backward():
     frozen = Tensor(rng.standard_normal((1, 2, 4, 4)).astype(np.float32))
     backward(layer(frozen).sum())  # the input needs no gradient: col2im is skipped
     assert frozen.grad is None, "an input that does not require grad must get no gradient"
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_gradients, {
+        "a one-by-one kernel": ((2, 3, 3, 2), (2, 3, 1, 1), (1, 1), (0, 0)),
+        "a stride that skips pixels, with padding": ((1, 2, 5, 5), (2, 2, 2, 2), (3, 2), (1, 1)),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_conv2d_backward()
+
 
 # %% [markdown]
 # ## Part 6: pooling and flattening
@@ -930,14 +1031,52 @@ def test_unit_pooling():
         "MaxPool2d with padding on an all -1 image must give -1 everywhere: a padded pixel "
         f"(-inf) never wins, and out starts at -inf, not 0; got {padded.data.ravel()}"
     )
-    flat = Flatten()(Tensor(np.zeros((5, 3, 2, 4), dtype=np.float32)))
-    assert flat.shape == (5, 24), (
-        f"Flatten of (5, 3, 2, 4) should be (5, 24), got {flat.shape}: keep the batch axis "
-        "first and merge the rest, x.reshape(x.shape[0], -1)"
-    )
+
+    def check_pool(layer, x, want):
+        """layer(x) holds `want` (shape and values) and keeps x's dtype."""
+        got = layer(Tensor(x, dtype=x.dtype))
+        assert got.shape == np.shape(want) and np.allclose(got.data, want), (
+            f"{layer!r} on {x.shape} gave shape {got.shape}, expected {np.shape(want)}; max "
+            "keeps each window's largest value, average divides its sum by kh * kw (padding "
+            "counts as -inf for max, 0 for average)"
+        )
+        assert got.dtype == x.dtype, f"{layer!r} turned {x.dtype} into {got.dtype}"
+
+    def check_flat(shape):
+        flat = Flatten()(Tensor(np.zeros(shape, dtype=np.float32)))
+        want = (shape[0], int(np.prod(shape[1:])))
+        assert flat.shape == want, (
+            f"Flatten of {shape} should be {want}, got {flat.shape}: keep the batch axis "
+            "first and merge the rest, x.reshape(x.shape[0], -1)"
+        )
+
+    check_pool(AvgPool2d(2), x, [[[[2.5, 1.75], [1.75, 8.5]]]])
+    check_flat((5, 3, 2, 4))
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    rng = np.random.default_rng(9001)
+    a = rng.standard_normal((2, 3, 6, 4)).astype(np.float32)
+    b = rng.standard_normal((1, 2, 6, 4)).astype(np.float32)
+    c = rng.standard_normal((1, 1, 3, 4)).astype(np.float32)
+    c_pad = np.pad(c, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    c_max = np.array([[[[c_pad[0, 0, i:i + 3, j:j + 3].max() for j in range(4)]
+                        for i in range(3)]]])
+    hidden_cases(check_pool, {
+        "max over a batch of many channels": (MaxPool2d(2), a,
+                                              a.reshape(2, 3, 3, 2, 2, 2).max(axis=(3, 5))),
+        "average over a rectangular window": (AvgPool2d((3, 2)), b,
+                                              b.reshape(1, 2, 2, 3, 2, 2).mean(axis=(3, 5))),
+        "max over overlapping padded windows": (MaxPool2d(3, stride=1, padding=1), c, c_max),
+        "float64 input": (MaxPool2d(2), a.astype(np.float64),
+                          a.reshape(2, 3, 3, 2, 2, 2).max(axis=(3, 5))),
+    })
+    hidden_cases(check_flat, {"one value per sample": ((3, 1, 1, 1),), "already flat": ((4, 5),)})
+    ### END HIDDEN TESTS
 
 
 test_unit_pooling()
+
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_pooling_backward", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_pooling_backward():
@@ -954,15 +1093,30 @@ def test_unit_pooling_backward():
     )
     assert t.grad.dtype == np.float32, f"the max-pool gradient is {t.grad.dtype}, not float32"
     rng = np.random.default_rng(5)
-    for layer in (MaxPool2d(2), MaxPool2d(3, stride=2, padding=1), AvgPool2d(2),
-                  AvgPool2d(3, stride=1, padding=1)):
-        x = float64_inputs(rng, (2, 2, 5, 6))
-        explain(f"{layer!r} on (2, 2, 5, 6)", lambda: gradcheck(layer, [x]),
+
+    def check_pool_gradient(layer, shape):
+        x = float64_inputs(rng, shape)
+        explain(f"{layer!r} on {shape}", lambda: gradcheck(layer, [x]),
                 "Add each offset (u, v) into dxp[:, :, u : u + sh*OH : sh, v : v + sw*OW : sw] "
                 "(+=: windows may overlap)")
 
+    for layer in (MaxPool2d(2), MaxPool2d(3, stride=2, padding=1), AvgPool2d(2),
+                  AvgPool2d(3, stride=1, padding=1)):
+        check_pool_gradient(layer, (2, 2, 5, 6))
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_pool_gradient, {
+        "max over rectangular overlapping windows": (MaxPool2d((2, 3), stride=(1, 2)),
+                                                     (1, 3, 4, 7)),
+        "average over windows one pixel apart": (AvgPool2d(2, stride=1), (1, 2, 4, 5)),
+        "max over one window per image": (MaxPool2d(4), (3, 1, 4, 4)),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_pooling_backward()
+
 
 # %% [markdown]
 # ### Test: a small CNN learns, and bad input is explained
@@ -994,10 +1148,8 @@ def test_unit_cnn():
         f"to {losses[-1]:.4f}: a gradient of the stack is wrong; the conv and pooling tests "
         "above name the part"
     )
-    layer = Conv2d(3, 4, 3)
-    for bad, words in [(np.zeros((3, 8, 8)), ["(3, 8, 8)", "4-D"]),
-                       (np.zeros((2, 1, 8, 8)), ["(2, 1, 8, 8)", "in_channels=3"]),
-                       (np.zeros((1, 3, 2, 2)), ["(1, 3, 2, 2)", "3x3"])]:
+
+    def check_refused(layer, bad, words):
         try:
             layer(Tensor(bad.astype(np.float32)))
         except ValueError as error:
@@ -1005,16 +1157,34 @@ def test_unit_cnn():
                 f"the error for an input of shape {bad.shape} should name {words}: {error}"
             )
         else:
-            raise AssertionError(f"Conv2d(3, 4, 3) on shape {bad.shape} must raise ShapeError")
+            raise AssertionError(f"{layer!r} on shape {bad.shape} must raise ShapeError")
+
+    layer = Conv2d(3, 4, 3)
+    for bad, words in [(np.zeros((3, 8, 8)), ["(3, 8, 8)", "4-D"]),
+                       (np.zeros((2, 1, 8, 8)), ["(2, 1, 8, 8)", "in_channels=3"]),
+                       (np.zeros((1, 3, 2, 2)), ["(1, 3, 2, 2)", "3x3"])]:
+        check_refused(layer, bad, words)
     try:
         Conv2d(1, 1, 3, stride=0)
     except ValueError as error:
         assert "stride" in str(error), f"the error for stride=0 should name the stride: {error}"
     else:
         raise AssertionError("Conv2d(1, 1, 3, stride=0) must raise ValueError")
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    wide = Conv2d(5, 2, (2, 4))
+    hidden_cases(check_refused, {
+        "a five-axis input": (wide, np.zeros((1, 1, 5, 4, 4)), ["(1, 1, 5, 4, 4)", "4-D"]),
+        "too few channels": (wide, np.zeros((1, 4, 6, 6)), ["(1, 4, 6, 6)", "in_channels=5"]),
+        "an image narrower than the kernel": (wide, np.zeros((2, 5, 6, 3)),
+                                              ["(2, 5, 6, 3)", "2x4"]),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_cnn()
+
 
 # %% [markdown]
 # ## Systems analysis: loops against im2col, im2col's memory, CNN against MLP

@@ -333,7 +333,7 @@ def test_unit_tokenizer_file_errors():
             (folder / name).write_text(text, encoding="utf-8")
         (folder / "model.pkl").write_bytes(pickle.dumps({"not": "json"}))
         cases["model.pkl"] = (None, "JSON")
-        for name, (_, clue) in cases.items():
+        def check_refused(name, clue):
             try:
                 Tokenizer.load(folder / name)
             except TokenizerFileError as error:
@@ -351,10 +351,38 @@ def test_unit_tokenizer_file_errors():
                 ) from None
             else:
                 raise AssertionError(f"Tokenizer.load({name}) must raise TokenizerFileError")
+
+        for name, (_, clue) in cases.items():
+            check_refused(name, clue)
         assert issubclass(TokenizerFileError, ValueError), "TokenizerFileError is a ValueError"
+        ### BEGIN HIDDEN TESTS
+        from tinytorch.core.tensor import hidden_cases
+
+        header = '{"format": "tinytorch-tokenizer", "version": %s, "type": %s}'
+        more = {
+            "empty.json": ("", "JSON"), "null.json": ("null", "format"),
+            "unmarked.json": ('{"version": 1, "type": "char"}', "format"),
+            "old.json": (header % ("0", '"char"'), "0"),
+            "named.json": (header % ('"one"', '"char"'), "one"),
+            "untyped.json": ('{"format": "tinytorch-tokenizer", "version": 1}', "None"),
+        }
+        for name, (text, _) in more.items():
+            (folder / name).write_text(text, encoding="utf-8")
+        (folder / "binary.json").write_bytes(b"\xff\xfe\x00 not text")
+        hidden_cases(check_refused, {
+            "an empty file": ("empty.json", "JSON"),
+            "JSON null": ("null.json", "format"),
+            "a version and type without a format": ("unmarked.json", "format"),
+            "an older version": ("old.json", "0"),
+            "a version that is a word": ("named.json", "one"),
+            "no type at all": ("untyped.json", "None"),
+            "bytes that are not text": ("binary.json", "JSON"),
+        })
+        ### END HIDDEN TESTS
 
 
 test_unit_tokenizer_file_errors()
+
 
 # %% [markdown]
 # ## Part 2: one token per character
@@ -530,6 +558,32 @@ def test_unit_char_tokenizer():
                 f"decode({bad}) must raise ValueError: the ids run from 0 to 7 (a negative "
                 "index into a list silently wraps around; check before looking up)"
             )
+
+    def check_char(corpus, samples):
+        """train(corpus): sorted distinct characters, ids their positions, round trips, and a
+        ValueError naming an id past the end."""
+        tok = CharTokenizer.train(corpus)
+        chars = sorted(set(corpus))
+        assert tok.chars == chars and tok.vocab_size == len(chars), (
+            f"the vocabulary of {corpus!r} should be {chars}, got {tok.chars}: use "
+            "sorted(set(corpus))"
+        )
+        for sample in samples:
+            ids = tok.encode(sample)
+            assert ids == [chars.index(ch) for ch in sample], (
+                f"encode({sample!r}) gave {ids}: ids are positions in the sorted vocabulary"
+            )
+            assert tok.decode(ids) == sample, f"round trip of {sample!r} failed"
+        bad = len(chars)
+        try:
+            tok.decode([0, bad])
+        except ValueError as error:
+            assert str(bad) in str(error), f"decode([0, {bad}]) should name the bad id: {error}"
+        else:
+            raise AssertionError(
+                f"decode([0, {bad}]) must raise ValueError: the last id is {bad - 1}")
+
+    check_char("hello world", ["low", "dole"])
     again = CharTokenizer("dlrow olleh")
     assert again.chars == tok.chars, "CharTokenizer(corpus) builds the same sorted vocabulary"
     import tempfile
@@ -547,27 +601,53 @@ def test_unit_char_tokenizer():
         assert json.loads(path.read_text(encoding="utf-8"))["type"] == "char", (
             "the saved file should say \"type\": \"char\""
         )
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_char, {
+        "accented letters and digits": ("Zoë 2 café 10", ["café", "2 Zo", ""]),
+        "a single repeated character": ("aaaa", ["a", "aaa"]),
+        "newlines, tabs and symbols": ("a\tb\n{c}!", ["{\n}", "!a\tb"]),
+        "characters outside the basic plane": ("😀x😀y", ["y😀x", "😀"]),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_char_tokenizer()
 
+
 # %% nbgrader={"grade": true, "grade_id": "test_unit_char_unknown", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
 def test_unit_char_unknown():
     """Encoding a character outside the vocabulary names it, once, in a ValueError."""
-    tok = CharTokenizer.train("hello world")
-    error = expect_error(
-        "encode('help!\\thelp!') with the vocabulary of 'hello world'",
-        lambda: tok.encode("help!\thelp!"), ValueError, ["'p'", "'!'", "'\\t'"],
-        "name each unknown character with repr(), in a ValueError, instead of letting a "
-        "KeyError escape; never drop unknown characters silently")
-    message = str(error)
-    assert message.count("'p'") == 1, (
-        f"'p' appears twice in the text but should be named once (deduplicate): {message}"
-    )
-    assert "'h'" not in message, f"'h' is in the vocabulary and should not be named: {message}"
+
+    def check_unknown(corpus, text, unknown, known):
+        """encode(text) names every character of `unknown` once, and no character of `known`."""
+        tok = CharTokenizer.train(corpus)
+        error = expect_error(
+            f"encode({text!r}) with the vocabulary of {corpus!r}", lambda: tok.encode(text),
+            ValueError, [repr(ch) for ch in unknown], "name each unknown character with repr(), "
+            "in a ValueError, instead of letting a KeyError escape")
+        for ch in unknown:
+            assert str(error).count(repr(ch)) == 1, (
+                f"{ch!r} should be named once (deduplicate): {error}"
+            )
+        for ch in known:
+            assert repr(ch) not in str(error), f"{ch!r} is in the vocabulary: {error}"
+
+    check_unknown("hello world", "help!\thelp!", "p!\t", "h")
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_unknown, {
+        "upper case of known letters": ("abc", "AbCabc", "AC", "b"),
+        "one unknown character many times": ("xyz", "xqqqqy", "q", "xy"),
+        "an emoji and a newline": ("text", "te😀\nxt", "😀\n", "tx"),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_char_unknown()
+
 
 # %% [markdown]
 # On the real data: the character tokenizer of this course's copy of Tiny Shakespeare
@@ -672,6 +752,23 @@ def test_unit_special_tokens_char():
     )
     assert split_on_special("plain", []) == [("plain", False)], "no special tokens: one piece"
     assert split_on_special("", ["<s>"]) == [], "the empty text has no pieces"
+
+    def check_split(text, tokens, want):
+        got = split_on_special(text, tokens)
+        assert got == want, (
+            f"split_on_special({text!r}, {tokens}) gave {got}, expected {want}: escape each "
+            "token, try the longest first, and keep no empty piece"
+        )
+
+    def check_specials(corpus, specials, text, want):
+        """train(corpus, special_tokens): the specials get the ids after the characters."""
+        tok = CharTokenizer.train(corpus, special_tokens=specials)
+        got = tok.encode(text)
+        assert got == want, f"encode({text!r}) should be {want}, got {got}"
+        assert tok.decode(got) == text, f"decode gave {tok.decode(got)!r}"
+
+    check_split("x<s>", ["<s>"], [("x", False), ("<s>", True)])
+    check_specials("ab<|eot|>ba", ["<|eot|>"], "ba<|eot|>", [1, 0, 2])
     tok = CharTokenizer.train("ab<|eot|>ba", special_tokens=["<|eot|>"])
     assert tok.chars == ["a", "b"], (
         f"train() should leave the special token's characters out of the vocabulary, got "
@@ -689,9 +786,26 @@ def test_unit_special_tokens_char():
         pass
     else:
         raise AssertionError("encode_ordinary must not match special tokens: '<' is unknown here")
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_split, {
+        "a text that is one special token": ("<s>", ["<s>"], [("<s>", True)]),
+        "a token that starts another": ("a<s>", ["<s>", "<"], [("a", False), ("<s>", True)]),
+        "a token made of regex symbols": ("x.*y", [".*"], [("x", False), (".*", True),
+                                                           ("y", False)]),
+        "a token that never occurs": ("plain text", ["<s>"], [("plain text", False)]),
+    })
+    hidden_cases(check_specials, {
+        "two special tokens": ("xy<|eot|>zz<|sep|>", ["<|eot|>", "<|sep|>"], "zx<|sep|>y<|eot|>",
+                               [2, 0, 4, 1, 3]),
+        "special tokens side by side": ("ab", ["[A]", "[B]"], "[B][A]ab[B]", [3, 2, 0, 1, 3]),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_special_tokens_char()
+
 
 # %% [markdown]
 # ## Part 4: bytes, pairs and merges
@@ -798,14 +912,49 @@ def test_unit_pairs():
         "lists shorter than a pair are returned unchanged"
     )
     assert merge_pair([3, 1], (1, 2), 9) == [3, 1], "a first id at the very end has no partner"
+
+    def check_counts(ids, want):
+        got = get_pair_counts(ids)
+        assert got == want, (
+            f"pair counts of {ids} should be {want}, got {got}: count every adjacent pair "
+            "zip(ids, ids[1:]), overlapping ones too"
+        )
+
+    def check_merge(ids, pair, new_id, want):
+        before = list(ids)
+        got = merge_pair(ids, pair, new_id)
+        assert got == want, (
+            f"merging {pair} -> {new_id} in {ids} should give {want}, got {got}: scan left to "
+            "right, and after a merge skip both ids of the pair"
+        )
+        assert ids == before, "merge_pair must not change its input list"
+
+    check_counts([5, 5, 6], {(5, 5): 1, (5, 6): 1})
+    check_merge([3, 1, 2], (1, 2), 9, [3, 9])
     counts = get_pair_counts([1, 2, 3], weight=5)
     counts = get_pair_counts([2, 3], counts, weight=2)
     assert counts == {(1, 2): 5, (2, 3): 7}, (
         f"get_pair_counts should add `weight` into the dict it is given, got {counts}"
     )
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_counts, {
+        "one id repeated": ([5, 5, 5, 5], {(5, 5): 3}),
+        "two ids alternating": ([1, 2, 1, 2, 1], {(1, 2): 2, (2, 1): 2}),
+        "a single id": ([42], {}),
+    })
+    hidden_cases(check_merge, {
+        "an odd run of one id": ([2, 2, 2], (2, 2), 9, [9, 2]),
+        "a pair at the very end": ([7, 8, 7, 8, 8], (8, 8), 1, [7, 8, 7, 1]),
+        "ids above the bytes": ([300, 256, 300, 256], (300, 256), 301, [301, 301]),
+        "a pair that does not occur": ([1, 3, 2], (1, 2), 5, [1, 3, 2]),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_pairs()
+
 
 # %% [markdown]
 # ## Part 5: words first
@@ -891,17 +1040,35 @@ def test_unit_split_words():
     )
     got = split_words("end   ")
     assert got == ["end", "   "], f"trailing spaces have no next word to join, got {got}"
-    for text in ("  two  spaces  ", "tab\there", "naïve café", "中文和English混合",
-                 "emoji 😀😀!", "x\r\n\r\ny", "___--==", "3.14159 is π"):
+
+    def check_joined(text, want=None):
         words = split_words(text)
+        assert want is None or words == want, f"split_words({text!r}) gave {words}, expected {want}"
         assert "".join(words) == text, (
             f"joining split_words({text!r}) gave {''.join(words)!r}: no character may be "
             "lost or added"
         )
         assert all(words), f"split_words({text!r}) produced an empty word: {words}"
 
+    for text in ("  two  spaces  ", "tab\there", "naïve café", "中文和English混合",
+                 "emoji 😀😀!", "x\r\n\r\ny", "___--==", "3.14159 is π"):
+        check_joined(text)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_joined, {
+        "two words": ("Hi there", ["Hi", " there"]),
+        "two spaces between words": ("a  b", ["a", " ", " b"]),
+        "a contraction and a number": ("I'm 42 years", ["I", "'", "m", " 42", " years"]),
+        "newlines before a word": ("\n\nend", ["\n\n", "end"]),
+        "mixed scripts and marks": ("Ελληνικά, русский; עברית!",),
+        "only punctuation and spaces": ("?! ... --",),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_split_words()
+
 
 # %% [markdown]
 # ## Part 6: the BPE tokenizer
@@ -1143,6 +1310,16 @@ def test_unit_bpe_train():
     assert list(two.merges) == want[:2] and two.vocab_size == 258, (
         f"vocab_size=258 leaves room for exactly 2 merges, got {list(two.merges)}"
     )
+
+    def check_merges(text, vocab_size, want):
+        got = list(BPETokenizer.train(text, vocab_size=vocab_size).merges)
+        assert got == want, (
+            f"training on {text!r} with vocab_size={vocab_size} should learn {want}, got {got}: "
+            "count pairs inside words, weighted by how often each word occurs; merge the most "
+            "frequent (ties to the lowest pair) while it occurs at least twice"
+        )
+
+    check_merges("aaabdaaabac", 257, want[:1])
     words = BPETokenizer.train("ab ab ab cd", vocab_size=260)
     assert list(words.merges) == [(97, 98), (32, 256)], (
         f"'ab ab ab cd' splits into 'ab', ' ab', ' ab', ' cd': (97, 98) occurs 3 times, then "
@@ -1155,13 +1332,36 @@ def test_unit_bpe_train():
         pass
     else:
         raise AssertionError("vocab_size=100 < 256 must raise ValueError")
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_merges, {
+        "one word with a repeated pair": ("abab ab", 300, [(97, 98)]),
+        "one letter repeated": ("aaaa", 300, [(97, 97)]),
+        "ties broken by the lowest pair": ("xyxyxy zzz zzz", 300, [
+            (122, 122), (120, 121), (32, 256), (257, 257), (258, 122)]),
+        "a vocabulary that stops early": ("hello hello help", 260, [
+            (101, 108), (104, 256), (32, 257), (108, 111)]),
+        "a text with nothing to merge": ("abc def", 300, []),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_bpe_train()
 
+
 # %% nbgrader={"grade": true, "grade_id": "test_unit_bpe_encode", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_bpe_encode():
     """Encoding replays the merges in the order learned: the hand-worked traces."""
+
+    def check_encoded(corpus, vocab_size, text, want):
+        got = BPETokenizer.train(corpus, vocab_size=vocab_size).encode(text)
+        assert got == want, (
+            f"encode({text!r}) after training on {corpus!r} should be {want}, got {got}: at each "
+            "step merge the adjacent pair with the LOWEST merge id (learned first)"
+        )
+
+    check_encoded("aaabdaaabac", 259, "aaab", [258])
     tok = BPETokenizer.train("aaabdaaabac", vocab_size=259)
     got = tok.encode("aaabdaaabac")
     assert got == [258, 100, 258, 97, 99], (
@@ -1193,9 +1393,21 @@ def test_unit_bpe_encode():
         assert "259" in str(error), f"decode's error should name the id 259: {error}"
     else:
         raise AssertionError("decode([97, 259]) must raise ValueError: the ids run 0..258")
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_encoded, {
+        "two merged words": ("aaabdaaabac", 259, "aaabaaab", [258, 258]),
+        "a pair the merges never made": ("aaabdaaabac", 259, "ba", [98, 97]),
+        "a run of one letter after another": ("aaabdaaabac", 259, "caaaa", [99, 256, 256]),
+        "words of another corpus": ("hello hello help", 260, "hello help", [257, 259, 258, 112]),
+        "a word cut short": ("hello hello help", 260, "he", [104, 101]),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_bpe_encode()
+
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_bpe_roundtrip", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_bpe_roundtrip():
@@ -1220,6 +1432,17 @@ def test_unit_bpe_roundtrip():
             f"round trip of {text!r} gave {back!r}: encode the UTF-8 bytes of every word and "
             "decode the joined bytes of all ids"
         )
+
+    def check_round_trip(corpus, vocab_size, text):
+        trained = BPETokenizer.train(corpus, vocab_size=vocab_size)
+        ids = trained.encode(text)
+        assert all(0 <= i < trained.vocab_size for i in ids), f"encode({text!r}) left the range"
+        assert trained.decode(ids) == text, (
+            f"round trip of {text!r} gave {trained.decode(ids)!r}: encode the UTF-8 bytes of "
+            "every word and decode the joined bytes of all ids"
+        )
+
+    check_round_trip(corpus, 300, "the rat")
     half = list("😀".encode("utf-8"))[:2]
     try:
         got = tok.decode(half)
@@ -1229,9 +1452,22 @@ def test_unit_bpe_roundtrip():
             "bytes.decode('utf-8', errors='replace')"
         ) from None
     assert "\ufffd" in got, f"invalid UTF-8 should decode to U+FFFD, got {got!r}"
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    greek = "αβγ αβγ αβγδ " * 5
+    hidden_cases(check_round_trip, {
+        "a corpus of two-byte letters": (greek, 280, "γαβ δδ αβγαβγ"),
+        "text unlike the corpus": (greek, 280, "plain ASCII, then 🙂 and ÿ"),
+        "a long repeated text": (corpus, 300, corpus * 4),
+        "whitespace only": (greek, 280, " \t\n \r\n "),
+        "no merges at all": ("abc", 256, "any text at all: ünïcödé"),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_bpe_roundtrip()
+
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_bpe_special_tokens", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 def test_unit_bpe_special_tokens():
@@ -1257,14 +1493,39 @@ def test_unit_bpe_special_tokens():
     assert n not in plain and tok.decode(plain) == eot, (
         "encode_ordinary treats the special token's text as ordinary bytes"
     )
+
+    def check_specials(corpus, vocab_size, specials, want_ids, text, want):
+        trained = BPETokenizer.train(corpus, vocab_size=vocab_size, special_tokens=specials)
+        assert trained.special_tokens == want_ids, (
+            f"the special tokens should get {want_ids}, the ids after the merges, got "
+            f"{trained.special_tokens}"
+        )
+        got = trained.encode(text)
+        assert got == want and trained.decode(got) == text, (
+            f"encode({text!r}) should be {want}, got {got}"
+        )
+
+    check_specials(corpus, 300, [eot], {eot: n}, "ab", [257])
     capped = BPETokenizer.train(corpus, vocab_size=258, special_tokens=[eot])
     assert len(capped.merges) == 1 and capped.vocab_size == 258, (
         f"vocab_size counts the special tokens: 258 = 256 bytes + 1 merge + 1 special, got "
         f"{len(capped.merges)} merges and vocab_size {capped.vocab_size}"
     )
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_specials, {
+        "two special tokens": ("abcabc<|x|>abcabc<|x|>abcabc", 300, ["<|x|>", "<|y|>"],
+                               {"<|x|>": 259, "<|y|>": 260}, "abc<|y|>abc<|x|>",
+                               [257, 260, 257, 259]),
+        "room for the special token only": ("zzzz", 257, ["<e>"], {"<e>": 256}, "z<e>z",
+                                            [122, 256, 122]),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_bpe_special_tokens()
+
 
 # %% [markdown]
 # ## Part 7: a tokenizer on disk, end to end
@@ -1289,7 +1550,9 @@ def test_unit_save_load():
         sample = "to be or not<|endoftext|>To dream"
         cases = [(BPETokenizer, "bpe.json", bpe), (CharTokenizer, "char.json", char),
                  (Tokenizer, "bpe.json", bpe), (Tokenizer, "char.json", char)]
-        for cls, name, original in cases:
+
+        def check_reloaded(cls, name, original, sample):
+            original.save(folder / name)
             loaded = cls.load(folder / name)
             assert type(loaded) is type(original), (
                 f"{cls.__name__}.load({name}) gave a {type(loaded).__name__}, expected "
@@ -1299,6 +1562,9 @@ def test_unit_save_load():
                 f"{cls.__name__}.load({name}) encodes differently from the saved tokenizer"
             )
             assert loaded.vocab_size == original.vocab_size, f"vocab_size changed in {name}"
+
+        for cls, name, original in cases:
+            check_reloaded(cls, name, original, sample)
         data = json.loads((folder / "bpe.json").read_text(encoding="utf-8"))
         assert data["format"] == "tinytorch-tokenizer" and data["type"] == "bpe", (
             f"the BPE file should say format 'tinytorch-tokenizer' and type 'bpe', got "
@@ -1330,9 +1596,24 @@ def test_unit_save_load():
             raise AssertionError(
                 "a merge that uses id 400 before it exists must make load raise TokenizerFileError"
             )
+        ### BEGIN HIDDEN TESTS
+        from tinytorch.core.tensor import hidden_cases
+
+        lines = "one two three two one\n" * 6
+        hidden_cases(check_reloaded, {
+            "a byte-level tokenizer without merges": (
+                BPETokenizer, "none.json", BPETokenizer.train("xyz", vocab_size=256), "any text"),
+            "two special tokens, loaded by the base class": (
+                Tokenizer, "two.json", BPETokenizer.train(lines, 290, ["<a>", "<b>"]),
+                "one<b>two<a>"),
+            "characters outside the basic plane": (
+                CharTokenizer, "emoji.json", CharTokenizer.train("😀a😎b"), "b😎a😀"),
+        })
+        ### END HIDDEN TESTS
 
 
 test_unit_save_load()
+
 
 # %% [markdown]
 # See what a BPE tokenizer learns from 40,000 characters of Shakespeare (or from the short
@@ -1470,8 +1751,30 @@ def test_unit_bytes_to_unicode():
         f"chr({256 + 33 + 34}); got {table[0xAD]!r}"
     )
 
+    def check_mapped(byte, char):
+        assert table[byte] == char, (
+            f"byte {byte} should map to {char!r}, got {table[byte]!r}: printable bytes (33..126, "
+            "161..172, 174..255) keep their character, the others get chr(256), chr(257), ... "
+            "in byte order"
+        )
+
+    check_mapped(ord("A"), "A")
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_mapped, {
+        "the delete byte": (127, chr(256 + 33)),
+        "the no-break space": (160, chr(256 + 33 + 33)),
+        "the first printable byte after it": (161, "¡"),
+        "the last byte": (255, "ÿ"),
+        "the first printable byte": (33, "!"),
+        "a control byte": (31, chr(256 + 31)),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_bytes_to_unicode()
+
 
 # %% [markdown]
 # ### Encoding and decoding as `tokenizers` does
@@ -1910,13 +2213,37 @@ def test_unit_hf_tokenizer():
         f"decode should turn the characters back into bytes and the bytes into text, got "
         f"{tok.decode(ids)!r}: map each character with the inverse of bytes_to_unicode()"
     )
+
+    def check_tiny(text, want):
+        got = tok.encode(text)
+        assert got == want, (
+            f"{text!r} should be {want}, got {got}: split into GPT-2 pieces, map bytes to "
+            "characters, merge by lowest rank, look the tokens up"
+        )
+        assert tok.decode(got) == text.replace("<|endoftext|>", ""), f"decode of {want} is wrong"
+
+    check_tiny("hello", want[:4])
     half = tok.decode(ids[:4])
     assert half == bytes([97, 10, 240, 159]).decode("utf-8", errors="replace"), (
         f"half an emoji should decode with errors='replace' to 'a\\n\\ufffd', got {half!r}"
     )
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_tiny, {
+        "a word where two merges compete": ("tell", [116, 256, 108]),
+        "a word with no merge after the first": ("hell", [104, 256, 108]),
+        "a word repeated after spaces": (" the the", [260, 260]),
+        "a word without its leading space": ("the", [116, 257]),
+        "special tokens side by side": ("<|endoftext|><|endoftext|>", [261, 261]),
+        "a two-byte character": ("ÿ", [195, 191]),
+        "a word before a newline": ("hello\n", [104, 256, 108, 111, 10]),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_hf_tokenizer()
+
 
 # %% [markdown]
 # ## Systems analysis: sequence length, vocabulary and speed, measured on your machine

@@ -284,12 +284,32 @@ def test_unit_flops():
         (((2, 1, 4, 3), (6, 3, 5)), 12 * 2 * 4 * 3 * 5, "the batch broadcasts (2, 1) with (6,)"),
         (((4, 3), (3,)), 2 * 4 * 3, "a 1-D right operand is one column"),
     ]
-    for (a, b), want, why in cases:
+
+    def check_matmul(a, b, want, why):
         got = matmul_flops(a, b)
         assert got == want, (
             f"matmul_flops{a, b} = {got}, expected {want} ({why}): each of the m*n outputs is "
             "k multiply-adds, 2*k FLOPs, and every broadcast batch element is one more product"
         )
+
+    def check_attention(q, k, v, dropout, want):
+        got = attention_flops(q, k, v, dropout=dropout)
+        assert got == want, (
+            f"attention_flops for q {q}, k {k}, v {v}, dropout={dropout} = {got}, expected "
+            f"{want}: per head 2TSD for q @ k^T, 2TS*Dv for P @ v, 6TS for scale + softmax, "
+            "and TS more with dropout"
+        )
+
+    def check_op(op, arrays, params, out, want):
+        got = op_flops(op, arrays, params, out)
+        assert got == want, (
+            f"op_flops({op.__name__}) on {[np.shape(a) for a in arrays]} = {got}, expected "
+            f"{want}: element-wise ops count their output elements, reductions their input "
+            "elements, MatMul uses matmul_flops"
+        )
+
+    for (a, b), want, why in cases:
+        check_matmul(a, b, want, why)
     B, H, T, S, D = 2, 3, 5, 7, 4
     want = B * H * (2 * T * S * D + 2 * T * S * 6 + 6 * T * S)
     got = attention_flops((B, H, T, D), (B, H, S, D), (B, H, S, 6))
@@ -325,9 +345,33 @@ def test_unit_flops():
     assert op_flops(Mystery, [x], {}, x) is None, (
         "an operation no rule covers must give None (reported as uncounted), not a guess"
     )
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_matmul, {
+        "one by one": ((1, 1), (1, 1), 2, ""),
+        "a vector as the left operand": ((5,), (5, 3), 30, ""),
+        "batches that broadcast on both sides": ((3, 1, 2, 4), (2, 4, 6), 576, ""),
+        "a batched right operand": ((2, 3), (2, 3, 4), 96, ""),
+        "two vectors": ((7,), (7,), 14, ""),
+    })
+    hidden_cases(check_attention, {
+        "one of everything": ((1, 1, 1, 1), (1, 1, 1, 1), (1, 1, 1, 1), False, 10),
+        "other value width, with dropout": ((2, 4, 3, 8), (2, 4, 9, 8), (2, 4, 9, 2), True, 5832),
+    })
+    wide = np.ones((3, 5), np.float32)
+    hidden_cases(check_op, {
+        "an addition that broadcasts": (Add, [wide, np.ones(5, np.float32)], {}, wide, 15),
+        "a sum over one axis": (Sum, [wide], {"axis": 0}, np.ones(5), 15),
+        "a product of matrices": (MatMul, [wide, np.ones((5, 2), np.float32)], {},
+                                  np.ones((3, 2)), 60),
+        "a reshape of another shape": (Reshape, [wide], {"shape": (5, 3)}, wide.reshape(5, 3), 0),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_flops()
+
 
 # %% [markdown]
 # ## Part 3: the memory a forward pass keeps for backward
@@ -417,6 +461,22 @@ def test_unit_saved_bytes():
     assert new_saved_bytes(y._ctx, seen) == 32 * 2 * 4 + 4, (
         "t * 2.0 keeps its new output (256 bytes) and the 0-d constant 2.0 (4 bytes)"
     )
+
+    def check_matmul_kept(m, k, n):
+        """x (m, k) @ a seen weight (k, n): the record keeps x and the output beyond it."""
+        w = Tensor(np.ones((k, n), dtype=np.float32), requires_grad=True)
+        h = Tensor(np.ones((m, k), dtype=np.float32)) @ w
+        got = new_saved_bytes(h._ctx, {id(w.data): w.data})
+        assert got == 4 * (m * k + m * n), (
+            f"x ({m}, {k}) @ w ({k}, {n}) keeps x and h beyond the seen weight: "
+            f"{4 * (m * k + m * n)} bytes, got {got}"
+        )
+        view = h.reshape(-1)
+        assert new_saved_bytes(view._ctx, {id(h.data): h.data}) == 0, (
+            "a view of a buffer already counted adds nothing: follow array.base"
+        )
+
+    check_matmul_kept(4, 8, 16)
     from tinytorch.core.tensor import Context
 
     ctx = Context(Add, (), [np.ones(3, np.float32)], np.ones(3, np.float32),
@@ -427,9 +487,19 @@ def test_unit_saved_bytes():
         f"a record with 2 saved arrays and a (5, 5) bool mask parameter keeps 85 bytes, got "
         f"{got}: include the items of ctx.saved and the ndarray values of ctx.params"
     )
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_matmul_kept, {
+        "a single row": (1, 5, 7),
+        "a wide input and a narrow output": (6, 32, 1),
+        "square matrices": (9, 9, 9),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_saved_bytes()
+
 
 # %% [markdown]
 # ## Part 4: attributing ops and calls to layers
@@ -976,21 +1046,57 @@ def test_unit_profiler():
         "with depth=0 there is one row, the model, holding every FLOP: a module deeper than "
         "depth pushes None and its ops go to the nearest row"
     )
-    try:
-        Profiler(repeat=1).profile_forward_pass(model, Tensor(np.ones((16, 5), np.float32)))
-    except ProfileError as error:
-        text = str(error)
-        assert "(16, 5)" in text and "8" in text, (
-            f"the error should name the given shape (16, 5) and the expected width 8: {text}"
+
+    def check_rows(n, a, b, c):
+        """Linear(a, b), ReLU, Linear(b, c) on n samples: each row's FLOPs and parameters."""
+        manual_seed(0)
+        net = Sequential(Linear(a, b), ReLU(), Linear(b, c))
+        data = Tensor(np.ones((n, a), dtype=np.float32))
+        rows = Profiler(depth=1, repeat=1).profile_forward_pass(net, data)
+        want = {"0": 2 * n * a * b + n * b, "": n * b, "2": 2 * n * b * c + n * c}
+        got = {r.name: r.flops for r in rows.rows}
+        assert got == want, (
+            f"FLOPs per row {got}, expected {want}: each op's FLOPs go to the innermost row on "
+            "the stack (the ReLU, not a Module, belongs to the Sequential's own row '')"
         )
-    else:
-        raise AssertionError("profiling Linear(8, ...) on (16, 5) must raise ProfileError")
+        assert rows.row("2").params == b * c + c, f"row '2' owns Linear({b}, {c})'s parameters"
+
+    def check_refused(width, shape):
+        manual_seed(0)
+        net = Sequential(Linear(width, 3))
+        try:
+            Profiler(repeat=1).profile_forward_pass(net, Tensor(np.ones(shape, np.float32)))
+        except ProfileError as error:
+            text = str(error)
+            assert str(shape) in text and str(width) in text, (
+                f"the error should name the given shape {shape} and the expected width "
+                f"{width}: {text}"
+            )
+        else:
+            raise AssertionError(
+                f"profiling Linear({width}, ...) on {shape} must raise ProfileError")
+
+    check_rows(16, 8, 32, 4)
+    check_refused(8, (16, 5))
     assert not _layers._call_observers and not _tensor._op_observers, (
         "a listener was left installed after profiling: remove it in `finally`"
     )
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_rows, {
+        "one sample": (1, 3, 5, 2),
+        "a narrow middle layer": (10, 12, 1, 6),
+    })
+    hidden_cases(check_refused, {
+        "an input wider than the layer": (4, (2, 9)),
+        "a three-axis input of the wrong width": (6, (2, 3, 5)),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_profiler()
+
 
 # %% [markdown]
 # ### Test: a whole GPT, and the training step against `6 N D`
@@ -1023,6 +1129,20 @@ def gpt_forward_flops(c, B, T):
 
 def test_unit_gpt_profile():
     """A GPT forward's counted FLOPs equal the hand count; the step is close to 6ND."""
+
+    def check_forward(config, B, T):
+        """A GPT forward on (B, T) ids: counted FLOPs equal gpt_forward_flops, without loss."""
+        manual_seed(0)
+        net = GPT(config)
+        ids = np.random.default_rng(1).integers(0, config.vocab_size, size=(B, T))
+        counted = Profiler(depth=3, repeat=1).profile_forward_pass(net, ids).flops
+        hand = gpt_forward_flops(config, B, T) - 5 * B * T * config.vocab_size
+        assert counted == hand, (
+            f"GPT forward of {config}: counted {counted:,} FLOPs, hand count {hand:,} "
+            f"(difference {counted - hand:+,}). Check op_flops for MatMul, AttentionFunction, "
+            "LayerNormFunction and GELUFunction"
+        )
+
     manual_seed(0)
     config = GPTConfig(vocab_size=32, block_size=16, n_layer=2, n_head=2, n_embd=32, bias=True)
     model = GPT(config)
@@ -1067,9 +1187,20 @@ def test_unit_gpt_profile():
         )
     else:
         raise AssertionError("a (2, 40) input to a block_size=16 GPT must raise ProfileError")
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_forward, {
+        "no biases, more heads": (GPTConfig(vocab_size=20, block_size=8, n_layer=1, n_head=4,
+                                            n_embd=16, bias=False), 2, 8),
+        "a sequence shorter than the block": (GPTConfig(vocab_size=11, block_size=12, n_layer=3,
+                                                        n_head=1, n_embd=8, bias=True), 1, 5),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_gpt_profile()
+
 
 # %% [markdown]
 # ## Systems analysis: your TinyGPT, measured

@@ -229,17 +229,31 @@ def test_unit_magnitude():
     assert mask.tolist() == [[False, True, True], [False, True, False]], (
         f"pruning half of {w.tolist()} kept {mask.tolist()}: the three smallest |w| (0.05, "
         "0.1, -0.2) must go; compare magnitudes (np.abs), not signed values")
-    big = np.random.default_rng(0).standard_normal(1000)
-    assert (~magnitude_mask(big, 0.37)).sum() == 370, (
-        "amount 0.37 of 1000 weights must prune exactly 370: k = int(amount * size)")
-    assert magnitude_mask(big, 0.0).all(), "amount 0 must keep everything"
-    for bad in (1.0, -0.1, 1.5, "half"):
+
+    def check_pruned(weights, amount):
+        """magnitude_mask removes exactly int(amount * size) weights, the smallest |w|."""
+        mask = magnitude_mask(weights, amount)
+        k = int(amount * weights.size)
+        assert (~mask).sum() == k, (
+            f"amount {amount} of {weights.size} weights must prune exactly {k}, pruned "
+            f"{(~mask).sum()}: k = int(amount * size)")
+        if 0 < k < weights.size:
+            assert np.abs(weights[~mask]).max() <= np.abs(weights[mask]).min(), (
+                "the pruned weights must be the smallest in magnitude (np.abs)")
+
+    def check_refused(amount):
         try:
-            magnitude_mask(big, bad)
+            magnitude_mask(np.ones(10), amount)
         except ValueError as error:
             assert "[0, 1)" in str(error), f"the error should name the range [0, 1): {error}"
         else:
-            raise AssertionError(f"amount {bad!r} must raise ValueError: it is not in [0, 1)")
+            raise AssertionError(f"amount {amount!r} must raise ValueError: it is not in [0, 1)")
+
+    big = np.random.default_rng(0).standard_normal(1000)
+    check_pruned(big, 0.37)
+    assert magnitude_mask(big, 0.0).all(), "amount 0 must keep everything"
+    for bad in (1.0, -0.1, 1.5, "half"):
+        check_refused(bad)
     manual_seed(0)
     model = GPT(GPTConfig(vocab_size=16, block_size=8, n_layer=1, n_head=2, n_embd=16))
     model.blocks[0].mlp.fc.weight.data *= 10  # one loud layer
@@ -256,38 +270,67 @@ def test_unit_magnitude():
     assert abs(masks.sparsity() - 0.5) < 0.01 and per["blocks.0.mlp.fc.weight"] < 0.1, (
         f"global pruning at 0.5 gave {per}: overall half should go, but the loud layer "
         "(weights x10) should keep nearly all of its weights; rank all layers together")
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    rng = np.random.default_rng(1601)
+    hidden_cases(check_pruned, {
+        "nearly everything pruned": (rng.standard_normal(50), 0.99),
+        "negative weights far from zero": (-rng.uniform(5, 9, (8, 8)), 0.25),
+        "a three-axis array": (rng.standard_normal((3, 4, 5)).astype(np.float32), 0.5),
+        "an amount that rounds down": (rng.standard_normal(7), 0.3),
+    })
+    hidden_cases(check_refused, {"not a number": float("nan"), "a boolean": True,
+                                 "just above one": 1.0000001})
+    ### END HIDDEN TESTS
 
 
 test_unit_magnitude()
 
+
 # %% nbgrader={"grade": true, "grade_id": "test_unit_masks_survive", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 def test_unit_masks_survive():
     """After AdamW steps through wrap(), pruned weights are exactly zero; the rest trained."""
-    manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=16, block_size=8, n_layer=1, n_head=2, n_embd=16))
-    idx = np.random.default_rng(0).integers(0, 16, (4, 8))
-    # one unmasked step first, so Adam has momentum on every weight
-    optimizer = AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
-    model(idx, idx)[1].backward()
-    optimizer.step()
-    masks = prune_magnitude(model, 0.5)
-    before = {name: p.data.copy() for name, p, _ in masks.entries}
-    masked = masks.wrap(optimizer)
-    for _ in range(3):
-        masked.zero_grad()
+
+    def check_survive(make_optimizer, amount):
+        """One plain step, then pruning at `amount` and 3 masked steps: pruned weights stay 0."""
+        manual_seed(0)
+        model = GPT(GPTConfig(vocab_size=16, block_size=8, n_layer=1, n_head=2, n_embd=16))
+        idx = np.random.default_rng(0).integers(0, 16, (4, 8))
+        # one unmasked step first, so Adam has momentum on every weight
+        optimizer = make_optimizer(model.parameters())
         model(idx, idx)[1].backward()
-        masked.step()
-    for name, p, mask in masks.entries:
-        revived = int(np.count_nonzero(p.data[~mask]))
-        assert revived == 0, (
-            f"{name}: {revived} pruned weights are non-zero after 3 steps: Adam's momentum "
-            "(and the gradient) revive them. In step(), multiply the gradient by the mask, "
-            "step, then apply the masks again")
-        assert not np.allclose(p.data[mask], before[name][mask]), (
-            f"{name}: the kept weights did not change: step() must still call the optimizer")
+        optimizer.step()
+        masks = prune_magnitude(model, amount)
+        before = {name: p.data.copy() for name, p, _ in masks.entries}
+        masked = masks.wrap(optimizer)
+        for _ in range(3):
+            masked.zero_grad()
+            model(idx, idx)[1].backward()
+            masked.step()
+        for name, p, mask in masks.entries:
+            revived = int(np.count_nonzero(p.data[~mask]))
+            assert revived == 0, (
+                f"{name}: {revived} pruned weights are non-zero after 3 steps: Adam's momentum "
+                "(and the gradient) revive them. In step(), multiply the gradient by the mask, "
+                "step, then apply the masks again")
+            assert not np.allclose(p.data[mask], before[name][mask]), (
+                f"{name}: the kept weights did not change: step() must still call the optimizer")
+
+    check_survive(lambda ps: AdamW(ps, lr=1e-2, weight_decay=0.1), 0.5)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.optimizers import SGD, Adam
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_survive, {
+        "momentum SGD": (lambda ps: SGD(ps, lr=0.1, momentum=0.9), 0.5),
+        "most weights pruned": (lambda ps: Adam(ps, lr=1e-2), 0.9),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_masks_survive()
+
 
 # %% [markdown]
 # ## Part 2: sparse storage (CSR), and when it pays
@@ -392,6 +435,19 @@ def test_unit_csr():
     assert np.array_equal(dense, w), (
         f"to_dense() gave {dense.tolist()}, expected {w.tolist()}: put data[j] at (row of "
         "entry j, indices[j]) in a zero matrix of the stored shape")
+
+    def check_csr(dense, x):
+        """from_dense(dense): round trip, bytes and x @ dense.T, for any matrix."""
+        sparse = CSRMatrix.from_dense(dense)
+        assert np.array_equal(sparse.to_dense(), dense), "to_dense() must give the matrix back"
+        nnz, rows = np.count_nonzero(dense), dense.shape[0]
+        assert sparse.nbytes == 8 * nnz + 4 * (rows + 1), (
+            f"nbytes {sparse.nbytes}, expected 8 nnz + 4 (R + 1) = {8 * nnz + 4 * (rows + 1)}")
+        got = sparse.matmul_t(x)
+        assert got.shape == (x.shape[0], rows) and np.allclose(got, x @ dense.T, atol=1e-5), (
+            "matmul_t differs from x @ W.T: sum x[:, indices] * data over each row's run; skip "
+            "empty rows in reduceat")
+
     rng = np.random.default_rng(0)
     big = rng.standard_normal((64, 96)).astype(np.float32)
     big[big < 0.8] = 0.0  # about 79% zeros
@@ -403,9 +459,24 @@ def test_unit_csr():
         f"matmul_t differs from x @ W.T by {np.abs(got - x @ big.T).max():.2e}: sum "
         "x[:, indices] * data over each row's run; skip empty rows in reduceat")
     assert sparse.nbytes == 8 * np.count_nonzero(big) + 4 * 65, "nbytes = 8 nnz + 4 (R + 1)"
+    check_csr(w, rng.standard_normal((2, 4)).astype(np.float32))
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    full = rng.standard_normal((3, 5)).astype(np.float32) + 10
+    tail = np.zeros((6, 4), np.float32)
+    tail[-1, -1] = 2.5
+    hidden_cases(check_csr, {
+        "a matrix of zeros": (np.zeros((4, 3), np.float32), np.ones((2, 3), np.float32)),
+        "no zero at all": (full, rng.standard_normal((3, 5)).astype(np.float32)),
+        "one value in the last row": (tail, rng.standard_normal((1, 4)).astype(np.float32)),
+        "one column": (np.array([[0.0], [3.0], [0.0]], np.float32), np.ones((5, 1), np.float32)),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_csr()
+
 
 # %% [markdown]
 # ## Part 3: structured pruning that shrinks the matrices
@@ -588,8 +659,54 @@ def test_unit_structured():
         "whose removed heads write nothing: take rows c*C + h*D .. + D for c in q, k, v and "
         "the same h*D .. + D columns of proj, in order")
 
+    def check_shrunk(config, neurons, heads):
+        """prune_mlp_neurons then prune_heads: the sizes, the neurons chosen, the shapes."""
+        manual_seed(1)
+        net = GPT(config)
+        copy = GPT(config)
+        copy.load_state_dict(net.state_dict())
+        width = 4 * config.n_embd
+        keep = width - int(neurons * width)
+        sizes = prune_mlp_neurons(net, neurons)
+        assert sizes == {f"blocks.{i}.mlp": (width, keep) for i in range(config.n_layer)}, (
+            f"prune_mlp_neurons({neurons}) reported {sizes}; expected {width} -> {keep} in "
+            "every block: keep hidden - floor(amount * hidden)")
+        big, small = copy.blocks[0].mlp, net.blocks[0].mlp
+        kept = [np.flatnonzero((big.fc.weight.data == r).all(axis=1))[0]
+                for r in small.fc.weight.data]
+        gone = np.setdiff1d(np.arange(width), kept)
+        score = (np.linalg.norm(big.fc.weight.data, axis=1)
+                 * np.linalg.norm(big.proj.weight.data, axis=0))
+        assert not len(gone) or score[gone].max() <= score[kept].min(), (
+            "the removed neurons should be those with the smallest ||fc row|| * ||proj column||")
+        d = config.n_embd // config.n_head
+        kept_heads = config.n_head - int(heads * config.n_head)
+        got = prune_heads(net, heads)
+        attn = net.blocks[0].attn
+        assert got["blocks.0.attn"] == (config.n_head, kept_heads), (
+            f"prune_heads({heads}) gave {got}; expected {config.n_head} -> {kept_heads} heads")
+        assert attn.qkv.weight.shape == (3 * kept_heads * d, config.n_embd), (
+            f"qkv is {attn.qkv.weight.shape}: keep each kept head's q, k and v rows")
+        assert attn.proj.weight.shape == (config.n_embd, kept_heads * d), (
+            f"proj is {attn.proj.weight.shape}: keep the kept heads' columns")
+
+    check_shrunk(GPTConfig(vocab_size=12, block_size=4, n_layer=1, n_head=4, n_embd=16), 0.25, 0.5)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_shrunk, {
+        "half the neurons and one of two heads": (
+            GPTConfig(vocab_size=10, block_size=4, n_layer=1, n_head=2, n_embd=16), 0.5, 0.5),
+        "amounts that round down, three heads": (
+            GPTConfig(vocab_size=10, block_size=4, n_layer=2, n_head=3, n_embd=24), 0.1, 0.34),
+        "nothing pruned": (
+            GPTConfig(vocab_size=10, block_size=4, n_layer=1, n_head=2, n_embd=8), 0.0, 0.0),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_structured()
+
 
 # %% [markdown]
 # ## Part 4: knowledge distillation
@@ -682,6 +799,18 @@ def test_unit_distillation():
     three_d = distillation_loss(Tensor(s.reshape(1, 5, 7), dtype=np.float64),
                                 t.reshape(1, 5, 7), temperature=T).item()
     assert abs(three_d - got) < 1e-12, "(B, T, V) logits must give the same loss as (B*T, V)"
+
+    def check_soft(student_logits, teacher_logits, temperature):
+        """The soft loss equals T^2 * mean over rows of KL(p || q), both at temperature T."""
+        p, q = softmax_np(teacher_logits / temperature), softmax_np(student_logits / temperature)
+        want = temperature**2 * np.mean(np.sum(p * (np.log(p) - np.log(q)), axis=-1))
+        got = distillation_loss(Tensor(student_logits, dtype=np.float64), teacher_logits,
+                                temperature=temperature).item()
+        assert abs(got - want) < 1e-9 * max(1.0, abs(want)), (
+            f"soft loss {got:.6f}, expected T^2 * mean KL(p || q) = {want:.6f} at T = "
+            f"{temperature}: divide both logits by T, KL = sum p (log p - log q) per row")
+
+    check_soft(s, t, 2.0)
     student = Tensor(s, dtype=np.float64, requires_grad=True)
     assert gradcheck(lambda z: distillation_loss(z, t, y, temperature=T, alpha=0.3),
                      [student]), "the gradient does not match finite differences"
@@ -691,9 +820,21 @@ def test_unit_distillation():
     assert np.allclose(student.grad.data, want, atol=1e-10), (
         "the soft term's gradient should be T * (q - p) / N: is log q computed from the "
         "student's logits as a Tensor (log_softmax(s / T)), and p from the teacher as a constant?")
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_soft, {
+        "temperature one": (s, t, 1.0),
+        "a temperature below one": (s * 0.5, t, 0.5),
+        "a single row of many classes": (rng.standard_normal((1, 30)), rng.standard_normal((1, 30)),
+                                         4.0),
+        "confident teachers": (s, t * 20, 2.0),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_distillation()
+
 
 # %% [markdown]
 # ## Systems analysis: bytes, speed-up and a small distillation, measured on your machine

@@ -255,12 +255,16 @@ def test_unit_quartiles():
         f"one sample gave {quartiles([7.0])}, expected (7.0, 7.0, 7.0): with n = 1, h = 0 "
         "and there is no x[1] to interpolate towards (clamp the upper index to n - 1)")
     rng = np.random.default_rng(0)
-    for n in (2, 3, 10, 11, 57):
-        x = rng.lognormal(-4, 0.3, n)
+
+    def check_like_numpy(x):
         want = np.percentile(x, [25, 50, 75])
         assert np.allclose(quartiles(x), want, rtol=1e-12), (
-            f"n={n}: quartiles gave {quartiles(x)}, np.percentile {tuple(want)}: the position "
-            "is p * (n - 1) (not p * n), and the weight of the upper sample is h - floor(h)")
+            f"n={len(x)}: quartiles gave {quartiles(x)}, np.percentile {tuple(want)}: the "
+            "position is p * (n - 1) (not p * n), and the weight of the upper sample is "
+            "h - floor(h)")
+
+    for n in (2, 3, 10, 11, 57):
+        check_like_numpy(rng.lognormal(-4, 0.3, n))
     m = Measurement((0.010, 0.011, 0.012, 0.010, 0.013, 0.011, 0.010, 0.012, 0.011, 0.060))
     assert abs(m.median - 0.011) < 1e-12 and m.min == 0.010 and m.n == 10, (
         f"median {m.median}, min {m.min}, n {m.n}: expected 0.011, 0.010, 10")
@@ -271,9 +275,21 @@ def test_unit_quartiles():
     assert text.startswith("11.0 ms ± 1.") and text.endswith("(IQR, n=10)"), (
         f"str(Measurement) gave {text!r}, expected '11.0 ms ± 1.7 (IQR, n=10)' or so: the "
         "median and the IQR, in the median's unit")
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_like_numpy, {
+        "a large sample": (rng.lognormal(-2, 1.0, 1001),),
+        "equal samples": ([0.5] * 6,),
+        "integers in reverse order": (list(range(20, 0, -1)),),
+        "two far-apart samples": ([1e-6, 3.0],),
+        "a sample of four with a tie": ([2.0, 2.0, 1.0, 9.0],),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_quartiles()
+
 
 # %% [markdown]
 # ## Part 2: the harness, warm-up then repeats
@@ -386,6 +402,21 @@ def test_unit_benchmark_run():
         f"samples {m.samples}, expected (0.01, 0.012, 0.011, 0.013, 0.01): the two slow "
         "first calls are warm-up and must not be timed; read the clock just before and just "
         "after each timed call")
+
+    def check_per_call(warmup, repeats, number, cost):
+        """Every sample is seconds per call: `number` calls of `cost` timed together."""
+        fake = FakeClock()
+        m = Benchmark(warmup=warmup, repeats=repeats, clock=fake, number=number).run(
+            fake.work(cost))
+        assert m.n == repeats and np.allclose(m.samples, cost), (
+            f"number={number} gave samples {m.samples}, expected {repeats} of {cost} s: time "
+            "`number` calls together and divide by `number` (seconds per call)")
+        calls = (warmup + repeats * number)
+        assert abs(fake.now - calls * cost) < 1e-9, (
+            f"the fake clock advanced {fake.now} s, expected {calls} calls x {cost}: warm-up "
+            "calls run once each, untimed")
+
+    check_per_call(0, 3, 4, 0.002)
     clock2 = FakeClock()
     m2 = Benchmark(warmup=0, repeats=3, clock=clock2, number=4).run(clock2.work(0.002))
     assert m2.n == 3 and np.allclose(m2.samples, 0.002), (
@@ -401,9 +432,19 @@ def test_unit_benchmark_run():
                 f"the error should name {word} and the value: {error}")
         else:
             raise AssertionError(f"Benchmark({kwargs}) must raise ValueError")
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_per_call, {
+        "one call per sample": (3, 5, 1, 0.25),
+        "many calls per sample": (1, 2, 50, 1e-4),
+        "a single timed sample": (0, 1, 1, 0.03),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_benchmark_run()
+
 
 # %% [markdown]
 # ## Part 3: how sure? The bootstrap interval of a ratio, and a verdict
@@ -735,8 +776,36 @@ def test_unit_bootstrap():
         f"unpaired interval {unpaired} should be much wider than paired {paired}: without "
         "pairing, draw the two sides' indices independently")
 
+    def check_interval(baseline, candidate):
+        """The interval holds the observed ratio of medians, repeats, and nests 90% in 95%."""
+        low, high = bootstrap_ratio_ci(baseline, candidate)
+        ratio = np.median(candidate) / np.median(baseline)
+        assert low <= ratio <= high, (
+            f"the 95% interval ({low:.4f}, {high:.4f}) misses the observed ratio {ratio:.4f}: "
+            "the ratio is median(candidate) / median(baseline) of each resample")
+        assert bootstrap_ratio_ci(baseline, candidate) == (low, high), (
+            "the same samples gave a different interval: seed the generator")
+        low90, high90 = bootstrap_ratio_ci(baseline, candidate, confidence=0.9)
+        assert low <= low90 and high90 <= high, (
+            f"the 90% interval ({low90:.4f}, {high90:.4f}) should sit inside the 95% one")
+
+    check_interval(base, cand)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_interval, {
+        "a candidate twice as fast": (0.02 * rng.lognormal(0, 0.1, 100),
+                                      0.01 * rng.lognormal(0, 0.1, 100)),
+        "a candidate twice as slow, few samples": (0.001 * rng.lognormal(0, 0.05, 12),
+                                                   0.002 * rng.lognormal(0, 0.05, 12)),
+        "samples of unequal length": (0.5 * rng.lognormal(0, 0.2, 25),
+                                      0.5 * rng.lognormal(0, 0.2, 40)),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_bootstrap()
+
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_verdict", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 def test_unit_verdict():
@@ -764,8 +833,26 @@ def test_unit_verdict():
     slow = Comparison.from_samples(fast.candidate.samples, fast.baseline.samples)
     assert slow.verdict == "slower", f"swapped sides should be 'slower', got {slow.verdict!r}"
 
+    def check_verdict(interval, want):
+        assert verdict(interval) == want, (
+            f"verdict({interval}) = {verdict(interval)!r}, expected {want!r}: wholly below 1 is "
+            f"'faster', wholly above 1 'slower', otherwise {NO_DIFFERENCE!r}")
+
+    check_verdict((0.5, 0.7), "faster")
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_verdict, {
+        "just below one": ((0.5, 0.999), "faster"),
+        "just above one": ((1.001, 3.0), "slower"),
+        "a wide interval around one": ((0.1, 10.0), NO_DIFFERENCE),
+        "a narrow interval around one": ((0.9999, 1.0001), NO_DIFFERENCE),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_verdict()
+
 
 # %% [markdown]
 # ## Part 4: paired, interleaved runs
@@ -848,8 +935,45 @@ def test_unit_interleaved():
         f"a candidate 20% cheaper gave ratio {c.ratio:.3f} ({c.verdict}); expected ~0.80, "
         "'faster': samples[0] are the baseline's, samples[1] the candidate's")
 
+    def check_rounds(n):
+        want = [i for r in range(n) for i in ((0, 1) if r % 2 == 0 else (1, 0))]
+        assert interleaved_order(n) == want, (
+            f"interleaved_order({n}) gave {interleaved_order(n)}, expected {want}: A B in even "
+            "rounds, B A in odd rounds")
+
+    def check_drifting(cost_a, cost_b, repeats, warmup):
+        """Two workloads on a machine that slows by 2% a call: the ratio is cost_b / cost_a."""
+        fake, count = FakeClock(), {"n": 0}
+
+        def drifting(cost):
+            def fn():
+                fake.now += cost * (1 + 0.02 * count["n"])
+                count["n"] += 1
+            return fn
+
+        c = Benchmark(warmup=warmup, repeats=repeats, clock=fake).compare(
+            drifting(cost_a), drifting(cost_b))
+        assert count["n"] == 2 * (warmup + repeats), (
+            f"compare made {count['n']} calls, expected {2 * (warmup + repeats)}")
+        assert abs(c.ratio - cost_b / cost_a) < 0.02 * cost_b / cost_a, (
+            f"ratio {c.ratio:.3f}, expected {cost_b / cost_a:.3f}: follow interleaved_order so "
+            "each round's pair meets the same machine")
+
+    check_rounds(2)
+    check_drifting(0.01, 0.01, 10, 1)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_rounds, {"three rounds": 3, "six rounds": 6})
+    hidden_cases(check_drifting, {
+        "a candidate half as costly": (0.02, 0.01, 12, 2),
+        "a candidate a little costlier": (0.005, 0.0055, 16, 0),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_interleaved()
+
 
 # %% [markdown]
 # ## Systems analysis: an A/A test, a real difference, and the price of a sequential run

@@ -204,6 +204,33 @@ def _plain_index(index):
     return index
 
 
+# The instructor's grade (nbgrader) runs more cases than the tests show you: other shapes, other
+# values, edge cases, written after each test's visible ones and removed from your notebook. They
+# run through this helper, so a failure names only the kind of case and its inputs stay hidden.
+# `tito module complete` runs the visible cases alone: code that passes them is checked again
+# by the instructor on inputs you have not seen.
+def hidden_cases(check, cases):
+    """Run check(*args) for each `label: args` of `cases` (args not a tuple: check(args)); a
+    failure is reported by its label, the kind of case, never by its inputs."""
+    if not cases:
+        raise ValueError("hidden_cases() needs at least one case, or it tests nothing")
+    for label, args in cases.items():
+        failed = None
+        try:
+            check(*args) if isinstance(args, tuple) else check(args)
+        except NotImplementedError:
+            raise
+        except Exception as error:  # noqa: BLE001 - any failure of a hidden case is reported
+            failed = type(error).__name__  # only its kind: its message may show the inputs
+        if failed:
+            raise AssertionError(
+                f"hidden case '{label}' failed with {failed}: your code passes the cases you "
+                "can see but not this one, which the instructor's grade adds and keeps hidden. "
+                "Try inputs of your own against the rule this test states (other shapes, "
+                "values, edge cases) and look for code that fits only the visible examples"
+            )
+
+
 class ShapeError(ValueError):
     """Two tensors whose shapes do not fit the operation."""
 

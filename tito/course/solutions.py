@@ -58,3 +58,34 @@ def partition_solution(text: str) -> tuple[list[str], list[str]]:
 def solution_lines(text: str) -> list[str]:
     """The lines inside the solution blocks of ``text``."""
     return partition_solution(text)[1]
+
+
+# ---- hidden test cases ------------------------------------------------------------------------
+# A graded test cell may hold cases the student never sees between these two lines: nbgrader's
+# generate_assignment removes them from the release (after recording the whole cell in the
+# gradebook), and autograde puts the whole cell back before it runs. nbgrader matches the words
+# anywhere in a line, so the same rule is kept here.
+HIDDEN_BEGIN = "BEGIN HIDDEN TESTS"
+HIDDEN_END = "END HIDDEN TESTS"
+
+
+def partition_hidden(text: str) -> tuple[list[str], list[str]]:
+    """(lines the release keeps, lines it drops) of a cell, exactly as nbgrader's
+    ``ClearHiddenTests`` splits them: a line naming a marker and the lines between a BEGIN and
+    its END are dropped; an unclosed region drops the rest of the cell."""
+    kept, dropped, inside = [], [], False
+    for line in text.split("\n"):
+        if HIDDEN_BEGIN in line:
+            inside = True
+            dropped.append(line)
+        elif HIDDEN_END in line:
+            inside = False
+            dropped.append(line)
+        else:
+            (dropped if inside else kept).append(line)
+    return kept, dropped
+
+
+def without_hidden_tests(text: str) -> str:
+    """``text`` as nbgrader releases it: the hidden test regions removed."""
+    return "\n".join(partition_hidden(text)[0])

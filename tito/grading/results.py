@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..course.registry import Module
+from ..course.solutions import without_hidden_tests
 from .course import Course, load_nbformat
 from .flags import runtime_flags, static_flags
 
@@ -89,6 +90,7 @@ def locked_cell_changes(gb, m: Module, notebook) -> list[LockedCellChange]:
     except MissingEntry:
         return []
     graded = {c.name for c in master.grade_cells}
+    points = {c.name: c.max_score for c in master.grade_cells}
     submitted = {}
     for cell in notebook.cells:
         gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
@@ -103,12 +105,28 @@ def locked_cell_changes(gb, m: Module, notebook) -> list[LockedCellChange]:
             changes.append(LockedCellChange(source.name, "deleted", source.name in graded))
             continue
         try:
-            same = compute_checksum(cell) == source.checksum
+            same = compute_checksum(cell) in (source.checksum,
+                                              _released_checksum(source, points.get(source.name)))
         except Exception:  # metadata damaged beyond nbgrader's checksum
             same = False
         if not same:
             changes.append(LockedCellChange(source.name, "edited", source.name in graded))
     return changes
+
+
+def _released_checksum(source, points) -> str:
+    """nbgrader's checksum of a locked cell as the release holds it. generate_assignment
+    removes a graded test cell's hidden test cases from the release and records the checksum
+    after that; the gradebook keeps the whole cell and its checksum."""
+    from nbformat.v4 import new_code_cell
+    from nbgrader.utils import compute_checksum
+
+    released = without_hidden_tests(source.source)
+    if points is None or released == source.source:
+        return source.checksum
+    meta = {"grade": True, "solution": False, "locked": True, "grade_id": source.name,
+            "points": points}
+    return compute_checksum(new_code_cell(released, metadata={"nbgrader": meta}))
 
 
 def timed_out_cells(notebook) -> list[str]:

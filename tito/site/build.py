@@ -147,6 +147,7 @@ def notebook_problems(site: Path = SITE_DIR) -> list[str]:
     """Released notebooks that are missing or no longer match their lesson (cheap: every
     cell that is not a solution cell must read as in the lesson)."""
     from ..course.notebook import read_cells
+    from ..course.solutions import without_hidden_tests
 
     problems = []
     for m in MODULES:
@@ -160,7 +161,7 @@ def notebook_problems(site: Path = SITE_DIR) -> list[str]:
         released = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
         lesson = read_cells(m.source)
         same = len(released) == len(lesson) and all(
-            "".join(r.get("source", "")) == c.source
+            "".join(r.get("source", "")) == without_hidden_tests(c.source)  # as released
             for r, c in zip(released, lesson)
             if not c.nbgrader.get("solution")
         )

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from ..course.notebook import Cell
+from ..course.solutions import without_hidden_tests
 from ..errors import ReleaseIntegrityError
 
 
@@ -60,7 +61,8 @@ _NEXT_CELL = re.compile(r"^# %%", re.MULTILINE)
 
 def lesson_authority(path: Path) -> dict:
     """The locked cells of a lesson as ``{grade_id: (points, source)}``, read without jupytext
-    (seconds to import): each cell's header and the lines up to the next cell header."""
+    (seconds to import): each cell's header and the lines up to the next cell header, its
+    hidden test cases removed as nbgrader removes them from the release."""
     text = Path(path).read_text(encoding="utf-8")
     found = {}
     for match in _HEADER.finditer(text):
@@ -68,7 +70,8 @@ def lesson_authority(path: Path) -> dict:
         if is_locked(Cell(0, "code", "", meta)):
             following = _NEXT_CELL.search(text, match.end())
             body = text[match.end():following.start() if following else len(text)]
-            found[meta["grade_id"]] = (float(meta.get("points", 0)), body.strip())
+            found[meta["grade_id"]] = (float(meta.get("points", 0)),
+                                       without_hidden_tests(body).strip())
     return {"cells": found}
 
 
