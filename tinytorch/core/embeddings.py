@@ -2,7 +2,7 @@
 # Do not edit: change the lesson and export again.
 """Module 11 (Embeddings): Token embeddings, learned and sinusoidal positions, rotary embeddings."""
 
-__all__ = ['embedding', 'Embedding', 'PositionalEmbedding', 'sinusoidal_encoding', 'SinusoidalPositionalEncoding', 'rotate_half', 'RotaryEmbedding', 'apply_rotary']
+__all__ = ['embedding', 'Embedding', 'PositionalEmbedding', 'sinusoidal_encoding', 'SinusoidalPositionalEncoding', 'rotate_half', 'rope_frequencies', 'RotaryEmbedding', 'apply_rotary']
 
 import numpy as np
 
@@ -90,6 +90,21 @@ class Embedding(Module):
             return _lookup_with_padding(self, indices)
         ids = _as_indices(indices, self.num_embeddings)
         return EmbeddingFunction.apply(self.weight, indices=ids)
+
+    def as_linear(self, x):
+        """x (..., embedding_dim) scored against every row: (..., num_embeddings) logits."""
+        return x @ self.weight.T
+
+    @classmethod
+    def from_pretrained(cls, weight):
+        """A layer around an existing (V, D) table, used as it is: no copy, no random draw
+        (PyTorch's name; module 18 loads checkpoints with it) (given)."""
+        layer = cls.__new__(cls)
+        Module.__init__(layer)
+        layer.num_embeddings, layer.embedding_dim = (int(n) for n in weight.shape)
+        layer.weight = weight if isinstance(weight, Parameter) else Parameter(weight)
+        layer.padding_idx = None
+        return layer
 
     def extra_repr(self):
         padding = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"
@@ -192,10 +207,27 @@ def rotate_half(x):
     return out
 
 
-class RotaryEmbedding(Module):
-    """RoPE tables for heads of size head_dim: cos/sin of pos * base**(-2i/head_dim), float32."""
+def rope_frequencies(head_dim, base=10000.0, scaling=None):
+    """The head_dim/2 angles per position theta_i = base**(-2i/head_dim), float64; with
+    Llama 3's rescaled bands when `scaling` is its dict (rope_type "llama3")."""
+    exponents = np.arange(0, head_dim, 2, dtype=np.float64) / head_dim
+    inv_freq = 1.0 / base**exponents  # theta_i, (d/2,)
+    if scaling is None:
+        return inv_freq
+    factor = scaling["factor"]
+    low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old_len = scaling["original_max_position_embeddings"]
+    wavelength = 2 * np.pi / inv_freq
+    smooth = (old_len / wavelength - low) / (high - low)  # 0 at the slow end, 1 at the fast
+    blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    out = np.where(wavelength < old_len / high, inv_freq, blended)  # fast: unchanged
+    return np.where(wavelength > old_len / low, inv_freq / factor, out)  # slow: / factor
 
-    def __init__(self, head_dim, max_len=2048, base=10000.0):
+
+class RotaryEmbedding(Module):
+    """RoPE tables for heads of size head_dim: cos/sin of pos * theta_i, float32."""
+
+    def __init__(self, head_dim, max_len=2048, base=10000.0, scaling=None):
         super().__init__()
         if isinstance(head_dim, bool) or not isinstance(head_dim, (int, np.integer)) \
                 or head_dim < 2 or head_dim % 2:
@@ -204,27 +236,35 @@ class RotaryEmbedding(Module):
                 f"rotated in pairs), got {head_dim!r}"
             )
         self.head_dim, self.max_len, self.base = int(head_dim), int(max_len), float(base)
-        exponents = np.arange(0, self.head_dim, 2, dtype=np.float64) / self.head_dim
-        inv_freq = 1.0 / self.base**exponents  # theta_i, (d/2,)
+        self.scaling = scaling
+        inv_freq = rope_frequencies(self.head_dim, self.base, scaling)  # theta_i, (d/2,)
         freqs = np.arange(self.max_len, dtype=np.float64)[:, None] * inv_freq  # (max_len, d/2)
         emb = np.concatenate((freqs, freqs), axis=-1)  # (max_len, d)
         self.cos_cached = np.cos(emb).astype(np.float32)
         self.sin_cached = np.sin(emb).astype(np.float32)
 
     def cos_sin(self, seq_len, offset=0):
-        """(cos, sin), float32 arrays of shape (seq_len, head_dim), for positions offset.."""
-        seq_len, offset = int(seq_len), int(offset)
-        if seq_len < 0 or offset < 0:
+        """(cos, sin) float32 for positions offset..offset + seq_len - 1: (seq_len, head_dim)
+        for an int offset, (B, 1, seq_len, head_dim) for one offset per sequence (B,)."""
+        seq_len = int(seq_len)
+        start = np.asarray(offset, dtype=np.int64)
+        if seq_len < 0 or start.ndim > 1 or (start.size and start.min() < 0):
             raise ValueError(
-                f"RotaryEmbedding: seq_len ({seq_len}) and offset ({offset}) must be >= 0"
+                f"RotaryEmbedding: seq_len ({seq_len}) must be >= 0 and offset ({offset}) an "
+                "int >= 0 or one int >= 0 per sequence"
             )
-        if seq_len + offset > self.max_len:
+        last = int(start.max(initial=0)) + seq_len
+        if last > self.max_len:
             raise ValueError(
-                f"RotaryEmbedding: positions up to seq_len + offset = {seq_len + offset} "
-                f"requested, but the tables were built for max_len = {self.max_len}: build "
-                "RotaryEmbedding with a larger max_len"
+                f"RotaryEmbedding: positions up to seq_len + offset = {last} requested, but "
+                f"the tables were built for max_len = {self.max_len}: build RotaryEmbedding "
+                "with a larger max_len"
             )
-        return self.cos_cached[offset:offset + seq_len], self.sin_cached[offset:offset + seq_len]
+        if start.ndim == 0:
+            a = int(start)
+            return self.cos_cached[a:a + seq_len], self.sin_cached[a:a + seq_len]
+        positions = start[:, None] + np.arange(seq_len)  # (B, T)
+        return self.cos_cached[positions][:, None], self.sin_cached[positions][:, None]
 
     def forward(self, x, offset=0):
         """x (..., T, head_dim) rotated for positions offset .. offset + T - 1."""
@@ -232,7 +272,8 @@ class RotaryEmbedding(Module):
         return apply_rotary(x, cos, sin)
 
     def extra_repr(self):
-        return f"head_dim={self.head_dim}, max_len={self.max_len}, base={self.base:g}"
+        scaled = "" if self.scaling is None else f", scaling={self.scaling.get('rope_type')}"
+        return f"head_dim={self.head_dim}, max_len={self.max_len}, base={self.base:g}{scaled}"
 
 
 class RotaryFunction(Function):
@@ -260,7 +301,8 @@ def rotary_backward(ctx, grad):
 
 
 def apply_rotary(x, cos, sin):
-    """RoPE, x * cos + rotate_half(x) * sin, for x (..., T, d) and cos, sin (T, d)."""
+    """RoPE, x * cos + rotate_half(x) * sin, for x (..., T, d), cos and sin (T, d) or
+    (B, 1, T, d)."""
     if not isinstance(x, Tensor):
         x = Tensor(x)
     cos = cos.data if isinstance(cos, Tensor) else np.asarray(cos)
@@ -271,6 +313,6 @@ def apply_rotary(x, cos, sin):
         raise ShapeError(
             f"apply_rotary: x has shape {x.shape}, cos {cos.shape} and sin {sin.shape}: "
             f"cos and sin must be (T, d) = ({x.shape[-2] if x.ndim > 1 else '?'}, "
-            f"{x.shape[-1]}), e.g. rotary.cos_sin(T, offset)"
+            f"{x.shape[-1]}) or (B, 1, T, d), e.g. rotary.cos_sin(T, offset)"
         )
     return RotaryFunction.apply(x, cos=cos, sin=sin)
