@@ -216,8 +216,20 @@ class MultiHeadAttention(Module):
         self.proj = Linear(self.embed_dim, self.embed_dim, bias=bias)
         self.resid_dropout = Dropout(self.dropout)
 
-    def forward(self, x, mask=None, is_causal=False):
-        """x (B, T, embed_dim) -> (B, T, embed_dim)."""
+    @classmethod
+    def from_linears(cls, qkv, proj, num_heads):
+        """The layer around existing projections (a checkpoint's, module 18), without the
+        random weights the constructor would draw (given)."""
+        layer = cls.__new__(cls)
+        Module.__init__(layer)
+        layer.embed_dim = _positive_int(qkv.in_features, "embed_dim", "MultiHeadAttention")
+        layer.num_heads = _positive_int(num_heads, "num_heads", "MultiHeadAttention")
+        layer.head_dim, layer.dropout = layer.embed_dim // layer.num_heads, 0.0
+        layer.qkv, layer.proj, layer.resid_dropout = qkv, proj, Dropout(0.0)
+        return layer
+
+    def forward(self, x, mask=None, is_causal=False, cache=None):
+        """x (B, T, embed_dim) -> (B, T, embed_dim); cache: keys and values of earlier tokens."""
         x = _as_tensor(x)
         if x.ndim != 3 or x.shape[-1] != self.embed_dim:
             raise ShapeError(
@@ -229,6 +241,8 @@ class MultiHeadAttention(Module):
         qkv = self.qkv(x.reshape(B * T, C))  # (B*T, 3C): every token on its own
         qkv = qkv.reshape(B, T, 3, H, D).permute(2, 0, 3, 1, 4)  # (3, B, H, T, D)
         q, k, v = qkv[0], qkv[1], qkv[2]  # (B, H, T, D) each
+        if cache is not None:
+            k, v = cache.update(k, v)  # (B, H, S, D): the earlier tokens' and these
         p = self.dropout if self.training else 0.0
         y = scaled_dot_product_attention(q, k, v, mask=mask, is_causal=is_causal, dropout_p=p)
         y = y.permute(0, 2, 1, 3).reshape(B * T, C)  # (B*T, C)
@@ -238,27 +252,34 @@ class MultiHeadAttention(Module):
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}"
 
 
+def _gqa_sizes(layer, embed_dim, num_heads, num_kv_heads, head_dim):
+    """Check and set the sizes of a GroupedQueryAttention (given)."""
+    owner = "GroupedQueryAttention"
+    layer.embed_dim = _positive_int(embed_dim, "embed_dim", owner)
+    layer.num_heads = _positive_int(num_heads, "num_heads", owner)
+    layer.num_kv_heads = _positive_int(num_kv_heads, "num_kv_heads", owner)
+    if head_dim is None and layer.embed_dim % layer.num_heads:
+        raise ValueError(
+            f"{owner}: embed_dim ({layer.embed_dim}) must be divisible by num_heads "
+            f"({layer.num_heads}), or give head_dim"
+        )
+    if layer.num_heads % layer.num_kv_heads:
+        raise ValueError(
+            f"{owner}: num_heads ({layer.num_heads}) must be a multiple of num_kv_heads "
+            f"({layer.num_kv_heads}): each key/value head serves an equal group of query heads"
+        )
+    layer.head_dim = _positive_int(layer.embed_dim // layer.num_heads if head_dim is None
+                                   else head_dim, "head_dim", owner)
+    layer.groups = layer.num_heads // layer.num_kv_heads
+    layer.q_norm = layer.k_norm = None  # Qwen3's per-head norms, set by module 18
+
+
 class GroupedQueryAttention(Module):
     """num_heads query heads sharing num_kv_heads key/value heads (Llama layout), optional RoPE."""
 
-    def __init__(self, embed_dim, num_heads, num_kv_heads, bias=False):
+    def __init__(self, embed_dim, num_heads, num_kv_heads, bias=False, head_dim=None):
         super().__init__()
-        owner = "GroupedQueryAttention"
-        self.embed_dim = _positive_int(embed_dim, "embed_dim", owner)
-        self.num_heads = _positive_int(num_heads, "num_heads", owner)
-        self.num_kv_heads = _positive_int(num_kv_heads, "num_kv_heads", owner)
-        if self.embed_dim % self.num_heads:
-            raise ValueError(
-                f"{owner}: embed_dim ({self.embed_dim}) must be divisible by num_heads "
-                f"({self.num_heads})"
-            )
-        if self.num_heads % self.num_kv_heads:
-            raise ValueError(
-                f"{owner}: num_heads ({self.num_heads}) must be a multiple of num_kv_heads "
-                f"({self.num_kv_heads}): each key/value head serves an equal group of query heads"
-            )
-        self.head_dim = self.embed_dim // self.num_heads
-        self.groups = self.num_heads // self.num_kv_heads
+        _gqa_sizes(self, embed_dim, num_heads, num_kv_heads, head_dim)
         C, D = self.embed_dim, self.head_dim
         self.q_proj = Linear(C, self.num_heads * D, bias=bias)
         self.k_proj = Linear(C, self.num_kv_heads * D, bias=bias)
@@ -282,8 +303,22 @@ class GroupedQueryAttention(Module):
             f"to (B, {self.num_heads}, T, S): use 1 or {self.num_heads} on the head axis"
         )
 
-    def forward(self, x, mask=None, is_causal=False, rotary=None, offset=0):
-        """x (B, T, embed_dim) -> (B, T, embed_dim); rotary: a RotaryEmbedding or None."""
+    @classmethod
+    def from_linears(cls, q_proj, k_proj, v_proj, o_proj, num_heads, num_kv_heads,
+                     q_norm=None, k_norm=None):
+        """The layer around existing projections (a checkpoint's, module 18), without the
+        random weights the constructor would draw (given)."""
+        layer = cls.__new__(cls)
+        Module.__init__(layer)
+        _gqa_sizes(layer, q_proj.in_features, num_heads, num_kv_heads,
+                   q_proj.out_features // num_heads)
+        layer.q_proj, layer.k_proj, layer.v_proj, layer.o_proj = q_proj, k_proj, v_proj, o_proj
+        layer.q_norm, layer.k_norm = q_norm, k_norm
+        return layer
+
+    def forward(self, x, mask=None, is_causal=False, rotary=None, offset=0, cache=None):
+        """x (B, T, embed_dim) -> (B, T, embed_dim); rotary: a RotaryEmbedding or None;
+        cache: keys and values of earlier tokens (module 18), or None."""
         x = _as_tensor(x)
         if x.ndim != 3 or x.shape[-1] != self.embed_dim:
             raise ShapeError(
@@ -295,13 +330,18 @@ class GroupedQueryAttention(Module):
         q = self.q_proj(x).reshape(B, T, H, D).permute(0, 2, 1, 3)  # (B, H, T, D)
         k = self.k_proj(x).reshape(B, T, Hkv, D).permute(0, 2, 1, 3)  # (B, Hkv, T, D)
         v = self.v_proj(x).reshape(B, T, Hkv, D).permute(0, 2, 1, 3)  # (B, Hkv, T, D)
+        if self.q_norm is not None:  # Qwen3: every head normalized, before the rotation
+            q, k = self.q_norm(q), self.k_norm(k)
         if rotary is not None:
             cos, sin = rotary.cos_sin(T, offset)
             q = apply_rotary(q, cos, sin)
             k = apply_rotary(k, cos, sin)
+        if cache is not None:
+            k, v = cache.update(k, v)  # (B, Hkv, S, D): the earlier tokens' and these
+        S = k.shape[2]
         q = q.reshape(B, Hkv, g, T, D)  # query heads j*g .. j*g+g-1 share kv head j
-        k = k.reshape(B, Hkv, 1, T, D)
-        v = v.reshape(B, Hkv, 1, T, D)
+        k = k.reshape(B, Hkv, 1, S, D)
+        v = v.reshape(B, Hkv, 1, S, D)
         mask = self._grouped_mask(mask)
         y = scaled_dot_product_attention(q, k, v, mask=mask, is_causal=is_causal)
         y = y.reshape(B, H, T, D).permute(0, 2, 1, 3).reshape(B, T, H * D)  # (B, T, H * D)
@@ -309,4 +349,4 @@ class GroupedQueryAttention(Module):
 
     def extra_repr(self):
         return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
-                f"num_kv_heads={self.num_kv_heads}")
+                f"num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}")
