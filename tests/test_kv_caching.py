@@ -146,16 +146,20 @@ def test_config_reads_the_families(checkpoints):
 @pytest.mark.parametrize("name", ["llama", "qwen3", "qwen2_moe", "gpt2"])
 @pytest.mark.parametrize("mode", ["dense", "paged"])
 def test_decode_with_cache_equals_full_forward(checkpoints, name, mode):
+    """The tutorial's decode loop, model(tok, offset=t, cache=cache), matches transformers."""
     model = load_model(checkpoints[name])
     full = _hf_logits(checkpoints[name], IDS)
     cache = model.create_kv_cache(mode, page_size=4)
-    steps = [model(IDS[:, :3], cache=cache)]
-    steps += [model(IDS[:, t:t + 1], cache=cache) for t in range(3, IDS.shape[1])]
+    assert len(cache) == model.config.num_hidden_layers
+    steps = [model(IDS[:, :3], offset=0, cache=cache)]
+    steps += [model(IDS[:, t:t + 1], offset=t, cache=cache) for t in range(3, IDS.shape[1])]
     _close(np.concatenate(steps, axis=1), full, f"{name}, {mode} cache, token by token")
     if mode == "paged":
-        assert cache.pool.pages_in_use == 2 * 4  # 13 tokens in pages of 4, two sequences
-        cache.release()
-        assert cache.pool.pages_in_use == 0
+        # 13 tokens in pages of 4, two sequences: 8 pages in every layer's pool
+        assert [c.pool.pages_in_use for c in cache] == [8] * len(cache)
+        for layer_cache in cache:
+            layer_cache.release()
+        assert all(c.pool.pages_in_use == 0 for c in cache)
 
 
 @pytest.mark.parametrize("name", ["llama3_tied", "qwen2", "qwen3_moe", "gpt2"])
@@ -165,7 +169,7 @@ def test_greedy_32_tokens_match_transformers_generate(checkpoints, name):
     want = _hf(checkpoints[name]).generate(torch.tensor([prompt]), max_new_tokens=32,
                                            do_sample=False)[0].tolist()
     for mode in ("dense", "paged"):
-        got = generate(model, prompt, 32, temperature=0, cache=mode, page_size=8)
+        got = generate(model, prompt, 32, temperature=0, cache=mode, page_size=8, stop_ids=())
         assert got.tolist() == want, f"{name}, cache={mode}: {got.tolist()} != {want}"
 
 
@@ -176,7 +180,8 @@ def test_batch_of_unequal_prompts(checkpoints):
     wants = [_hf(folder).generate(torch.tensor([p]), max_new_tokens=12,
                                   do_sample=False)[0].tolist() for p in prompts]
     for mode in ("dense", "paged"):
-        outs = generate(model, prompts, 12, temperature=0, cache=mode, page_size=4)
+        outs = generate(model, prompts, 12, temperature=0, cache=mode, page_size=4,
+                        stop_ids=())
         assert isinstance(outs, list) and len(outs) == 3
         for p, o, want in zip(prompts, outs, wants):
             assert o.tolist() == want, f"cache={mode}, prompt {p}: {o.tolist()} != {want}"
@@ -185,28 +190,36 @@ def test_batch_of_unequal_prompts(checkpoints):
 def test_uncached_and_sampled_generation(checkpoints):
     model = load_model(checkpoints["llama"])
     prompt = np.array([4, 8, 15, 16])
-    greedy = generate(model, prompt, 6, temperature=0, cache="dense")
-    assert generate(model, prompt, 6, temperature=0, cache=None).tolist() == greedy.tolist()
-    a = generate(model, prompt, 10, temperature=0.8, top_k=10, top_p=0.9, seed=1)
-    b = generate(model, prompt, 10, temperature=0.8, top_k=10, top_p=0.9, seed=1, cache="paged")
+    greedy = generate(model, prompt, 6, temperature=0, cache="dense", stop_ids=())
+    assert generate(model, prompt, 6, temperature=0, cache=None,
+                    stop_ids=()).tolist() == greedy.tolist()
+    a = generate(model, prompt, 10, temperature=0.8, top_k=10, top_p=0.9, seed=1, stop_ids=())
+    b = generate(model, prompt, 10, temperature=0.8, top_k=10, top_p=0.9, seed=1, cache="paged",
+                 stop_ids=())
     assert a.tolist() == b.tolist() and a[:4].tolist() == prompt.tolist()
 
 
 def test_weights_are_memory_mapped_not_copied(checkpoints):
+    """The layers hold views of the mapped file; a tied head is the embedding table itself."""
     model = load_model(checkpoints["qwen2"])
-    q = model.layers[0].attn.q_proj[0]
+    q = model.layers[0].self_attn.q_proj.weight.data
     assert not q.flags.owndata, "weights should be views of the memory-mapped file"
-    assert model.lm_head is model.embed_tokens  # tied: one array
+    assert model.w_lm_head is None  # tied: embedding.as_linear, no second table
+    gpt2 = load_model(checkpoints["gpt2"])
+    qkv = gpt2.layers[0].self_attn.qkv.weight.data  # c_attn (in, out) read as (out, in)
+    assert not qkv.flags.owndata and qkv.shape == (96, 32)
 
 
 def test_paged_pool_exhaustion_is_an_error():
-    pool = TinyKvPagedPool(4, num_layers=1, num_kv_heads=1, head_dim=2, max_pages=2)
+    """A pool limited to max_pages raises MemoryError naming the fix; released pages serve again."""
+    pool = TinyKvPagedPool(page_size=4, max_pages=2)
+    kv = np.zeros((2, 1, 1, 8, 2), np.float32)
     cache = TinyKvPagedCache(pool)
-    cache.reserve([8])
+    cache.update(kv[0], kv[1])
     with pytest.raises(MemoryError, match="max_pages"):
-        TinyKvPagedCache(pool).reserve([1])
+        TinyKvPagedCache(pool).update(kv[0][:, :, :1], kv[1][:, :, :1])
     cache.release()
-    TinyKvPagedCache(pool).reserve([5])  # the released pages serve the next sequence
+    TinyKvPagedCache(pool).update(kv[0][:, :, :5], kv[1][:, :, :5])  # the released pages
     assert len(pool.pages) == 2
 
 
@@ -256,12 +269,17 @@ def test_generate_past_gpt2s_learned_positions_is_a_clear_error(checkpoints):
         generate(model, [1, 2, 3], n - 1, temperature=0.0)
 
 
-def test_offset_and_cache_together_are_refused(checkpoints):
-    """With a cache the positions come from the cache; an offset as well would be ignored."""
+def test_an_offset_that_disagrees_with_the_cache_is_refused(checkpoints):
+    """With a cache, offset must be what the cache holds; the error names both numbers."""
     model = load_model(checkpoints["llama"])
     cache = model.create_kv_cache("dense")
-    with pytest.raises(ValueError, match="offset=3 and a cache were both given"):
+    with pytest.raises(ValueError, match=r"offset=3 but the cache holds 0 positions"):
         model(IDS[:, :2], offset=3, cache=cache)
-    assert cache.lengths is None  # refused before anything was reserved
-    model(IDS[:, :2], cache=cache)  # the cache alone still works
-    assert np.asarray(cache.lengths).tolist() == [2, 2]
+    assert cache[0].lengths is None  # refused before anything was stored
+    model(IDS[:, :2], offset=0, cache=cache)
+    model(IDS[:, 2:3], cache=cache)  # leaving offset out continues from the cache
+    with pytest.raises(ValueError, match=r"offset=2 but the cache holds 3 positions.*offset=3"):
+        model(IDS[:, 3:4], offset=2, cache=cache)
+    assert cache[0].lengths.tolist() == [3, 3]
+    with pytest.raises(TypeError, match="one cache per layer"):
+        model(IDS[:, 3:4], cache=cache[0])

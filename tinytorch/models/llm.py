@@ -2,22 +2,25 @@
 # Do not edit: change the lesson and export again.
 """Module 18 (KV Caching and Serving): Llama, Qwen and MoE checkpoints on your own engine: the decoder block, model assembly, dense and paged KV caches, batched generation, measured."""
 
-__all__ = ['ConfigError', 'SUPPORTED_MODEL_TYPES', 'Config', 'rope_inv_freq', 'rope_cos_sin', 'WeightError', 'WeightStore', 'linear', 'conv1d', 'Attention', 'MLP', 'MoE', 'TransformerBlock', 'cache_mask', 'TinyKvFullCache', 'ModelForCausalLM', 'load_model', 'TinyKvPagedPool', 'TinyKvPagedCache', 'generate']
+__all__ = ['ConfigError', 'SUPPORTED_MODEL_TYPES', 'Config', 'ModelFeatures', 'kernel_choice', 'WeightError', 'linear_layer', 'WeightStore', 'quantized', 'RMSNorm', 'LayerNorm', 'Embedding', 'linear', 'rotary_for', 'Attention', 'GPT2Attention', 'MLP', 'GPT2MLP', 'checkpoint_shapes', 'random_weights', 'TransformerBlock', 'Moe', 'ModelForCausalLM', 'load_model', 'cache_mask', 'TinyKvFullCache', 'TinyKvPagedPool', 'TinyKvPagedCache', 'generate', 'Request', 'Engine']
 
+import contextlib
+import functools
+import importlib
 import json
 import math
+import mmap
 import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from tinytorch.core.activations import gelu, silu
-from tinytorch.core.attention import attention_weights, causal_mask
+from tinytorch import nn
 from tinytorch.core.autograd import no_grad
-from tinytorch.core.embeddings import rotate_half
-from tinytorch.core.tensor import ShapeError, default_generator
+from tinytorch.core.layers import Linear, Module, Parameter, Sequential
+from tinytorch.core.tensor import ShapeError, Tensor, default_generator
 from tinytorch.core.training import load_safetensors_folder
-from tinytorch.models.transformer import layer_norm, rms_norm, sample_logits
+from tinytorch.models.transformer import sample_logits
 
 
 class ConfigError(ValueError):
@@ -36,9 +39,16 @@ def _need(values, key, path):
     return values[key]
 
 
+def _id_list(value):
+    """An eos_token_id field (None, an int, or a list of ints) as a tuple of ints."""
+    if value is None:
+        return ()
+    return tuple(int(v) for v in (value if isinstance(value, (list, tuple)) else [value]))
+
+
 @dataclass
 class Config:
-    """The architecture of a decoder-only checkpoint, from its config.json."""
+    """The architecture of a decoder-only checkpoint, with Hugging Face's field names."""
 
     model_type: str
     vocab_size: int
@@ -48,16 +58,19 @@ class Config:
     num_key_value_heads: int
     head_dim: int
     intermediate_size: int
-    norm_eps: float = 1e-6
+    rms_norm_eps: float = 1e-6  # GPT-2's norms use layer_norm_epsilon instead
     rope_theta: float = 10000.0
     rope_scaling: dict | None = None  # {"rope_type": "llama3", "factor": ..., ...} or None
     tie_word_embeddings: bool = False
+    max_position_embeddings: int = 2048
+    eos_token_id: tuple = ()  # end-of-sequence ids; generate stops at any of them
+    dtype: str = "float32"
+    layer_norm_epsilon: float | None = None  # GPT-2 only
+    # How the families differ (set from model_type by from_dict).
     qkv_bias: bool = False  # biases on q_proj, k_proj, v_proj
     o_bias: bool = False  # bias on o_proj
     mlp_bias: bool = False
     qk_norm: bool = False  # Qwen3: RMSNorm over each head of q and k
-    max_position_embeddings: int = 2048
-    dtype: str = "float32"
     # Mixture of experts (qwen2_moe, qwen3_moe); num_experts == 0 means every layer is dense.
     num_experts: int = 0
     num_experts_per_tok: int = 0
@@ -66,6 +79,11 @@ class Config:
     norm_topk_prob: bool = False
     decoder_sparse_step: int = 1
     mlp_only_layers: list = field(default_factory=list)
+
+    @property
+    def norm_eps(self):
+        """The epsilon of the model's norms: rms_norm_eps, or GPT-2's layer_norm_epsilon."""
+        return self.rms_norm_eps if self.layer_norm_epsilon is None else self.layer_norm_epsilon
 
     @classmethod
     def from_dict(cls, values, path="config"):
@@ -97,7 +115,6 @@ class Config:
         attention_bias = bool(values.get("attention_bias", False))
         qkv_bias = {"qwen2": True, "qwen2_moe": bool(values.get("qkv_bias", True))}.get(
             kind, attention_bias)
-        moe = kind.endswith("_moe")
         config = cls(
             model_type=kind,
             vocab_size=int(_need(values, "vocab_size", path)),
@@ -107,18 +124,19 @@ class Config:
             num_key_value_heads=int(values.get("num_key_value_heads") or heads),
             head_dim=int(values.get("head_dim") or hidden // heads),
             intermediate_size=int(_need(values, "intermediate_size", path)),
-            norm_eps=float(_need(values, "rms_norm_eps", path)),
+            rms_norm_eps=float(_need(values, "rms_norm_eps", path)),
             rope_theta=float(theta),
             rope_scaling=rope if rope_type == "llama3" else None,
             tie_word_embeddings=bool(values.get("tie_word_embeddings", False)),
+            max_position_embeddings=int(values.get("max_position_embeddings") or 2048),
+            eos_token_id=_id_list(values.get("eos_token_id")),
+            dtype=str(values.get("dtype") or values.get("torch_dtype") or "float32"),
             qkv_bias=qkv_bias,
             o_bias=attention_bias if kind in ("llama", "qwen3", "qwen3_moe") else False,
             mlp_bias=bool(values.get("mlp_bias", False)),
             qk_norm=kind in ("qwen3", "qwen3_moe"),
-            max_position_embeddings=int(values.get("max_position_embeddings") or 2048),
-            dtype=str(values.get("dtype") or values.get("torch_dtype") or "float32"),
         )
-        if moe:
+        if kind.endswith("_moe"):
             if "num_experts" not in values and "num_local_experts" in values:
                 values = dict(values, num_experts=values["num_local_experts"])  # 5.x spelling
             config.num_experts = int(_need(values, "num_experts", path))
@@ -153,17 +171,20 @@ class Config:
             num_key_value_heads=heads,
             head_dim=hidden // heads,
             intermediate_size=int(values.get("n_inner") or 4 * hidden),
-            norm_eps=float(values.get("layer_norm_epsilon", 1e-5)),
+            layer_norm_epsilon=float(values.get("layer_norm_epsilon", 1e-5)),
             tie_word_embeddings=bool(values.get("tie_word_embeddings", True)),
-            qkv_bias=True, o_bias=True, mlp_bias=True,
             max_position_embeddings=int(values.get("n_positions") or 1024),
+            eos_token_id=_id_list(values.get("eos_token_id")),
             dtype=str(values.get("dtype") or values.get("torch_dtype") or "float32"),
+            qkv_bias=True, o_bias=True, mlp_bias=True,
         )
         config.check(path)
         return config
 
     @classmethod
     def from_json_file(cls, path):
+        """The config of `path`: a config.json file or the checkpoint folder holding one.
+        The folder's generation_config.json, if any, gives the end-of-sequence ids."""
         path = os.fspath(path)
         if os.path.isdir(path):
             path = os.path.join(path, "config.json")
@@ -175,7 +196,17 @@ class Config:
                               "config.json beside its .safetensors files") from None
         except json.JSONDecodeError as error:
             raise ConfigError(f"{path} is not valid JSON: {error}") from None
-        return cls.from_dict(values, path)
+        config = cls.from_dict(values, path)
+        generation = os.path.join(os.path.dirname(path), "generation_config.json")
+        if os.path.isfile(generation):
+            try:
+                with open(generation, encoding="utf-8") as f:
+                    gen = json.load(f)
+            except json.JSONDecodeError as error:
+                raise ConfigError(f"{generation} is not valid JSON: {error}") from None
+            if "eos_token_id" in gen:
+                config.eos_token_id = _id_list(gen["eos_token_id"])
+        return config
 
     def check(self, path="config"):
         if self.num_attention_heads % self.num_key_value_heads:
@@ -196,28 +227,92 @@ class Config:
         return 2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim * itemsize
 
 
-def rope_inv_freq(config):
-    """The (head_dim/2,) rotary frequencies theta_i, with Llama 3 scaling when configured."""
-    d = config.head_dim
-    inv_freq = 1.0 / config.rope_theta ** (np.arange(0, d, 2, dtype=np.float64) / d)  # (d/2,)
-    s = config.rope_scaling
-    if s is None:
-        return inv_freq.astype(np.float32)
-    factor, low, high = s["factor"], s["low_freq_factor"], s["high_freq_factor"]
-    old_len = s["original_max_position_embeddings"]
-    wavelen = 2 * math.pi / inv_freq
-    smooth = (old_len / wavelen - low) / (high - low)
-    blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
-    out = np.where(wavelen < old_len / high, inv_freq, blended)
-    out = np.where(wavelen > old_len / low, inv_freq / factor, out)
-    return out.astype(np.float32)
+@dataclass(frozen=True)
+class ModelFeatures:
+    """Which code runs the model. The defaults are the lessons' plain code."""
+
+    kernels: str = "plain"  # "plain": the lessons' code; "fast": module 17's kernel table
+    weights: str = "float32"  # "float32" | "int8" (per channel) | "int4" (group-wise)
+    group_size: int = 128  # int4 only: weights per scale, along the inputs
+    attention: str = "plain"  # "plain" (module 12); "fast" (module 17's attention kernels)
+
+    def __post_init__(self):
+        for name, allowed in (("kernels", ("plain", "fast")),
+                              ("weights", ("float32", "int8", "int4")),
+                              ("attention", ("plain", "fast"))):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"ModelFeatures({name}={getattr(self, name)!r}): {name} must "
+                                 f"be one of {', '.join(map(repr, allowed))}")
+        size = self.group_size
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 2 \
+                or size % 2:
+            raise ValueError(f"ModelFeatures(group_size={size!r}): the int4 group size must "
+                             "be a positive even integer, e.g. 32, 64 or 128")
+
+    @property
+    def bits(self):
+        """8 or 4 for quantized weights, None for float32."""
+        return {"int8": 8, "int4": 4}.get(self.weights)
 
 
-def rope_cos_sin(inv_freq, positions):
-    """cos, sin of shape (B, 1, T, head_dim) for integer positions (B, T) (given)."""
-    angles = positions[..., None].astype(np.float64) * inv_freq  # (B, T, d/2)
-    angles = np.concatenate((angles, angles), axis=-1)[:, None]  # (B, 1, T, d)
-    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+def _completed(path, name, number, title, why):
+    """`name` from the package module `path`, or an error saying which module to complete."""
+    try:
+        return getattr(importlib.import_module(path), name)
+    except (ImportError, AttributeError):
+        raise RuntimeError(
+            f"{why} needs module {number} ({title}), which is not completed in this tinytorch "
+            f"({path}.{name} is missing): complete it (`tito module complete {number}`), or "
+            "leave that feature at its default"
+        ) from None
+
+
+def _check_features(features):
+    """The ModelFeatures to use (the defaults for None); refuses what this package lacks."""
+    features = ModelFeatures() if features is None else features
+    if not isinstance(features, ModelFeatures):
+        raise TypeError(f"features must be a ModelFeatures or None, got {features!r}")
+    if features.bits:
+        _completed("tinytorch.perf.quantization", "QuantizedLinear", 15, "Quantization",
+                   f"ModelFeatures(weights={features.weights!r})")
+    if "fast" in (features.kernels, features.attention):
+        _completed("tinytorch.perf.acceleration", "fast_kernels", 17, "Acceleration",
+                   f"ModelFeatures(kernels={features.kernels!r}, "
+                   f"attention={features.attention!r})")
+    return features
+
+
+def _is_attention_kernel(key):
+    """Module 17 kernel-table entries that replace module 12's attention."""
+    return getattr(key, "__module__", "") == "tinytorch.core.attention"
+
+
+@contextlib.contextmanager
+def kernel_choice(features):
+    """Module 17's kernels switched on as `features` asks while the block runs, then the
+    table restored as it was. Plain features touch nothing."""
+    if features.kernels == "plain" and features.attention == "plain":
+        yield
+        return
+    accel = importlib.import_module("tinytorch.perf.acceleration")
+    if features.kernels == "fast" and features.attention == "fast":
+        with accel.fast_kernels(True):
+            yield
+        return
+    attention = features.attention == "fast"
+    chosen = [(table, key, fast) for _, table, key, fast in accel.FAST_KERNELS
+              if _is_attention_kernel(key) == attention]
+    before = [(table, key, table.get(key)) for table, key, _ in chosen]
+    try:
+        for table, key, fast in chosen:
+            table[key] = fast
+        yield
+    finally:
+        for table, key, old in reversed(before):
+            if old is None:
+                table.pop(key, None)
+            else:
+                table[key] = old
 
 
 class WeightError(KeyError):
@@ -225,6 +320,16 @@ class WeightError(KeyError):
 
     def __str__(self):
         return str(self.args[0])
+
+
+def linear_layer(weight, bias=None):
+    """Module 03's Linear around existing arrays, weight (out, in): no copy, no random draw."""
+    layer = Linear.__new__(Linear)
+    Module.__init__(layer)
+    layer.out_features, layer.in_features = (int(n) for n in weight.shape)
+    layer.weight = Parameter(weight)
+    layer.bias = None if bias is None else Parameter(bias)
+    return layer
 
 
 class WeightStore:
@@ -275,198 +380,514 @@ class WeightStore:
             array = np.asarray(array, dtype=np.float32)
         return array
 
-    def linear(self, prefix, out_features, in_features, bias=False):
-        """(weight (out, in), bias (out,) or None) of the Linear layer at `prefix`."""
-        weight = self.tensor(prefix + ".weight", (out_features, in_features))
-        b = self.tensor(prefix + ".bias", (out_features,)) if bias else None
-        return weight, b
+    def linear(self, prefix, out_features=None, in_features=None, bias=None):
+        """Module 03's Linear holding `prefix`.weight (out, in), shape-checked when the sizes
+        are given, and `prefix`.bias: when the checkpoint has one (bias=None), or required
+        (True), or left out (False)."""
+        shape = None if out_features is None else (out_features, in_features)
+        weight = self.tensor(prefix + ".weight", shape)
+        if bias is None:
+            bias = self.has(prefix + ".bias")
+        b = self.tensor(prefix + ".bias", (weight.shape[0],)) if bias else None
+        return linear_layer(weight, b)
+
+    def conv1d(self, prefix, in_features, out_features):
+        """GPT-2's Conv1D, stored (in, out) with a bias, as module 03's Linear: its weight is
+        the transposed view (out, in) of the stored array, so x @ weight.T reads it as stored."""
+        weight = self.tensor(prefix + ".weight", (in_features, out_features))
+        return linear_layer(weight.T, self.tensor(prefix + ".bias", (out_features,)))
 
 
-def linear(x, weight, bias=None):
-    """x @ weight.T + bias for weight (out, in): weight.T is a view, nothing is copied."""
-    y = x.reshape(-1, x.shape[-1]) @ weight.T  # (N, out): a 2-D product is BLAS's fast path
-    if bias is not None:
-        y += bias
-    return y.reshape(*x.shape[:-1], weight.shape[0])
+def _drop_pages(array):
+    """Let the pages of a memory-mapped array leave this process's resident memory (the file
+    keeps them; touching the array reads them back). Other arrays: nothing to do."""
+    base = array
+    while isinstance(base, np.ndarray) and not isinstance(base, np.memmap):
+        base = base.base
+    handle = getattr(base, "_mmap", None)
+    if handle is None or not hasattr(handle, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    if not (array.flags.c_contiguous or array.flags.f_contiguous):
+        return  # its bytes are not one range of the file
+    start = array.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    page = mmap.PAGESIZE
+    first = start // page * page
+    last = min(len(handle), -(-(start + array.nbytes) // page) * page)
+    if last > first:
+        handle.madvise(mmap.MADV_DONTNEED, first, last - first)
 
 
-def conv1d(x, weight, bias):
-    """GPT-2's Conv1D: x @ weight + bias, the weight stored (in, out)."""
-    y = x.reshape(-1, x.shape[-1]) @ weight + bias  # (N, out)
-    return y.reshape(*x.shape[:-1], weight.shape[1])
+def quantized(layer, features, name, rows_per_block=8192):
+    """`layer` (module 03's Linear) as module 15's QuantizedLinear when `features` asks for
+    int8 or int4 weights, else `layer` itself. Large weights are quantized a block of rows at
+    a time (each output row has its own scales, so the blocks join exactly), and a
+    memory-mapped weight's pages are let go after each block: the float32 weights are never
+    all resident."""
+    if not features.bits:
+        return layer
+    QuantizedLinear = _completed("tinytorch.perf.quantization", "QuantizedLinear", 15,
+                                 "Quantization", f"ModelFeatures(weights={features.weights!r})")
+    weight = layer.weight.data  # (out, in)
+    blocks = []
+    try:
+        for top in range(0, weight.shape[0], rows_per_block):
+            rows = weight[top:top + rows_per_block]
+            blocks.append(QuantizedLinear.from_linear(linear_layer(rows), bits=features.bits,
+                                                      group_size=features.group_size))
+            _drop_pages(rows)
+    except ValueError as error:
+        raise ValueError(f"{name}: {error}") from None
+    if len(blocks) == 1:
+        q = blocks[0]
+    else:
+        q = QuantizedLinear(layer.in_features, layer.out_features, features.bits,
+                            np.concatenate([b.qweight for b in blocks]),
+                            np.concatenate([b.scale for b in blocks]),
+                            blocks[0].group_size)
+    if layer.bias is not None:
+        q.bias = Parameter(np.array(layer.bias.data))
+    return q
 
 
-def _positions(offset, B, T):
-    """(B, T) integer positions offset + t (offset an int or a (B,) array)."""
-    start = np.broadcast_to(np.asarray(offset, dtype=np.int64).reshape(-1, 1), (B, 1))
-    return start + np.arange(T)
+def _adopt(layer, built):
+    """Make `layer` (an instance of a subclass) the layer `built` (of its parent class, made
+    by from_linears / from_pretrained): the same attributes, sub-layers and parameters."""
+    vars(layer).update(vars(built))
 
 
-class Attention:
-    """Grouped-query self-attention with RoPE, reading its weights from a WeightStore."""
+class RMSNorm(nn.RMSNorm):
+    """Module 13's RMSNorm holding a checkpoint's weight."""
 
-    def __init__(self, layer_idx, config, weights, prefix):
-        c = config
-        self.layer_idx, self.config = layer_idx, c
-        self.H, self.Hkv, self.D = c.num_attention_heads, c.num_key_value_heads, c.head_dim
-        C, qdim, kvdim = c.hidden_size, self.H * self.D, self.Hkv * self.D
-        if c.model_type == "gpt2":
-            self.c_attn = (weights.tensor(prefix + ".c_attn.weight", (C, 3 * C)),
-                           weights.tensor(prefix + ".c_attn.bias", (3 * C,)))
-            self.c_proj = (weights.tensor(prefix + ".c_proj.weight", (C, C)),
-                           weights.tensor(prefix + ".c_proj.bias", (C,)))
-            return
-        self.q_proj = weights.linear(prefix + ".q_proj", qdim, C, c.qkv_bias)
-        self.k_proj = weights.linear(prefix + ".k_proj", kvdim, C, c.qkv_bias)
-        self.v_proj = weights.linear(prefix + ".v_proj", kvdim, C, c.qkv_bias)
-        self.o_proj = weights.linear(prefix + ".o_proj", C, qdim, c.o_bias)
+    def __init__(self, dim, weight, eps=1e-6):
+        super().__init__(dim, eps)
+        weight = weight.data if isinstance(weight, Tensor) else weight
+        if tuple(weight.shape) != (dim,):
+            raise WeightError(f"an RMSNorm of width {dim} needs a ({dim},) weight, got "
+                              f"{tuple(weight.shape)}")
+        self.weight = Parameter(weight)
+
+
+class LayerNorm(nn.LayerNorm):
+    """Module 13's LayerNorm holding a checkpoint's weight and bias (GPT-2)."""
+
+    def __init__(self, dim, weight, bias, eps=1e-5):
+        super().__init__(dim, eps=eps)
+        self.weight, self.bias = Parameter(weight), Parameter(bias)
+
+
+class Embedding(nn.Embedding):
+    """Module 11's Embedding around a checkpoint's table (V, D) (or a Linear's weight)."""
+
+    def __init__(self, vocab_size, embedding_dim, weight):
+        table = weight.weight.data if isinstance(weight, Linear) else weight
+        table = table.data if isinstance(table, Tensor) else table
+        if tuple(table.shape) != (vocab_size, embedding_dim):
+            raise WeightError(f"the embedding table should be (vocab_size, embedding_dim) = "
+                              f"{(vocab_size, embedding_dim)}, got {tuple(table.shape)}")
+        _adopt(self, nn.Embedding.from_pretrained(table))
+
+
+def linear(x, layer):
+    """The output of a checkpoint's linear layer (a Linear or a QuantizedLinear) on x."""
+    return layer(x)
+
+
+@functools.lru_cache(maxsize=16)
+def _rotary(head_dim, max_len, base, scaling):
+    """One RotaryEmbedding (module 11) per shape, shared by every layer of every model."""
+    return nn.RotaryEmbedding(head_dim, max_len=max_len, base=base,
+                              scaling=None if scaling is None else dict(scaling))
+
+
+def rotary_for(config):
+    """Module 11's RotaryEmbedding for the config's heads, positions and rope settings."""
+    scaling = None if config.rope_scaling is None else tuple(sorted(
+        (k, v) for k, v in config.rope_scaling.items() if isinstance(v, (int, float, str))))
+    return _rotary(config.head_dim, config.max_position_embeddings, config.rope_theta, scaling)
+
+
+def _mask_args(mask):
+    """The tutorial's mask ("causal", an array, or None) as module 12's (mask, is_causal)."""
+    if isinstance(mask, str):
+        if mask != "causal":
+            raise ValueError(f"mask must be 'causal', a bool array or None, got {mask!r}")
+        return None, True
+    return mask, False
+
+
+class Attention(nn.GroupedQueryAttention):
+    """Module 12's grouped-query attention with a checkpoint's projections (Llama, Qwen),
+    called as a block calls it: attn(x, offset, cache, mask)."""
+
+    def __init__(self, prefix, config, weights, features=None):
+        c, features = config, _check_features(features)
+        p = prefix + ".self_attn"
+        C, H, Hkv, D = c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim
+
+        def load(name, out_features, in_features, bias):
+            layer = weights.linear(f"{p}.{name}", out_features, in_features, bias)
+            return quantized(layer, features, f"{p}.{name}")
+
+        q_norm = k_norm = None
         if c.qk_norm:
-            self.q_norm = weights.tensor(prefix + ".q_norm.weight", (self.D,))
-            self.k_norm = weights.tensor(prefix + ".k_norm.weight", (self.D,))
-        self.inv_freq = rope_inv_freq(c)
+            q_norm = RMSNorm(D, weights.tensor(p + ".q_norm.weight", (D,)), eps=c.rms_norm_eps)
+            k_norm = RMSNorm(D, weights.tensor(p + ".k_norm.weight", (D,)), eps=c.rms_norm_eps)
+        _adopt(self, nn.GroupedQueryAttention.from_linears(
+            load("q_proj", H * D, C, c.qkv_bias), load("k_proj", Hkv * D, C, c.qkv_bias),
+            load("v_proj", Hkv * D, C, c.qkv_bias), load("o_proj", C, H * D, c.o_bias),
+            H, Hkv, q_norm=q_norm, k_norm=k_norm))
+        self.rotary = rotary_for(c)
 
-    def project(self, x):
-        """q (B, H, T, D), k and v (B, Hkv, T, D), before RoPE (given)."""
-        B, T, C = x.shape
-        if self.config.model_type == "gpt2":
-            qkv = conv1d(x, *self.c_attn)  # (B, T, 3C)
-            q, k, v = np.split(qkv, 3, axis=-1)
+    def forward(self, x, offset=0, cache=None, mask=None):
+        mask, is_causal = _mask_args(mask)
+        return super().forward(x, mask=mask, is_causal=is_causal, rotary=self.rotary,
+                               offset=offset, cache=cache)
+
+
+class GPT2Attention(nn.MultiHeadAttention):
+    """Module 12's multi-head attention with GPT-2's fused c_attn and c_proj."""
+
+    def __init__(self, prefix, config, weights, features=None):
+        c, features = config, _check_features(features)
+        C, p = c.hidden_size, prefix + ".attn"
+        qkv = quantized(weights.conv1d(p + ".c_attn", C, 3 * C), features, p + ".c_attn")
+        proj = quantized(weights.conv1d(p + ".c_proj", C, C), features, p + ".c_proj")
+        _adopt(self, nn.MultiHeadAttention.from_linears(qkv, proj, c.num_attention_heads))
+
+    def forward(self, x, offset=0, cache=None, mask=None):
+        mask, is_causal = _mask_args(mask)
+        return super().forward(x, mask=mask, is_causal=is_causal, cache=cache)
+
+
+class MLP(nn.SwiGLU):
+    """Module 13's SwiGLU with a checkpoint's gate_proj, up_proj and down_proj."""
+
+    def __init__(self, prefix, config, weights, features=None, hidden=None):
+        c, features = config, _check_features(features)
+        C, H = c.hidden_size, hidden or c.intermediate_size
+
+        def load(name, out_features, in_features):
+            layer = weights.linear(f"{prefix}.{name}", out_features, in_features, c.mlp_bias)
+            return quantized(layer, features, f"{prefix}.{name}")
+
+        _adopt(self, nn.SwiGLU.from_linears(load("gate_proj", H, C), load("up_proj", H, C),
+                                            load("down_proj", C, H)))
+
+
+class GPT2MLP(nn.MLP):
+    """Module 13's GELU MLP with GPT-2's c_fc and c_proj."""
+
+    def __init__(self, prefix, config, weights, features=None):
+        c, features = config, _check_features(features)
+        C, H = c.hidden_size, c.intermediate_size
+        fc = quantized(weights.conv1d(prefix + ".c_fc", C, H), features, prefix + ".c_fc")
+        proj = quantized(weights.conv1d(prefix + ".c_proj", H, C), features, prefix + ".c_proj")
+        _adopt(self, nn.MLP.from_linears(fc, proj, approximate="tanh"))
+
+
+def checkpoint_shapes(config):
+    """{tensor name: shape} of every weight a checkpoint of `config` holds."""
+    c, C, D = config, config.hidden_size, config.head_dim
+    shapes = {}
+    if c.model_type == "gpt2":
+        shapes["transformer.wte.weight"] = (c.vocab_size, C)
+        shapes["transformer.wpe.weight"] = (c.max_position_embeddings, C)
+        shapes["transformer.ln_f.weight"] = shapes["transformer.ln_f.bias"] = (C,)
+        H4 = c.intermediate_size
+        for i in range(c.num_hidden_layers):
+            p = f"transformer.h.{i}"
+            for n in ("ln_1", "ln_2"):
+                shapes[f"{p}.{n}.weight"] = shapes[f"{p}.{n}.bias"] = (C,)
+            for n, shape in (("attn.c_attn", (C, 3 * C)), ("attn.c_proj", (C, C)),
+                             ("mlp.c_fc", (C, H4)), ("mlp.c_proj", (H4, C))):
+                shapes[f"{p}.{n}.weight"], shapes[f"{p}.{n}.bias"] = shape, shape[1:]
+        return shapes
+    shapes["model.embed_tokens.weight"] = (c.vocab_size, C)
+    shapes["model.norm.weight"] = (C,)
+    if not c.tie_word_embeddings:
+        shapes["lm_head.weight"] = (c.vocab_size, C)
+
+    def mlp(p, hidden):
+        for n, shape in (("gate_proj", (hidden, C)), ("up_proj", (hidden, C)),
+                         ("down_proj", (C, hidden))):
+            shapes[f"{p}.{n}.weight"] = shape
+            if c.mlp_bias:
+                shapes[f"{p}.{n}.bias"] = shape[:1]
+
+    H, Hkv = c.num_attention_heads, c.num_key_value_heads
+    for i in range(c.num_hidden_layers):
+        p = f"model.layers.{i}"
+        for n in ("input_layernorm", "post_attention_layernorm"):
+            shapes[f"{p}.{n}.weight"] = (C,)
+        for n, out in (("q", H * D), ("k", Hkv * D), ("v", Hkv * D)):
+            shapes[f"{p}.self_attn.{n}_proj.weight"] = (out, C)
+            if c.qkv_bias:
+                shapes[f"{p}.self_attn.{n}_proj.bias"] = (out,)
+        shapes[f"{p}.self_attn.o_proj.weight"] = (C, H * D)
+        if c.o_bias:
+            shapes[f"{p}.self_attn.o_proj.bias"] = (C,)
+        if c.qk_norm:
+            shapes[f"{p}.self_attn.q_norm.weight"] = shapes[f"{p}.self_attn.k_norm.weight"] = (D,)
+        if c.is_moe_layer(i):
+            shapes[p + ".mlp.gate.weight"] = (c.num_experts, C)
+            for e in range(c.num_experts):
+                mlp(f"{p}.mlp.experts.{e}", c.moe_intermediate_size)
+            if c.shared_expert_intermediate_size:
+                mlp(p + ".mlp.shared_expert", c.shared_expert_intermediate_size)
+                shapes[p + ".mlp.shared_expert_gate.weight"] = (1, C)
         else:
-            q, k, v = linear(x, *self.q_proj), linear(x, *self.k_proj), linear(x, *self.v_proj)
-        q = q.reshape(B, T, self.H, self.D).transpose(0, 2, 1, 3)  # (B, H, T, D)
-        k = k.reshape(B, T, self.Hkv, self.D).transpose(0, 2, 1, 3)  # (B, Hkv, T, D)
-        v = v.reshape(B, T, self.Hkv, self.D).transpose(0, 2, 1, 3)  # (B, Hkv, T, D)
-        return q, k, v
-
-    def __call__(self, x, offset=0, cache=None, mask=None):
-        B, T, C = x.shape
-        H, Hkv, D = self.H, self.Hkv, self.D
-        q, k, v = self.project(x)
-        if self.config.qk_norm:
-            q = rms_norm(q, self.q_norm, self.config.norm_eps).data
-            k = rms_norm(k, self.k_norm, self.config.norm_eps).data
-        if self.config.model_type != "gpt2":
-            cos, sin = rope_cos_sin(self.inv_freq, _positions(offset, B, T))  # (B, 1, T, D)
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
-        if cache is not None:
-            k, v = cache.update(self.layer_idx, k, v)  # (B, Hkv, S, D)
-        S = k.shape[2]
-        if mask is None:
-            mask = causal_mask(T, S)
-        g = H // Hkv
-        q = q.reshape(B, Hkv, g, T, D)
-        mask = mask if mask.ndim == 2 else mask[:, :, None]  # (B, 1, 1, T, S)
-        att = attention_weights(q, k[:, :, None], mask=mask)  # (B, Hkv, g, T, S)
-        y = att @ v[:, :, None]  # (B, Hkv, g, T, D)
-        y = y.reshape(B, H, T, D).transpose(0, 2, 1, 3).reshape(B, T, H * D)  # (B, T, H*D)
-        if self.config.model_type == "gpt2":
-            return conv1d(y, *self.c_proj)
-        return linear(y, *self.o_proj)  # (B, T, C)
+            mlp(p + ".mlp", c.intermediate_size)
+    return shapes
 
 
-class MLP:
-    """SwiGLU feed-forward network (GPT-2: the GELU MLP)."""
+def random_weights(config, seed=0):
+    """A WeightStore with every tensor the config needs: random float32, norms near 1 and
+    biases near 0 but never exactly (a forgotten norm or bias must change the output)."""
+    rng = np.random.default_rng(seed)
+    tensors = {}
+    for name, shape in checkpoint_shapes(config).items():
+        if len(shape) == 1:
+            base = 1.0 if ("norm" in name or "ln_" in name) and name.endswith("weight") else 0.0
+            tensors[name] = (base + 0.2 * rng.standard_normal(shape)).astype(np.float32)
+        else:
+            tensors[name] = (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
+    return WeightStore(tensors, source="random weights")
 
-    def __init__(self, config, weights, prefix, hidden=None):
-        c = config
-        C, hidden = c.hidden_size, hidden or c.intermediate_size
-        self.gpt2 = c.model_type == "gpt2"
-        if self.gpt2:
-            self.c_fc = (weights.tensor(prefix + ".c_fc.weight", (C, hidden)),
-                         weights.tensor(prefix + ".c_fc.bias", (hidden,)))
-            self.c_proj = (weights.tensor(prefix + ".c_proj.weight", (hidden, C)),
-                           weights.tensor(prefix + ".c_proj.bias", (C,)))
+
+class TransformerBlock(Module):
+    """One decoder layer: pre-norm attention and pre-norm MLP (or experts), each residual."""
+
+    def __init__(self, layer_idx, config, weights, features=None):
+        super().__init__()
+        c, C = config, config.hidden_size
+        features = _check_features(features)
+        self.layer_idx = layer_idx
+        if c.model_type == "gpt2":  # GPT-2's names for the same four parts
+            p = f"transformer.h.{layer_idx}"
+            self.input_layernorm = LayerNorm(C, weights.tensor(p + ".ln_1.weight", (C,)),
+                                             weights.tensor(p + ".ln_1.bias", (C,)), c.norm_eps)
+            self.self_attn = GPT2Attention(p, c, weights, features)
+            self.post_attention_layernorm = LayerNorm(
+                C, weights.tensor(p + ".ln_2.weight", (C,)),
+                weights.tensor(p + ".ln_2.bias", (C,)), c.norm_eps)
+            self.mlp = GPT2MLP(p + ".mlp", c, weights, features)
             return
-        self.gate_proj = weights.linear(prefix + ".gate_proj", hidden, C, c.mlp_bias)
-        self.up_proj = weights.linear(prefix + ".up_proj", hidden, C, c.mlp_bias)
-        self.down_proj = weights.linear(prefix + ".down_proj", C, hidden, c.mlp_bias)
+        prefix = f"model.layers.{layer_idx}"
+        self.input_layernorm = RMSNorm(
+            C, weights.tensor(f"{prefix}.input_layernorm.weight", (C,)), eps=c.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(
+            C, weights.tensor(f"{prefix}.post_attention_layernorm.weight", (C,)),
+            eps=c.rms_norm_eps)
+        self.self_attn = Attention(prefix, c, weights, features)
+        if c.is_moe_layer(layer_idx):
+            self.mlp = Moe(prefix + ".mlp", c, weights, features)
+        else:
+            self.mlp = MLP(prefix + ".mlp", c, weights, features)
 
-    def __call__(self, x):
-        if self.gpt2:
-            h = gelu(conv1d(x, *self.c_fc), approximate="tanh").data  # (..., 4C)
-            return conv1d(h, *self.c_proj)  # (..., C)
-        h = silu(linear(x, *self.gate_proj)).data * linear(x, *self.up_proj)  # (..., hidden)
-        return linear(h, *self.down_proj)  # (..., C)
+    def forward(self, x, offset=0, cache=None, mask=None):
+        """x (B, T, C) -> (B, T, C); offset: position of the first token (int or (B,))."""
+        h = x + self.self_attn(self.input_layernorm(x), offset, cache, mask)  # (B, T, C)
+        return h + self.mlp(self.post_attention_layernorm(h))  # (B, T, C)
 
 
-class MoE:
-    """Top-k routed experts (+ Qwen2-MoE's gated shared expert)."""
+class Moe(Module):
+    """Top-k routed experts (your SwiGLU), plus Qwen2-MoE's gated shared expert."""
 
-    def __init__(self, config, weights, prefix):
-        c = config
-        self.config = c
-        self.gate = weights.tensor(prefix + ".gate.weight", (c.num_experts, c.hidden_size))
-        self.experts = [MLP(c, weights, f"{prefix}.experts.{e}", c.moe_intermediate_size)
-                        for e in range(c.num_experts)]
+    def __init__(self, prefix, config, weights, features=None):
+        super().__init__()
+        c, C = config, config.hidden_size
+        features = _check_features(features)
+        self.num_experts_per_tok, self.norm_topk_prob = c.num_experts_per_tok, c.norm_topk_prob
+        # The router stays float32 whatever the features: its top-k choice is discrete.
+        self.gate = weights.linear(prefix + ".gate", c.num_experts, C, bias=False)
+        self.experts = Sequential(*[
+            MLP(f"{prefix}.experts.{e}", c, weights, features, c.moe_intermediate_size)
+            for e in range(c.num_experts)])
         self.shared_expert = self.shared_expert_gate = None
         if c.shared_expert_intermediate_size:
-            self.shared_expert = MLP(c, weights, prefix + ".shared_expert",
+            self.shared_expert = MLP(prefix + ".shared_expert", c, weights, features,
                                      c.shared_expert_intermediate_size)
-            self.shared_expert_gate = weights.tensor(prefix + ".shared_expert_gate.weight",
-                                                     (1, c.hidden_size))
+            self.shared_expert_gate = weights.linear(prefix + ".shared_expert_gate", 1, C,
+                                                     bias=False)
 
-    def route(self, x):
-        """(chosen experts (N, k), their weights (N, k)) for token rows x (N, C)."""
-        logits = (x @ self.gate.T).astype(np.float32)  # (N, E)
-        p = np.exp(logits - logits.max(axis=-1, keepdims=True))
-        p /= p.sum(axis=-1, keepdims=True)
-        k = self.config.num_experts_per_tok
+    def route(self, rows):
+        """(chosen experts (N, k), their weights (N, k)) for token rows (N, C)."""
+        p = nn.softmax(self.gate(rows), axis=-1).data  # (N, E)
+        k = self.num_experts_per_tok
         chosen = np.argsort(-p, axis=-1, kind="stable")[:, :k]  # (N, k), largest first
         top = np.take_along_axis(p, chosen, axis=-1)  # (N, k)
-        if self.config.norm_topk_prob:
-            top /= top.sum(axis=-1, keepdims=True)
+        if self.norm_topk_prob:
+            top = top / top.sum(axis=-1, keepdims=True)
         return chosen, top
 
-    def __call__(self, x):
+    def forward(self, x):
         shape = x.shape
-        x = x.reshape(-1, shape[-1])  # (N, C)
-        chosen, top = self.route(x)
-        out = np.zeros_like(x)
+        rows = x.reshape(-1, shape[-1])  # (N, C)
+        chosen, top = self.route(rows)
+        out = np.zeros(rows.shape, dtype=rows.dtype)  # (N, C)
         for e, expert in enumerate(self.experts):
-            rows, slot = np.nonzero(chosen == e)  # tokens routed to e, and in which slot
-            if rows.size == 0:
+            token, slot = np.nonzero(chosen == e)  # tokens routed to e, and in which slot
+            if token.size == 0:
                 continue
-            y = expert(x[rows])  # (n_e, C)
-            out[rows] += y * top[rows, slot][:, None]  # rows are distinct: one slot each
+            y = expert(rows[token]).data  # (n_e, C)
+            out[token] += y * top[token, slot][:, None]  # distinct rows: one slot each
         if self.shared_expert is not None:
-            g = 1.0 / (1.0 + np.exp(-(x @ self.shared_expert_gate.T)))  # (N, 1)
-            out += g * self.shared_expert(x)
-        return out.reshape(shape)
+            g = nn.sigmoid(self.shared_expert_gate(rows)).data  # (N, 1)
+            out += g * self.shared_expert(rows).data
+        return Tensor(out.reshape(shape))
 
 
-class TransformerBlock:
-    """One decoder layer: pre-norm attention and pre-norm MLP (or MoE), each residual."""
+class ModelForCausalLM(Module):
+    """A decoder-only language model from a Config and a WeightStore, built of your layers."""
 
-    def __init__(self, layer_idx, config, weights):
-        c, C = config, config.hidden_size
-        self.layer_idx, self.config = layer_idx, c
-        if c.model_type == "gpt2":
-            p = f"transformer.h.{layer_idx}"
-            self.norm1 = (weights.tensor(p + ".ln_1.weight", (C,)),
-                          weights.tensor(p + ".ln_1.bias", (C,)))
-            self.norm2 = (weights.tensor(p + ".ln_2.weight", (C,)),
-                          weights.tensor(p + ".ln_2.bias", (C,)))
-            self.attn = Attention(layer_idx, c, weights, p + ".attn")
-            self.mlp = MLP(c, weights, p + ".mlp")
-            return
-        p = f"model.layers.{layer_idx}"
-        self.norm1 = (weights.tensor(p + ".input_layernorm.weight", (C,)),)
-        self.norm2 = (weights.tensor(p + ".post_attention_layernorm.weight", (C,)),)
-        self.attn = Attention(layer_idx, c, weights, p + ".self_attn")
-        self.mlp = MoE(c, weights, p + ".mlp") if c.is_moe_layer(layer_idx) else \
-            MLP(c, weights, p + ".mlp")
+    def __init__(self, config, weights, features=None):
+        super().__init__()
+        c, C, V = config, config.hidden_size, config.vocab_size
+        self.config = c
+        self.features = _check_features(features)
+        self.num_hidden_layers, self.hidden_size, self.vocab_size = c.num_hidden_layers, C, V
+        gpt2 = c.model_type == "gpt2"
+        table = weights.tensor("transformer.wte.weight" if gpt2 else "model.embed_tokens.weight",
+                               (V, C))
+        self.embedding = Embedding(V, C, table)
+        self.wpe = None
+        if gpt2:  # learned positions: an embedding table of positions
+            P = c.max_position_embeddings
+            self.wpe = Embedding(P, C, weights.tensor("transformer.wpe.weight", (P, C)))
+        self.layers = Sequential(*[TransformerBlock(i, c, weights, self.features)
+                                   for i in range(c.num_hidden_layers)])
+        if gpt2:
+            self.norm = LayerNorm(C, weights.tensor("transformer.ln_f.weight", (C,)),
+                                  weights.tensor("transformer.ln_f.bias", (C,)), c.norm_eps)
+        else:
+            self.norm = RMSNorm(C, weights.tensor("model.norm.weight", (C,)), eps=c.rms_norm_eps)
+        self.w_lm_head = None  # None: the head is the embedding table (tied)
+        if not c.tie_word_embeddings:
+            head = weights.linear("lm_head", V, C, bias=False)  # names the tensor if missing
+            self.w_lm_head = quantized(head, self.features, "lm_head")
+        elif self.features.bits:  # a quantized tied head: its own copy, in int8 or int4
+            self.w_lm_head = quantized(linear_layer(table), self.features,
+                                       "lm_head (tied to the embedding)")
+        self._page_pools = {}  # page_size -> one TinyKvPagedPool per layer
 
-    def norm(self, x, weights):
-        """RMSNorm, or LayerNorm when the norm has a bias (GPT-2) (given)."""
-        if len(weights) == 2:
-            return layer_norm(x, weights[0], weights[1], self.config.norm_eps).data
-        return rms_norm(x, weights[0], self.config.norm_eps).data
+    def create_kv_cache(self, mode="dense", page_size=128):
+        """One empty cache per layer: dense, or paged from pools shared by every paged cache
+        this model creates (one pool per layer and page size)."""
+        if mode == "dense":
+            return [TinyKvFullCache() for _ in range(self.num_hidden_layers)]
+        if mode == "paged":
+            if page_size not in self._page_pools:
+                self._page_pools[page_size] = [TinyKvPagedPool(page_size=page_size)
+                                               for _ in range(self.num_hidden_layers)]
+            return [TinyKvPagedCache(pool=pool) for pool in self._page_pools[page_size]]
+        raise ValueError(f"cache mode must be 'dense' or 'paged', got {mode!r}")
 
-    def __call__(self, x, offset=0, cache=None, mask=None):
-        x = x + self.attn(self.norm(x, self.norm1), offset, cache, mask)  # (B, T, C)
-        x = x + self.mlp(self.norm(x, self.norm2))  # (B, T, C)
-        return x
+    def _check_ids(self, ids):
+        ids = np.asarray(ids.data if isinstance(ids, Tensor) else ids)
+        if ids.ndim == 1:
+            ids = ids[None]
+        if ids.ndim != 2 or ids.shape[1] == 0 or not np.issubdtype(ids.dtype, np.integer):
+            raise ShapeError(f"the model takes integer token ids (B, T) or (T,), got shape "
+                             f"{ids.shape} dtype {ids.dtype}")
+        if ids.min() < 0 or ids.max() >= self.vocab_size:
+            raise IndexError(f"token id {int(ids.max())} is outside the vocabulary of "
+                             f"{self.vocab_size}: is this the model's tokenizer?")
+        return ids
+
+    def _offset_and_mask(self, B, T, offset, cache, lengths):
+        """(offset, mask) for the blocks: offset an int, or (B,) when the sequences hold
+        different numbers of tokens; mask "causal", None (one token) or a (B, 1, T, S) array."""
+        if cache is None:
+            offset = 0 if offset is None else offset
+        else:
+            if not isinstance(cache, (list, tuple)) or len(cache) != self.num_hidden_layers:
+                raise TypeError(
+                    f"cache must hold one cache per layer ({self.num_hidden_layers}), as "
+                    f"model.create_kv_cache() returns; got {type(cache).__name__}"
+                    + (f" of {len(cache)}" if isinstance(cache, (list, tuple)) else ""))
+            held = cache[0].lengths
+            if held is not None and len(held) != B:
+                raise ShapeError(f"this cache holds {len(held)} sequences, the input has {B} "
+                                 "rows: use one cache per batch")
+            held = np.zeros(B, dtype=np.int64) if held is None else np.asarray(held)
+            if offset is not None and not np.array_equal(np.broadcast_to(offset, (B,)), held):
+                shown = int(held[0]) if len(set(held.tolist())) == 1 else held.tolist()
+                raise ValueError(
+                    f"offset={np.asarray(offset).tolist()} but the cache holds {shown} "
+                    f"positions: with a cache the new tokens go at position {shown}. Pass "
+                    f"offset={shown} or leave offset out")
+            n_new = np.full(B, T) if lengths is None else np.asarray(lengths, dtype=np.int64)
+            if lengths is not None or len(set(held.tolist())) > 1:
+                for layer_cache in cache:  # rows hold different numbers of tokens
+                    layer_cache.reserve(n_new)
+                offset = held
+                mask = cache_mask(held, n_new, T, int((held + n_new).max()))
+                self._check_positions(offset, T)
+                return offset, mask
+            offset = int(held[0])
+        self._check_positions(offset, T)
+        return offset, (None if T == 1 else "causal")
+
+    def _check_positions(self, offset, T):
+        last = int(np.max(offset)) + T
+        if self.wpe is not None and last > self.config.max_position_embeddings:
+            raise ValueError(
+                f"position {last - 1} is past this model's {self.config.max_position_embeddings} "
+                "learned positions (GPT-2's n_positions): shorten the prompt or generate fewer "
+                "tokens")
+
+    def forward(self, inputs, offset=None, cache=None, logits_to_keep=None, lengths=None):
+        """Logits (B, T, V), or (B, logits_to_keep, V), as a float32 NumPy array."""
+        ids = self._check_ids(inputs)
+        B, T = ids.shape
+        offset, mask = self._offset_and_mask(B, T, offset, cache, lengths)
+        with no_grad(), kernel_choice(self.features):
+            h = self.embedding(ids)  # (B, T, C)
+            if self.wpe is not None:  # GPT-2: learned positions offset .. offset + T - 1
+                positions = np.reshape(offset, (-1, 1)) + np.arange(T)  # (B or 1, T)
+                h = h + self.wpe(positions)
+            for i, layer in enumerate(self.layers):
+                h = layer(h, offset, None if cache is None else cache[i], mask)
+            if logits_to_keep:
+                h = h[:, -logits_to_keep:]  # (B, k, C)
+            h = self.norm(h)
+            if self.w_lm_head is None:
+                logits = self.embedding.as_linear(h)  # tied: the table read the other way
+            else:
+                logits = linear(h, self.w_lm_head)
+            return logits.data  # (B, T or k, V)
+
+    def num_parameters(self):
+        """Numbers in the weights, each array once (a quantized weight counts its entries)."""
+        seen, total = set(), 0
+        for module in self.modules():
+            qweight = getattr(module, "qweight", None)
+            if qweight is not None and id(qweight) not in seen:
+                seen.add(id(qweight))
+                total += module.in_features * module.out_features
+            for p in module._parameters.values():
+                if p is not None and id(p.data) not in seen:
+                    seen.add(id(p.data))
+                    total += p.size
+        return total
+
+    def nbytes(self):
+        """Bytes of every array the model holds (weights, scales, rotary tables), once each."""
+        seen, total = set(), 0
+        for module in self.modules():
+            arrays = [v.data if isinstance(v, Tensor) else v for v in vars(module).values()]
+            for array in arrays:
+                if isinstance(array, np.ndarray) and id(array) not in seen:
+                    seen.add(id(array))
+                    total += array.nbytes
+        return total
+
+
+def load_model(model_path, features=None):
+    """Config + weights of a checkpoint folder -> ModelForCausalLM (weights memory-mapped)."""
+    config = Config.from_json_file(os.path.join(os.fspath(model_path), "config.json"))
+    store = WeightStore.from_path(model_path)
+    return ModelForCausalLM(config, store, features)
 
 
 def cache_mask(start, n_new, T, S):
@@ -477,146 +898,79 @@ def cache_mask(start, n_new, T, S):
     return ((s <= last) & (s < end))[:, None]  # (B, 1, T, S)
 
 
-class TinyKvFullCache:
-    """Dense per-layer key/value arrays (B, Hkv, capacity, D), grown by concatenation."""
+def _kv_arrays(k, v):
+    """This step's keys and values as arrays (B, H_kv, T, D): no gradient enters a cache."""
+    k = k.data if isinstance(k, Tensor) else np.asarray(k)
+    v = v.data if isinstance(v, Tensor) else np.asarray(v)
+    if k.ndim != 4 or k.shape != v.shape:
+        raise ShapeError(f"a KV cache stores keys and values of shape (B, H_kv, T, D), got "
+                         f"{k.shape} and {v.shape}")
+    return k, v
 
-    def __init__(self, num_layers):
-        self.num_layers = num_layers
-        self.keys = [None] * num_layers
-        self.values = [None] * num_layers
-        self.lengths = None  # (B,) tokens held per sequence, set by the first reserve
-        self._start = self._n_new = None
+
+class _KvRows:
+    """What both caches share: one length per sequence, and reserve() for padded rows."""
+
+    lengths = None  # (B,) tokens held per sequence; None before the first update
+    _n_new = None
 
     def reserve(self, n_new):
-        n_new = np.asarray(n_new, dtype=np.int64)
-        if self.lengths is None:
-            self.lengths = np.zeros(len(n_new), dtype=np.int64)
-        if len(n_new) != len(self.lengths):
-            raise ShapeError(f"this cache holds {len(self.lengths)} sequences, the input has "
-                             f"{len(n_new)} rows: use one cache per batch")
-        self._start, self._n_new = self.lengths.copy(), n_new
-        self.lengths = self.lengths + n_new
-        T, S = int(n_new.max()), int(self.lengths.max())
-        return self._start, cache_mask(self._start, n_new, T, S)
+        """The next update stores only the first n_new[b] of row b's tokens (given)."""
+        self._n_new = np.asarray(n_new, dtype=np.int64)
 
-    def update(self, layer_idx, k, v):
-        B, Hkv, T, D = k.shape
-        S = int(self.lengths.max())
-        if self.keys[layer_idx] is None:
-            self.keys[layer_idx] = np.zeros((B, Hkv, 0, D), k.dtype)
-            self.values[layer_idx] = np.zeros((B, Hkv, 0, D), v.dtype)
-        grow = S - self.keys[layer_idx].shape[2]
+    def _begin(self, B, T):
+        """(start (B,), n_new (B,)) of the update that follows (given)."""
+        start = np.zeros(B, dtype=np.int64) if self.lengths is None else self.lengths
+        if len(start) != B:
+            raise ShapeError(f"this cache holds {len(start)} sequences, the input has {B} "
+                             "rows: use one cache per batch")
+        n_new = np.full(B, T, dtype=np.int64) if self._n_new is None else self._n_new
+        self._n_new = None
+        if len(n_new) != B or n_new.min() < 0 or n_new.max() > T:
+            raise ShapeError(f"reserve({n_new.tolist()}) does not fit {B} rows of {T} tokens")
+        return start, n_new
+
+
+class TinyKvFullCache(_KvRows):
+    """One layer's dense keys and values (B, H_kv, capacity, D), grown by concatenation."""
+
+    def __init__(self):
+        self.keys = self.values = None
+
+    def update(self, k, v):
+        """Store this step's keys and values; return every one held, (B, H_kv, S, D) Tensors."""
+        k, v = _kv_arrays(k, v)
+        B, H, T, D = k.shape
+        start, n_new = self._begin(B, T)
+        S = int((start + n_new).max())
+        if self.keys is None:
+            self.keys = np.zeros((B, H, 0, D), k.dtype)
+            self.values = np.zeros((B, H, 0, D), v.dtype)
+        grow = S - self.keys.shape[2]
         if grow > 0:
-            pad = np.zeros((B, Hkv, grow, D), k.dtype)
-            self.keys[layer_idx] = np.concatenate([self.keys[layer_idx], pad], axis=2)
-            self.values[layer_idx] = np.concatenate([self.values[layer_idx], pad], axis=2)
+            pad = np.zeros((B, H, grow, D), k.dtype)
+            self.keys = np.concatenate([self.keys, pad], axis=2)
+            self.values = np.concatenate([self.values, pad], axis=2)
         for b in range(B):
-            a, n = self._start[b], self._n_new[b]
-            self.keys[layer_idx][b, :, a:a + n] = k[b, :, :n]
-            self.values[layer_idx][b, :, a:a + n] = v[b, :, :n]
-        return self.keys[layer_idx][:, :, :S], self.values[layer_idx][:, :, :S]
+            a, n = start[b], n_new[b]
+            self.keys[b, :, a:a + n] = k[b, :, :n]
+            self.values[b, :, a:a + n] = v[b, :, :n]
+        self.lengths = start + n_new
+        return Tensor(self.keys[:, :, :S]), Tensor(self.values[:, :, :S])
 
     def nbytes(self):
-        return sum(a.nbytes for a in self.keys + self.values if a is not None)
-
-
-class ModelForCausalLM:
-    """A decoder-only language model from a Config and a WeightStore."""
-
-    def __init__(self, config, weights):
-        c, C = config, config.hidden_size
-        self.config, self.weights = c, weights
-        if c.model_type == "gpt2":
-            self.embed_tokens = weights.tensor("transformer.wte.weight", (c.vocab_size, C))
-            self.wpe = weights.tensor("transformer.wpe.weight", (c.max_position_embeddings, C))
-            self.norm = (weights.tensor("transformer.ln_f.weight", (C,)),
-                         weights.tensor("transformer.ln_f.bias", (C,)))
-        else:
-            self.embed_tokens = weights.tensor("model.embed_tokens.weight", (c.vocab_size, C))
-            self.wpe = None
-            self.norm = (weights.tensor("model.norm.weight", (C,)),)
-        if c.tie_word_embeddings or not weights.has("lm_head.weight"):
-            if not c.tie_word_embeddings:
-                weights.tensor("lm_head.weight", (c.vocab_size, C))  # raises: names the tensor
-            self.lm_head = self.embed_tokens
-        else:
-            self.lm_head = weights.tensor("lm_head.weight", (c.vocab_size, C))
-        self.layers = [TransformerBlock(i, c, weights) for i in range(c.num_hidden_layers)]
-
-    def create_kv_cache(self, mode="dense", page_size=128, max_pages=None):
-        """An empty cache for this model: "dense" (TinyKvFullCache) or "paged"."""
-        c = self.config
-        if mode == "dense":
-            return TinyKvFullCache(c.num_hidden_layers)
-        if mode == "paged":
-            pool = TinyKvPagedPool(page_size, c.num_hidden_layers, c.num_key_value_heads,
-                                   c.head_dim, max_pages=max_pages)
-            return TinyKvPagedCache(pool)
-        raise ValueError(f"cache mode must be 'dense' or 'paged', got {mode!r}")
-
-    def _check_ids(self, ids):
-        ids = np.asarray(ids)
-        if ids.ndim == 1:
-            ids = ids[None]
-        if ids.ndim != 2 or ids.shape[1] == 0 or not np.issubdtype(ids.dtype, np.integer):
-            raise ShapeError(f"the model takes integer token ids (B, T) or (T,), got shape "
-                             f"{ids.shape} dtype {ids.dtype}")
-        if ids.size and (ids.min() < 0 or ids.max() >= self.config.vocab_size):
-            raise IndexError(f"token id {int(ids.max())} is outside the vocabulary of "
-                             f"{self.config.vocab_size}: is this the model's tokenizer?")
-        return ids
-
-    def __call__(self, ids, offset=0, cache=None, logits_to_keep=None, lengths=None):
-        ids = self._check_ids(ids)
-        B, T = ids.shape
-        if cache is not None and np.any(np.asarray(offset) != 0):
-            raise ValueError(
-                f"offset={offset!r} and a cache were both given: with a cache the new tokens' "
-                "positions continue from what the cache holds. Pass the cache alone (or an "
-                "offset without a cache)"
-            )
-        with no_grad():
-            mask = None
-            if cache is not None:
-                n_new = np.full(B, T) if lengths is None else np.asarray(lengths)
-                offset, mask = cache.reserve(n_new)
-            x = self.embed_tokens[ids]  # (B, T, C)
-            if self.wpe is not None:
-                x = x + self.wpe[_positions(offset, B, T)]
-            for block in self.layers:
-                x = block(x, offset, cache, mask)
-            if logits_to_keep:
-                x = x[:, -logits_to_keep:]  # (B, k, C)
-            if len(self.norm) == 2:
-                x = layer_norm(x, self.norm[0], self.norm[1], self.config.norm_eps).data
-            else:
-                x = rms_norm(x, self.norm[0], self.config.norm_eps).data
-            return linear(x, self.lm_head)  # (B, T or k, V)
-
-    def num_parameters(self):
-        seen = {}
-        for array in self.weights.tensors.values():
-            seen[id(array)] = array.size
-        return sum(seen.values())
-
-
-def load_model(path):
-    """Config + weights of a checkpoint folder -> ModelForCausalLM (weights memory-mapped)."""
-    config = Config.from_json_file(path)
-    return ModelForCausalLM(config, WeightStore.from_path(path))
+        return sum(a.nbytes for a in (self.keys, self.values) if a is not None)
 
 
 class TinyKvPagedPool:
-    """Fixed-size KV pages shared by many sequences; an error when a limited pool is full."""
+    """Fixed-size pages of one layer's keys and values, shared by every sequence."""
 
-    def __init__(self, page_size, num_layers, num_kv_heads, head_dim, max_pages=None,
-                 dtype=np.float32):
-        if int(page_size) < 1:
-            raise ValueError(f"page_size must be >= 1, got {page_size}")
-        self.page_size, self.max_pages = int(page_size), max_pages
-        self.page_shape = (num_layers, 2, num_kv_heads, self.page_size, head_dim)
-        self.dtype = dtype
-        self.pages = []  # page id -> array page_shape
+    def __init__(self, page_size=128, max_pages=None, dtype=np.float32):
+        if isinstance(page_size, bool) or not isinstance(page_size, (int, np.integer)) \
+                or page_size < 1:
+            raise ValueError(f"page_size must be a positive integer, got {page_size!r}")
+        self.page_size, self.max_pages, self.dtype = int(page_size), max_pages, dtype
+        self.pages = []  # page id -> array (2, H_kv, page_size, D)
         self.free = []  # released page ids, reused first
 
     @property
@@ -624,10 +978,11 @@ class TinyKvPagedPool:
         return len(self.pages) - len(self.free)
 
     def nbytes(self):
-        """Bytes of every page the pool has created (in use or free for reuse)."""
+        """Bytes of every page the pool has made (in use, or free for reuse)."""
         return sum(p.nbytes for p in self.pages)
 
-    def allocate(self):
+    def allocate(self, num_kv_heads, head_dim):
+        """The id of a page for (num_kv_heads, head_dim) keys and values."""
         if self.free:
             return self.free.pop()
         if self.max_pages is not None and len(self.pages) >= self.max_pages:
@@ -636,60 +991,52 @@ class TinyKvPagedPool:
                 f"{self.page_size} tokens are in use. Release finished sequences, or create "
                 "the pool with a larger max_pages"
             )
-        self.pages.append(np.zeros(self.page_shape, self.dtype))
+        self.pages.append(np.zeros((2, num_kv_heads, self.page_size, head_dim), self.dtype))
         return len(self.pages) - 1
 
     def release(self, page_ids):
         self.free.extend(page_ids)
 
 
-class TinyKvPagedCache:
-    """The KV cache of a batch of sequences, as page tables into a shared TinyKvPagedPool."""
+class TinyKvPagedCache(_KvRows):
+    """One layer's KV cache for a batch of sequences, as page tables into a shared pool."""
 
-    def __init__(self, pool):
+    def __init__(self, pool, tables=None, lengths=None):
         self.pool = pool
-        self.tables = None  # per sequence: its page ids, in order
-        self.lengths = None
-        self._start = self._n_new = None
+        self.tables = tables  # per sequence: its page ids, in order
+        self.lengths = None if lengths is None else np.asarray(lengths, dtype=np.int64)
 
-    def reserve(self, n_new):
-        n_new = np.asarray(n_new, dtype=np.int64)
-        if self.lengths is None:
-            self.lengths = np.zeros(len(n_new), dtype=np.int64)
-            self.tables = [[] for _ in n_new]
-        if len(n_new) != len(self.lengths):
-            raise ShapeError(f"this cache holds {len(self.lengths)} sequences, the input has "
-                             f"{len(n_new)} rows: use one cache per batch")
-        P = self.pool.page_size
-        self._start, self._n_new = self.lengths.copy(), n_new
-        for b, table in enumerate(self.tables):
-            needed = -(-(self.lengths[b] + n_new[b]) // P)  # ceil
-            while len(table) < needed:
-                table.append(self.pool.allocate())
-        self.lengths = self.lengths + n_new
-        T, S = int(n_new.max()), int(self.lengths.max())
-        return self._start, cache_mask(self._start, n_new, T, S)
-
-    def update(self, layer_idx, k, v):
-        B, Hkv, T, D = k.shape
+    def update(self, k, v):
+        """Store this step's keys and values in pages; return every one held, gathered."""
+        k, v = _kv_arrays(k, v)
+        B, H, T, D = k.shape
+        start, n_new = self._begin(B, T)
+        if self.tables is None:
+            self.tables = [[] for _ in range(B)]
         P, pages = self.pool.page_size, self.pool.pages
         for b, table in enumerate(self.tables):
-            for t in range(self._n_new[b]):
-                s = self._start[b] + t
-                page = pages[table[s // P]]  # (L, 2, Hkv, P, D)
-                page[layer_idx, 0, :, s % P] = k[b, :, t]
-                page[layer_idx, 1, :, s % P] = v[b, :, t]
+            end = start[b] + n_new[b]
+            while len(table) * P < end:
+                table.append(self.pool.allocate(H, D))
+            s = start[b]
+            while s < end:  # a run of slots within one page at a time
+                page, slot = pages[table[s // P]], s % P
+                n = min(P - slot, end - s)
+                t = s - start[b]
+                page[0, :, slot:slot + n] = k[b, :, t:t + n]
+                page[1, :, slot:slot + n] = v[b, :, t:t + n]
+                s += n
+        self.lengths = start + n_new
         S = int(self.lengths.max())
-        K = np.zeros((B, Hkv, S, D), k.dtype)
-        V = np.zeros((B, Hkv, S, D), v.dtype)
+        K = np.zeros((B, H, S, D), k.dtype)
+        V = np.zeros((B, H, S, D), v.dtype)
         for b, table in enumerate(self.tables):
             n = self.lengths[b]
-            if n == 0:
-                continue
-            kv = np.concatenate([pages[i][layer_idx] for i in table], axis=2)  # (2, Hkv, ., D)
-            K[b, :, :n] = kv[0, :, :n]
-            V[b, :, :n] = kv[1, :, :n]
-        return K, V
+            if n:
+                kv = np.concatenate([pages[i] for i in table], axis=2)  # (2, H, pages * P, D)
+                K[b, :, :n] = kv[0, :, :n]
+                V[b, :, :n] = kv[1, :, :n]
+        return Tensor(K), Tensor(V)
 
     def release(self):
         """Give every page back to the pool; the cache is empty afterwards."""
@@ -698,17 +1045,24 @@ class TinyKvPagedCache:
         self.tables = self.lengths = None
 
     def nbytes(self):
-        page = int(np.prod(self.pool.page_shape)) * np.dtype(self.pool.dtype).itemsize
-        return page * sum(len(t) for t in self.tables or [])
+        if not self.pool.pages:
+            return 0
+        return self.pool.pages[0].nbytes * sum(len(t) for t in self.tables or [])
 
 
-def generate(model, prompt_ids, max_new_tokens, temperature=0.0, top_k=None, top_p=None,
-             seed=None, cache="dense", page_size=128, on_token=None):
-    """Each prompt followed by max_new_tokens generated ids; on_token(step, ids (B,)) per step."""
+def _prompts(prompt_ids):
+    """(list of prompts as lists of ints, True when a single prompt was given) (given)."""
     single = len(prompt_ids) > 0 and np.ndim(prompt_ids[0]) == 0  # one prompt, not a batch
     prompts = [list(map(int, p)) for p in ([prompt_ids] if single else prompt_ids)]
     if not prompts or min(len(p) for p in prompts) == 0:
         raise ValueError("generate needs at least one prompt with at least one token")
+    return prompts, single
+
+
+def generate(model, prompt_ids, max_new_tokens, temperature=0.0, top_k=None, top_p=None,
+             seed=None, cache="dense", page_size=128, on_token=None, stop_ids=None):
+    """Each prompt followed by its new ids (at most max_new_tokens; stops after a stop id)."""
+    prompts, single = _prompts(prompt_ids)
     if cache not in ("dense", "paged", None):
         raise ValueError(f"cache must be 'dense', 'paged' or None, got {cache!r}")
     c = model.config
@@ -721,17 +1075,26 @@ def generate(model, prompt_ids, max_new_tokens, temperature=0.0, top_k=None, top
             f"{max(c.max_position_embeddings - longest + 1, 0)} new tokens, not "
             f"{max_new_tokens}; ask for fewer or shorten the prompt"
         )
+    stops = set(c.eos_token_id if stop_ids is None else map(int, stop_ids))
     rng = np.random.default_rng(seed) if seed is not None else default_generator()
     B = len(prompts)
     outputs = [list(p) for p in prompts]
+    done = [False] * B
+
+    def keep(step, new):
+        for b, t in enumerate(new):
+            if not done[b]:
+                outputs[b].append(int(t))
+                done[b] = int(t) in stops
+        if on_token is not None:
+            on_token(step, new)
+
     if cache is None:
         for step in range(max_new_tokens):
             last = np.stack([model(np.asarray(o), logits_to_keep=1)[0, -1] for o in outputs])
-            new = sample_logits(last, temperature, top_k, top_p, rng)  # (B,)
-            for o, t in zip(outputs, new):
-                o.append(int(t))
-            if on_token is not None:
-                on_token(step, new)
+            keep(step, sample_logits(last, temperature, top_k, top_p, rng))  # (B,)
+            if all(done):
+                break
     else:
         kv = model.create_kv_cache(cache, page_size=page_size)
         lengths = np.array([len(p) for p in prompts])
@@ -739,19 +1102,166 @@ def generate(model, prompt_ids, max_new_tokens, temperature=0.0, top_k=None, top
         for b, p in enumerate(prompts):
             padded[b, :len(p)] = p
         logits = model(padded, cache=kv, lengths=lengths)  # (B, T, V)
-        last = logits[np.arange(B), lengths - 1]  # (B, V), each prompt's last real token
+        last = logits[np.arange(B), lengths - 1]  # (B, V): each prompt's last real token
         for step in range(max_new_tokens):
             new = sample_logits(last, temperature, top_k, top_p, rng)  # (B,)
-            for o, t in zip(outputs, new):
-                o.append(int(t))
-            if on_token is not None:
-                on_token(step, new)
-            if step + 1 < max_new_tokens:
-                last = model(np.asarray(new, dtype=np.int64)[:, None], cache=kv)[:, -1]
+            keep(step, new)
+            if all(done) or step + 1 == max_new_tokens:
+                break
+            last = model(np.asarray(new, dtype=np.int64)[:, None], cache=kv)[:, -1]
         if cache == "paged":
-            kv.release()
+            for layer_cache in kv:
+                layer_cache.release()
     if single:
         return np.asarray(outputs[0], dtype=np.int64)
     if len({len(o) for o in outputs}) == 1:
         return np.asarray(outputs, dtype=np.int64)
     return [np.asarray(o, dtype=np.int64) for o in outputs]
+
+
+@dataclass(eq=False)
+class Request:
+    """One request the engine serves: its settings and where it is (given)."""
+
+    rid: int
+    prompt: list
+    max_new_tokens: int
+    temperature: float
+    top_k: int
+    top_p: float
+    stop_ids: set
+    rng: object
+    pages: int  # pages per layer reserved for its whole generation
+    tokens: list = field(default_factory=list)  # generated so far
+    tables: list = None  # per layer: its page ids, in order
+    length: int = 0  # positions held in its cache
+    prefilled: int = 0  # prompt tokens read so far
+    finished: bool = False
+
+
+class Engine:
+    """Continuous batching over the paged KV cache: requests join and leave a running batch."""
+
+    def __init__(self, model, max_batch=8, page_size=16, prefill_chunk=64, max_pages=None):
+        for name, value in (("max_batch", max_batch), ("page_size", page_size),
+                            ("prefill_chunk", prefill_chunk)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"Engine: {name} must be a positive integer, got {value!r}")
+        if max_pages is not None and (not isinstance(max_pages, (int, np.integer))
+                                      or max_pages < 1):
+            raise ValueError(f"Engine: max_pages must be a positive integer or None, got "
+                             f"{max_pages!r}")
+        self.model, self.max_batch, self.page_size = model, int(max_batch), int(page_size)
+        self.prefill_chunk, self.max_pages = int(prefill_chunk), max_pages
+        self.pools = [cache.pool for cache in model.create_kv_cache("paged", self.page_size)]
+        self.waiting, self.active, self.results = [], [], {}
+        self.pages_reserved = 0
+        self._next_rid = 0
+
+    def add_request(self, prompt_ids, max_new_tokens=32, temperature=0.0, top_k=None,
+                    top_p=None, stop_ids=None, seed=None):
+        """Queue a request; returns its id. stop_ids=None: the model's end-of-sequence ids."""
+        prompt = [int(t) for t in np.asarray(prompt_ids).reshape(-1)]
+        c = self.model.config
+        if not prompt or min(prompt) < 0 or max(prompt) >= c.vocab_size:
+            raise ValueError(f"a prompt needs at least one token id in [0, {c.vocab_size}), "
+                             f"got {prompt[:10]}")
+        if isinstance(max_new_tokens, bool) or int(max_new_tokens) != max_new_tokens \
+                or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+        sample_logits(np.zeros((1, 2)), temperature, top_k, top_p)  # refuses bad settings
+        held = len(prompt) + int(max_new_tokens) - 1  # the last token is never fed back
+        pages = -(-held // self.page_size)
+        if self.max_pages is not None and pages > self.max_pages:
+            raise ValueError(
+                f"this request ({len(prompt)} prompt tokens + {max_new_tokens} new) needs "
+                f"{pages} pages of {self.page_size} tokens per layer, and the engine's pool "
+                f"holds {self.max_pages} (max_pages): it could never run. Shorten it, or "
+                "make the pool larger")
+        if c.model_type == "gpt2" and held > c.max_position_embeddings:
+            raise ValueError(f"this request needs {held} positions; the model has "
+                             f"{c.max_position_embeddings} (GPT-2's n_positions)")
+        rng = np.random.default_rng(seed) if seed is not None else default_generator()
+        stops = set(c.eos_token_id if stop_ids is None else map(int, stop_ids))
+        request = Request(self._next_rid, prompt, int(max_new_tokens), temperature, top_k,
+                          top_p, stops, rng, pages)
+        self._next_rid += 1
+        self.waiting.append(request)
+        self.results[request.rid] = request.tokens
+        return request.rid
+
+    def _admit(self):
+        """Waiting requests join, in order, while a slot and their pages are free (given)."""
+        while self.waiting and len(self.active) < self.max_batch:
+            request = self.waiting[0]
+            if self.max_pages is not None and \
+                    self.pages_reserved + request.pages > self.max_pages:
+                break  # the pool is full: it waits for pages to come back
+            self.waiting.pop(0)
+            request.tables = [[] for _ in self.pools]
+            self.pages_reserved += request.pages
+            self.active.append(request)
+
+    def _caches(self, requests):
+        """One TinyKvPagedCache per layer over these requests' page tables (given)."""
+        lengths = [r.length for r in requests]
+        return [TinyKvPagedCache(pool, [r.tables[i] for r in requests], lengths)
+                for i, pool in enumerate(self.pools)]
+
+    def _prefill_chunk(self, request):
+        """Read the next prefill_chunk prompt tokens into the request's pages; the logits of
+        the last one, (V,) (given)."""
+        chunk = request.prompt[request.prefilled:request.prefilled + self.prefill_chunk]
+        logits = self.model(np.asarray([chunk]), cache=self._caches([request]),
+                            logits_to_keep=1)
+        request.prefilled += len(chunk)
+        request.length += len(chunk)
+        return logits[0, -1]
+
+    def _emit(self, request, logits):
+        """Choose the request's next token from its logits (V,); (rid, token) (given)."""
+        token = int(sample_logits(logits[None], request.temperature, request.top_k,
+                                  request.top_p, request.rng)[0])
+        request.tokens.append(token)
+        request.finished = (token in request.stop_ids
+                            or len(request.tokens) == request.max_new_tokens)
+        return request.rid, token
+
+    def _retire(self):
+        """Finished requests give their pages back and leave the batch (given)."""
+        for request in [r for r in self.active if r.finished]:
+            for pool, table in zip(self.pools, request.tables):
+                pool.release(table)
+            request.tables = None
+            self.pages_reserved -= request.pages
+            self.active.remove(request)
+
+    def _decode(self, requests):
+        """One token for each of these requests, in one forward; their (B, V) logits."""
+        ids = np.asarray([[r.tokens[-1]] for r in requests], dtype=np.int64)  # (B, 1)
+        logits = self.model(ids, cache=self._caches(requests))  # (B, 1, V)
+        for r in requests:
+            r.length += 1
+        return logits[:, -1]
+
+    def step(self):
+        """Advance every active request by one token; the (rid, token) pairs emitted."""
+        self._admit()
+        emitted = []
+        decoding = [r for r in self.active if r.prefilled == len(r.prompt)]
+        for request in self.active:
+            if request.prefilled < len(request.prompt):  # still reading its prompt
+                logits = self._prefill_chunk(request)
+                if request.prefilled == len(request.prompt):
+                    emitted.append(self._emit(request, logits))
+        if decoding:
+            for request, logits in zip(decoding, self._decode(decoding)):
+                emitted.append(self._emit(request, logits))
+        self._retire()
+        return emitted
+
+    def run(self):
+        """Step until every request is done; {rid: generated tokens}."""
+        while self.waiting or self.active:
+            self.step()
+        return {rid: list(tokens) for rid, tokens in self.results.items()}
