@@ -283,3 +283,52 @@ def test_an_offset_that_disagrees_with_the_cache_is_refused(checkpoints):
     assert cache[0].lengths.tolist() == [3, 3]
     with pytest.raises(TypeError, match="one cache per layer"):
         model(IDS[:, 3:4], cache=cache[0])
+
+
+@pytest.mark.parametrize("name", ["llama3_tied", "qwen2", "qwen3_moe", "gpt2"])
+def test_engine_serves_requests_as_transformers_generates_them(checkpoints, name):
+    """Continuous batching (more requests than max_batch, unequal prompts and lengths, a
+    chunked prefill) gives each request transformers' greedy tokens."""
+    from tinytorch.models import Engine
+
+    model = load_model(checkpoints[name])
+    rng = np.random.default_rng(7)
+    prompts = [rng.integers(0, VOCAB, size=n).tolist() for n in (6, 1, 11, 3, 8)]
+    news = [9, 4, 6, 12, 2]
+    engine = Engine(model, max_batch=3, page_size=4, prefill_chunk=5)
+    rids = [engine.add_request(p, max_new_tokens=n, stop_ids=()) for p, n in zip(prompts, news)]
+    out = engine.run()
+    for rid, p, n in zip(rids, prompts, news):
+        ids = torch.tensor([p])  # the mask says so: id 0 is a token here, not padding
+        want = _hf(checkpoints[name]).generate(ids, attention_mask=torch.ones_like(ids),
+                                               max_new_tokens=n, do_sample=False)[0].tolist()
+        assert p + out[rid] == want, f"{name}, request {rid}: {p + out[rid]} != {want}"
+
+
+def test_generation_stops_at_the_eos_of_generation_config_as_transformers_does(checkpoints,
+                                                                            tmp_path):
+    """generation_config.json's eos_token_id ends generate and the engine where transformers'
+    generate ends; stop_ids=() overrides it."""
+    import shutil
+
+    from tinytorch.models import Engine
+
+    folder = tmp_path / "with_eos"
+    shutil.copytree(checkpoints["qwen2"], folder)
+    prompt = [3, 14, 15, 92, 65]
+    free = generate(load_model(folder), prompt, 20, temperature=0, stop_ids=()).tolist()
+    eos = free[len(prompt) + 4]  # the fifth new token
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [eos, 96]}))
+    model = load_model(folder)
+    assert set(model.config.eos_token_id) == {eos, 96}
+    hf = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, dtype=torch.float32, attn_implementation="eager").eval()
+    want = hf.generate(torch.tensor([prompt]), max_new_tokens=20, do_sample=False,
+                       pad_token_id=0)[0].tolist()
+    assert want[-1] == eos and len(want) < len(free)
+    for mode in ("dense", "paged", None):
+        assert generate(model, prompt, 20, temperature=0, cache=mode).tolist() == want
+    engine = Engine(model)
+    rid = engine.add_request(prompt, max_new_tokens=20)
+    assert prompt + engine.run()[rid] == want
+    assert generate(model, prompt, 20, temperature=0, stop_ids=()).tolist() == free

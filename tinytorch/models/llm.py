@@ -401,15 +401,16 @@ class WeightStore:
 def _drop_pages(array):
     """Let the pages of a memory-mapped array leave this process's resident memory (the file
     keeps them; touching the array reads them back). Other arrays: nothing to do."""
-    base = array
-    while isinstance(base, np.ndarray) and not isinstance(base, np.memmap):
-        base = base.base
-    handle = getattr(base, "_mmap", None)
-    if handle is None or not hasattr(handle, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+    root = array
+    while isinstance(root.base, np.ndarray):  # views of views ... of the mapped file
+        root = root.base
+    handle = root.base  # np.memmap keeps the mmap object as its base
+    if not isinstance(handle, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED"):
         return
     if not (array.flags.c_contiguous or array.flags.f_contiguous):
         return  # its bytes are not one range of the file
-    start = array.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    lead = getattr(root, "offset", 0) % mmap.ALLOCATIONGRANULARITY  # where root starts in it
+    start = lead + array.__array_interface__["data"][0] - root.__array_interface__["data"][0]
     page = mmap.PAGESIZE
     first = start // page * page
     last = min(len(handle), -(-(start + array.nbytes) // page) * page)
