@@ -859,9 +859,13 @@ class ModelForCausalLM(Module):
             return logits.data  # (B, T or k, V)
 
     def num_parameters(self):
-        """Numbers in the weights, each array once (a quantized weight counts its entries)."""
+        """Numbers in the weights, each array once (a quantized weight counts its entries;
+        a quantized copy of a tied head is the embedding table again, not counted twice)."""
         seen, total = set(), 0
+        tied_copy = self.w_lm_head if self.config.tie_word_embeddings else None
         for module in self.modules():
+            if module is tied_copy:
+                continue
             qweight = getattr(module, "qweight", None)
             if qweight is not None and id(qweight) not in seen:
                 seen.add(id(qweight))
@@ -873,10 +877,14 @@ class ModelForCausalLM(Module):
         return total
 
     def nbytes(self):
-        """Bytes of every array the model holds (weights, scales, rotary tables), once each."""
+        """Bytes of the weights: every parameter and quantized array (integers and scales),
+        once each. The rotary tables are left out: they are computed from the config."""
         seen, total = set(), 0
         for module in self.modules():
+            if isinstance(module, nn.RotaryEmbedding):
+                continue
             arrays = [v.data if isinstance(v, Tensor) else v for v in vars(module).values()]
+            arrays += [p.data for p in module._parameters.values() if p is not None]
             for array in arrays:
                 if isinstance(array, np.ndarray) and id(array) not in seen:
                     seen.add(id(array))
