@@ -208,7 +208,7 @@ def test_section_6_create_kv_cache(model_path):
     pool = TinyKvPagedPool(page_size=8)
     cache = TinyKvPagedCache(pool=pool)
     kv = np.zeros((1, 2, 3, 4), np.float32)
-    k, v = cache.update(kv, kv)
+    k, _ = cache.update(kv, kv)
     assert k.shape == (1, 2, 3, 4) and pool.pages_in_use == 1
     with pytest.raises(ValueError, match="'dense' or 'paged'"):
         model.create_kv_cache(mode="sparse")

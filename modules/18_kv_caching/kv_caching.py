@@ -104,7 +104,6 @@ import contextlib
 import functools
 import importlib
 import json
-import math
 import mmap
 import os
 from dataclasses import dataclass, field
@@ -122,7 +121,6 @@ from tinytorch.models.transformer import sample_logits
 # The lesson itself (tests and measurements, not the package) also uses:
 
 # %% nbgrader={"grade": false, "grade_id": "lesson-imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
-import tempfile
 import time
 
 # %% [markdown]
@@ -858,7 +856,7 @@ def rms(x, w, eps=1e-6):
 
 def reference_attention(x, q_w, k_w, v_w, o_w, H, Hkv, theta, offset=0):
     """Plain multi-head attention with RoPE and repeated kv heads, a loop over heads."""
-    B, T, C = x.shape
+    B, T, _ = x.shape
     D = q_w.shape[0] // H
     inv = theta ** (-np.arange(0, D, 2) / D)
     ang = (offset + np.arange(T))[:, None] * inv

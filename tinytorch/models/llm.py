@@ -8,7 +8,6 @@ import contextlib
 import functools
 import importlib
 import json
-import math
 import mmap
 import os
 from dataclasses import dataclass, field
