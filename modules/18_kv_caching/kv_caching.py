@@ -905,13 +905,10 @@ def reference_swiglu(x, store, prefix):
 # `attn(x, offset, cache, mask)`, where `mask` is `"causal"`, a boolean array, or `None`, and
 # calls your `GroupedQueryAttention.forward(x, mask, is_causal, rotary, offset, cache)`.
 #
-# The block's constructor (given) picks the parts. Write its `forward`, the two residual
-# lines of module 13, with the arguments passed on to the attention:
-#
-# ```
-# h = x + self_attn(input_layernorm(x), offset, cache, mask)
-# out = h + mlp(post_attention_layernorm(h))
-# ```
+# The block's constructor (given) picks the parts. Write its `forward`: module 13's pre-norm
+# wiring, two residual steps, each sublayer reading its own norm's output and adding its
+# result to its input. The attention also takes `offset`, `cache` and `mask`, as given to
+# the block; the MLP takes the normalized tensor alone.
 
 # %% nbgrader={"grade": false, "grade_id": "block", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
@@ -2189,14 +2186,15 @@ cache_memory()
 # %% [markdown]
 # **What batching buys.** The same eight requests served one after another, then by the
 # engine eight at a time (same greedy tokens). Decoding one token reads every weight, and
-# eight tokens read them once; on a model this small the Python work per step weighs more
-# than reading the weights, so the gain here is smaller than on a real checkpoint, where
-# reading the weights is nearly all of a step:
+# eight tokens in one step read them once. On a model this small, the Python work of a
+# step (dozens of operations per layer, the pages gathered row by row) weighs about as much
+# as reading the weights, so the gain is smaller than on a real checkpoint, where reading
+# the weights is nearly all of a step, and on a busy machine it varies from run to run:
 
 # %% nbgrader={"grade": false, "grade_id": "analysis-batching", "locked": false, "schema_version": 3, "solution": false, "task": false}
-def batching_throughput(requests=8, new_tokens=16):
-    config = tiny_config("llama", hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
-                         intermediate_size=688, vocab_size=2048)
+def batching_throughput(requests=8, new_tokens=12):
+    config = tiny_config("llama", hidden_size=512, num_hidden_layers=2, num_attention_heads=4,
+                         intermediate_size=1376, vocab_size=4096)
     model = ModelForCausalLM(config, random_weights(config, seed=0))
     prompts = [list(range(1 + i, 9 + 2 * i)) for i in range(requests)]
     t0 = time.perf_counter()
