@@ -224,7 +224,8 @@ MODULES: tuple[Module, ...] = (
                "against the length of every sequence, which attention pays for quadratically?"
            )),
     Module(11, "embeddings", "Embeddings", "architecture",
-           "Token embeddings, learned and sinusoidal positions, rotary embeddings.",
+           "Token embeddings (and the tied output layer), learned and sinusoidal positions, "
+           "rotary embeddings with Llama 3's scaling.",
            "core.embeddings", (6, 10), ("nn",),
            hours="4-5", difficulty=3,
            needs_to_know="Indexing and gradients (modules 01, 06); sines, cosines and rotations.",
@@ -235,7 +236,8 @@ MODULES: tuple[Module, ...] = (
            book=("Architectures",
                  "https://mlsysbook.ai/vol1/nn_architectures/nn_architectures.html")),
     Module(12, "attention", "Attention", "architecture",
-           "Scaled dot-product, causal and padding masks, multi-head and grouped-query attention.",
+           "Scaled dot-product, causal and padding masks, multi-head and grouped-query "
+           "attention, with a KV cache.",
            "core.attention", (11,), ("nn",),
            hours="6-8", difficulty=4,
            needs_to_know="Matrix products with batch axes, softmax (02) and autograd (06).",
@@ -301,8 +303,9 @@ MODULES: tuple[Module, ...] = (
                "the other milliseconds go, and which of them can a fused kernel win back?"
            )),
     Module(18, "kv_caching", "KV Caching and Serving", "optimization",
-           "Llama, Qwen and MoE checkpoints on your own engine: the decoder block, model "
-           "assembly, dense and paged KV caches, batched generation, measured.",
+           "Llama, Qwen and MoE checkpoints on an engine built from your own layers: the "
+           "decoder block, model assembly, dense and paged KV caches, generation, continuous "
+           "batching, measured.",
            "models.llm", (10, 13), ("models",),
            hours="8-10", difficulty=4,
            needs_to_know=(
