@@ -2192,25 +2192,35 @@ cache_memory()
 # the weights is nearly all of a step, and on a busy machine it varies from run to run:
 
 # %% nbgrader={"grade": false, "grade_id": "analysis-batching", "locked": false, "schema_version": 3, "solution": false, "task": false}
-def batching_throughput(requests=8, new_tokens=12):
+def batching_throughput(requests=8, new_tokens=12, repeats=2):
     config = tiny_config("llama", hidden_size=512, num_hidden_layers=2, num_attention_heads=4,
                          intermediate_size=1376, vocab_size=4096)
     model = ModelForCausalLM(config, random_weights(config, seed=0))
     prompts = [list(range(1 + i, 9 + 2 * i)) for i in range(requests)]
-    t0 = time.perf_counter()
-    alone = [generate(model, p, new_tokens, stop_ids=(), cache="paged", page_size=16)[len(p):]
-             for p in prompts]
-    one_by_one = time.perf_counter() - t0
-    engine = Engine(model, max_batch=requests, page_size=16)
-    rids = [engine.add_request(p, max_new_tokens=new_tokens, stop_ids=()) for p in prompts]
-    t0 = time.perf_counter()
-    out = engine.run()
-    batched = time.perf_counter() - t0
-    same = all(out[r] == a.tolist() for r, a in zip(rids, alone))
+
+    def one_by_one():
+        return [generate(model, p, new_tokens, stop_ids=(), cache="paged", page_size=16)
+                [len(p):].tolist() for p in prompts]
+
+    def batched():
+        engine = Engine(model, max_batch=requests, page_size=16)
+        rids = [engine.add_request(p, max_new_tokens=new_tokens, stop_ids=()) for p in prompts]
+        out = engine.run()
+        return [out[r] for r in rids]
+
+    best = {}
+    for _ in range(repeats):  # alternate, keep each side's best: a busy moment hits one run
+        for name, serve in (("one by one", one_by_one), ("batched", batched)):
+            t0 = time.perf_counter()
+            tokens = serve()
+            best[name] = min(best.get(name, float("inf")), time.perf_counter() - t0)
+            best[name + " tokens"] = tokens
+    same = best["one by one tokens"] == best["batched tokens"]
     total = requests * new_tokens
     print(f"{requests} requests x {new_tokens} tokens: one after another "
-          f"{total / one_by_one:6.0f} tokens/s, continuous batching {total / batched:6.0f} "
-          f"tokens/s ({one_by_one / batched:.1f}x); tokens {'identical' if same else 'DIFFER'}")
+          f"{total / best['one by one']:6.0f} tokens/s, continuous batching "
+          f"{total / best['batched']:6.0f} tokens/s ({best['one by one'] / best['batched']:.1f}x);"
+          f" tokens {'identical' if same else 'DIFFER'}")
 
 
 batching_throughput()
