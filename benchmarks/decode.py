@@ -3,19 +3,27 @@
     python benchmarks/decode.py            # Qwen2.5-0.5B-shaped checkpoint (~2 GB, written once)
     python benchmarks/decode.py --quick    # a tiny checkpoint, a few tokens (tests)
 
-Four measurements, printed with their ratios (nothing here is asserted):
+Six measurements, printed with their ratios (nothing here is asserted):
 
-1. decode tokens/s, TinyTorch (`tinytorch.models.load_model`, dense cache) and transformers
-   (float32, CPU, eager attention, its own DynamicCache), each in its own subprocess, the
-   two sides interleaved round by round; every decoded token's step time of every round is
-   a sample, and module 19's harness (`tinytorch.perf.benchmarking`) gives each side's
-   median, the ratio with its 95% bootstrap interval and the verdict (tokens/s = 1 / median
-   step);
+1. float32 decode tokens/s, TinyTorch (`tinytorch.models.load_model`, dense cache) and
+   transformers (float32, CPU, eager attention, its own DynamicCache), each in its own
+   subprocess, the two sides interleaved round by round; every decoded token's step time of
+   every round is a sample, and module 19's harness (`tinytorch.perf.benchmarking`) gives
+   each side's median, the ratio with its 95% bootstrap interval and the verdict
+   (tokens/s = 1 / median step);
 2. peak resident memory (ru_maxrss) of each serving process against the float32 bytes of
    the weights;
-3. the KV cache's speed-up over recomputing the whole prefix, 256 new tokens after a
+3. int8 (per channel) and int4 (groups of 128) weights, `ModelFeatures(weights=...)` with
+   module 15's QuantizedLinear, each in its own process: decode tokens/s, the weights' bytes,
+   peak resident memory, the distance of the logits from float32's on a fixed 64-token
+   sequence, how many of its 64 next-token choices (argmax) agree with float32's, and how
+   many of the 64 greedy tokens (the decode above) do;
+4. continuous batching (module 18's Engine) on the same checkpoint: total tokens/s of 1, 4
+   and 8 concurrent requests against serving the same requests one after another, and the
+   bytes of the paged pool;
+5. the KV cache's speed-up over recomputing the whole prefix, 256 new tokens after a
    32-token prompt, on a smaller model (in this process);
-4. the paged cache's bytes for a batch of unequal sequences against the dense cache's.
+6. the paged cache's bytes for a batch of unequal sequences against the dense cache's.
 
 The checkpoint has random float32 weights of Qwen2.5-0.5B's shape (24 layers, hidden 896,
 14 heads, 2 KV heads, intermediate 4864, vocabulary 151,936, tied embeddings), written with
@@ -48,8 +56,9 @@ QWEN_05B = dict(model_type="qwen2", vocab_size=151936, hidden_size=896, num_hidd
                 rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True,
                 max_position_embeddings=32768, architectures=["Qwen2ForCausalLM"],
                 dtype="float32", use_sliding_window=False)
-QUICK = dict(QWEN_05B, vocab_size=1000, hidden_size=64, num_hidden_layers=2,
-             num_attention_heads=4, num_key_value_heads=2, intermediate_size=128)
+QUICK = dict(QWEN_05B, vocab_size=1000, hidden_size=128, num_hidden_layers=2,
+             num_attention_heads=4, num_key_value_heads=2, intermediate_size=256)
+SIDES = ("tinytorch", "transformers", "int8", "int4")
 
 
 def shapes(c):
@@ -96,23 +105,40 @@ def write_checkpoint(folder, c):
     del tensors
     (folder / "config.json").write_text(json.dumps(c))
     size = (folder / "model.safetensors").stat().st_size
-    print(f"wrote {folder} ({size / 2**30:.2f} GiB) in {time.perf_counter() - t0:.1f} s")
+    print(f"wrote {folder} ({size / 2**20:,.0f} MiB) in {time.perf_counter() - t0:.1f} s")
     return folder
 
 
+def prompt_of(prompt_len, seed=0):
+    return np.random.default_rng(seed).integers(0, 1000, size=prompt_len).tolist()
+
+
+SCORED = 64  # the fixed sequence whose logits the weight formats are compared on
+
+
+def peak_rss():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 # ---- one side, in its own process -----------------------------------------------------------
-def worker(side, folder, prompt_len, new_tokens, threads, seed=0):
-    prompt = np.random.default_rng(seed).integers(0, 1000, size=prompt_len).tolist()
+def worker(side, folder, prompt_len, new_tokens, threads, logits_file=None):
+    """Decode new_tokens greedy tokens after a prompt; step times, memory, tokens."""
+    prompt = prompt_of(prompt_len)
     marks = []
     t0 = time.perf_counter()
-    if side == "tinytorch":
-        from tinytorch.models import generate, load_model
+    if side != "transformers":
+        from tinytorch.models import ModelFeatures, generate, load_model
 
-        model = load_model(folder)
+        features = ModelFeatures(weights="float32" if side == "tinytorch" else side,
+                                 group_size=128)
+        model = load_model(folder, features)
         load_s = time.perf_counter() - t0
-        weight_bytes = 4 * model.num_parameters()
+        weight_bytes = model.nbytes()
+        float32_bytes = 4 * model.num_parameters()
+        if logits_file:  # logits of a fixed sequence, to compare the weight formats
+            np.save(logits_file, model(np.asarray([prompt_of(SCORED, seed=2)]))[0])
         start = time.perf_counter()
-        out = generate(model, prompt, new_tokens, temperature=0, cache="dense",
+        out = generate(model, prompt, new_tokens, temperature=0, cache="dense", stop_ids=(),
                        on_token=lambda step, ids: marks.append(time.perf_counter()))
         tokens = out[prompt_len:].tolist()
     else:
@@ -123,7 +149,7 @@ def worker(side, folder, prompt_len, new_tokens, threads, seed=0):
         model = transformers.AutoModelForCausalLM.from_pretrained(
             folder, dtype=torch.float32, attn_implementation="eager").eval()
         load_s = time.perf_counter() - t0
-        weight_bytes = 4 * sum(p.numel() for p in model.parameters())
+        weight_bytes = float32_bytes = 4 * sum(p.numel() for p in model.parameters())
         model.generation_config.eos_token_id = None
         model.generation_config.pad_token_id = 0
 
@@ -134,16 +160,49 @@ def worker(side, folder, prompt_len, new_tokens, threads, seed=0):
 
         start = time.perf_counter()
         with torch.no_grad():
-            out = model.generate(torch.tensor([prompt]), max_new_tokens=new_tokens,
-                                 do_sample=False, logits_processor=[Clock()])
+            ids = torch.tensor([prompt])
+            out = model.generate(ids, attention_mask=torch.ones_like(ids),
+                                 max_new_tokens=new_tokens, do_sample=False,
+                                 logits_processor=[Clock()])
         tokens = out[0, prompt_len:].tolist()
     # marks[i]: the logits of new token i are ready. Decode speed: tokens 1.. after the first.
     steps = np.diff(marks)
     return {"side": side, "load_s": load_s, "prefill_s": marks[0] - start,
             "decode_tokens_per_s": len(steps) / float(steps.sum()),
             "median_step_ms": float(np.median(steps)) * 1e3, "steps_s": steps.tolist(),
-            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-            "weight_bytes": weight_bytes, "tokens": tokens}
+            "peak_rss_bytes": peak_rss(), "weight_bytes": weight_bytes,
+            "float32_bytes": float32_bytes, "tokens": tokens}
+
+
+def batching_worker(folder, prompt_len, new_tokens, counts):
+    """Total tokens/s of N concurrent requests (the Engine) against one after another."""
+    from tinytorch.models import Engine, generate, load_model
+
+    model = load_model(folder)
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(0, 1000, size=int(rng.integers(prompt_len // 2, prompt_len + 1)))
+               .tolist() for _ in range(max(counts))]
+    generate(model, prompts[0][:4], 2, stop_ids=())  # touch the mapped weights once
+    rows = []
+    for n in counts:
+        batch = prompts[:n]
+        t0 = time.perf_counter()
+        alone = [generate(model, p, new_tokens, cache="paged", page_size=16, stop_ids=())
+                 [len(p):].tolist() for p in batch]
+        one_by_one = time.perf_counter() - t0
+        engine = Engine(model, max_batch=n, page_size=16, prefill_chunk=64)
+        rids = [engine.add_request(p, max_new_tokens=new_tokens, stop_ids=()) for p in batch]
+        t0 = time.perf_counter()
+        out = engine.run()
+        batched = time.perf_counter() - t0
+        pool = sum(p.nbytes() for p in engine.pools)
+        rows.append({"requests": n, "tokens": n * new_tokens,
+                     "one_by_one_tokens_per_s": n * new_tokens / one_by_one,
+                     "batched_tokens_per_s": n * new_tokens / batched,
+                     "speedup": one_by_one / batched, "pool_bytes": pool,
+                     "identical": all(out[r] == a for r, a in zip(rids, alone))})
+    return {"rows": rows, "peak_rss_bytes": peak_rss(), "kv_bytes_per_token":
+            model.config.kv_bytes_per_token()}
 
 
 def thread_env(threads):
@@ -151,15 +210,19 @@ def thread_env(threads):
     return {"OPENBLAS_NUM_THREADS": n, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}
 
 
-def run_worker(side, folder, prompt_len, new_tokens, threads):
-    done = subprocess.run([sys.executable, __file__, "--worker", side, "--folder", str(folder),
-                           "--prompt-len", str(prompt_len), "--new-tokens", str(new_tokens),
-                           "--threads", str(threads)],
+def run_worker(args, *extra):
+    done = subprocess.run([sys.executable, __file__, "--threads", str(args.threads), *extra],
                           capture_output=True, text=True, cwd=REPO,
-                          env=dict(os.environ, PYTHONPATH=str(REPO), **thread_env(threads)))
+                          env=dict(os.environ, PYTHONPATH=str(REPO), **thread_env(args.threads)))
     if done.returncode:
-        raise SystemExit(f"{side} worker failed:\n{done.stdout}\n{done.stderr}")
+        raise SystemExit(f"worker {extra} failed:\n{done.stdout}\n{done.stderr}")
     return json.loads(done.stdout.split("WORKER ", 1)[1].splitlines()[0])
+
+
+def decode_worker(args, side, folder, new_tokens, logits_file=None):
+    extra = ["--worker", side, "--folder", str(folder), "--prompt-len", str(args.prompt_len),
+             "--new-tokens", str(new_tokens)]
+    return run_worker(args, *extra, *(["--logits-file", str(logits_file)] if logits_file else []))
 
 
 # ---- in this process: the cache's speed-up and the paged cache's memory ---------------------
@@ -179,7 +242,7 @@ def cache_speedup(c, prompt_len, new_tokens):
     for mode in ("dense", "paged", None):
         t0 = time.perf_counter()
         outputs[mode] = generate(model, prompt, new_tokens, temperature=0, cache=mode,
-                                 page_size=64).tolist()
+                                 page_size=64, stop_ids=()).tolist()
         result[str(mode)] = new_tokens / (time.perf_counter() - t0)
     same = outputs["dense"] == outputs["paged"] == outputs[None]
     return result, same
@@ -192,9 +255,16 @@ def paged_memory(c, lengths, page_size):
     for mode in ("dense", "paged"):
         cache = model.create_kv_cache(mode, page_size=page_size)
         model(ids, cache=cache, lengths=list(lengths), logits_to_keep=1)
-        out[mode] = cache.nbytes()
+        out[mode] = sum(layer_cache.nbytes() for layer_cache in cache)
     out["needed"] = sum(lengths) * model.config.kv_bytes_per_token()
     return out
+
+
+def agreement(a, b):
+    """(positions where two greedy sequences agree, length of their common prefix)."""
+    same = [x == y for x, y in zip(a, b)]
+    prefix = same.index(False) if False in same else len(same)
+    return sum(same), prefix
 
 
 def main():
@@ -202,62 +272,138 @@ def main():
     p.add_argument("--quick", action="store_true")
     p.add_argument("--folder", type=Path, default=None,
                    help="where the checkpoint is written (default: a folder in the temp dir)")
-    p.add_argument("--rounds", type=int, default=None, help="interleaved rounds per side")
+    p.add_argument("--rounds", type=int, default=None, help="interleaved float32 rounds per side")
     p.add_argument("--new-tokens", type=int, default=None)
     p.add_argument("--prompt-len", type=int, default=32)
+    p.add_argument("--batch-tokens", type=int, default=None,
+                   help="new tokens per request in the batching measurement (default 16)")
+    p.add_argument("--skip", nargs="*", default=[],
+                   choices=("transformers", "quantized", "batching"),
+                   help="leave out the comparison with transformers (one float32 run is "
+                        "kept), the quantized decodes and/or the batching measurement")
     p.add_argument("--threads", type=int, default=1,
-                   help="BLAS/torch threads for both sides (default 1: on a shared, loaded "
+                   help="BLAS/torch threads for every process (default 1: on a shared, loaded "
                         "machine a second BLAS thread waits for a time slice at every matrix "
                         "product; pass 2 on an idle 2-core machine)")
-    p.add_argument("--worker", choices=("tinytorch", "transformers"))
+    p.add_argument("--worker", choices=SIDES + ("batching",))
+    p.add_argument("--logits-file", default=None)
+    p.add_argument("--counts", default="1,4,8")
     args = p.parse_args()
+    if args.worker == "batching":
+        counts = [int(n) for n in args.counts.split(",")]
+        result = batching_worker(args.folder, args.prompt_len, args.new_tokens, counts)
+        print("WORKER " + json.dumps(result))
+        return
     if args.worker:
-        result = worker(args.worker, args.folder, args.prompt_len, args.new_tokens, args.threads)
+        result = worker(args.worker, args.folder, args.prompt_len, args.new_tokens, args.threads,
+                        args.logits_file)
         print("WORKER " + json.dumps(result))
         return
 
     c = QUICK if args.quick else QWEN_05B
     rounds = args.rounds or (1 if args.quick else 3)
     new_tokens = args.new_tokens or (8 if args.quick else 64)
+    batch_tokens = args.batch_tokens or (4 if args.quick else 16)
     folder = args.folder or Path(tempfile.gettempdir()) / (
         "tinytorch-decode-" + ("quick" if args.quick else "qwen2.5-0.5b-shape"))
     write_checkpoint(folder, c)
     print(f"checkpoint: {folder} ({'quick' if args.quick else 'Qwen2.5-0.5B'} shape, random "
           f"float32); prompt {args.prompt_len} tokens, {new_tokens} new tokens, greedy; "
-          f"{args.threads} BLAS/torch thread(s) per side; {os.cpu_count()} CPUs, shared with "
+          f"{args.threads} BLAS/torch thread(s) per process; {os.cpu_count()} CPUs, shared with "
           f"other jobs (load average {os.getloadavg()[0]:.1f})")
 
+    scratch = Path(tempfile.mkdtemp(prefix="decode-logits-"))
     runs = {"tinytorch": [], "transformers": []}
-    for r in range(rounds):
-        for side in ("tinytorch", "transformers"):
-            res = run_worker(side, folder, args.prompt_len, new_tokens, args.threads)
+    sides = ("tinytorch",) if "transformers" in args.skip else ("tinytorch", "transformers")
+    for r in range(rounds if len(sides) == 2 else 1):
+        for side in sides:
+            logits = scratch / "float32.npy" if side == "tinytorch" and r == 0 else None
+            res = decode_worker(args, side, folder, new_tokens, logits)
             runs[side].append(res)
             print(f"  round {r + 1} {side:12s}: {res['decode_tokens_per_s']:7.2f} tokens/s "
                   f"(median step {res['median_step_ms']:.1f} ms), prefill "
                   f"{res['prefill_s'] * 1e3:.0f} ms, load {res['load_s']:.2f} s, peak RSS "
-                  f"{res['peak_rss_bytes'] / 2**20:,.0f} MiB")
+                  f"{res['peak_rss_bytes'] / 2**20:,.0f} MiB; load average "
+                  f"{os.getloadavg()[0]:.1f}")
     from tinytorch.perf.benchmarking import Comparison
 
-    steps = Comparison.from_samples(  # seconds per decoded token, every token of every round
-        [t for r in runs["transformers"] for t in r["steps_s"]],
-        [t for r in runs["tinytorch"] for t in r["steps_s"]], names=("transformers", "tinytorch"))
-    best = {"tinytorch": 1 / steps.candidate.median, "transformers": 1 / steps.baseline.median}
-    rss = {s: max(r["peak_rss_bytes"] for r in rs) for s, rs in runs.items()}
     weights = runs["tinytorch"][0]["weight_bytes"]
-    ratio = steps.speedup  # tokens/s ratio = transformers' step time / tinytorch's
-    ci = (1 / steps.ci[1], 1 / steps.ci[0])
-    agree = runs["tinytorch"][0]["tokens"] == runs["transformers"][0]["tokens"]
-    per_round = [h["median_step_ms"] / t["median_step_ms"]  # tokens/s ratio of each round
-                 for t, h in zip(runs["tinytorch"], runs["transformers"])]
-    print(f"decode: tinytorch {best['tinytorch']:.2f} tokens/s, transformers "
-          f"{best['transformers']:.2f} tokens/s (1 / median token step, {rounds} round(s)): "
-          f"ratio {ratio:.2f} [{ci[0]:.2f}, {ci[1]:.2f}] 95% CI, tinytorch {steps.verdict} "
-          f"(target >= 1.0; per round {', '.join(f'{r:.2f}' for r in per_round)}); greedy "
-          f"tokens {'identical' if agree else 'DIFFERENT'}")
-    print(f"memory: float32 weights {weights / 2**20:,.0f} MiB; peak RSS tinytorch "
-          f"{rss['tinytorch'] / 2**20:,.0f} MiB ({rss['tinytorch'] / weights:.2f}x the weights, "
-          f"target <= 1.3x), transformers {rss['transformers'] / 2**20:,.0f} MiB "
-          f"({rss['transformers'] / weights:.2f}x)")
+    float32_tokens = runs["tinytorch"][0]["tokens"]
+    rss = {s: max(r["peak_rss_bytes"] for r in rs) for s, rs in runs.items() if rs}
+    best = {"tinytorch": 1 / float(np.median([t for r in runs["tinytorch"]
+                                              for t in r["steps_s"]]))}
+    ratio = ci = verdict = agree = None
+    per_round = []
+    if runs["transformers"]:
+        steps = Comparison.from_samples(  # seconds per decoded token, every token of every round
+            [t for r in runs["transformers"] for t in r["steps_s"]],
+            [t for r in runs["tinytorch"] for t in r["steps_s"]],
+            names=("transformers", "tinytorch"))
+        best = {"tinytorch": 1 / steps.candidate.median,
+                "transformers": 1 / steps.baseline.median}
+        ratio = steps.speedup  # tokens/s ratio = transformers' step time / tinytorch's
+        ci = (1 / steps.ci[1], 1 / steps.ci[0])
+        verdict = steps.verdict
+        agree = float32_tokens == runs["transformers"][0]["tokens"]
+        per_round = [h["median_step_ms"] / t["median_step_ms"]  # tokens/s ratio of each round
+                     for t, h in zip(runs["tinytorch"], runs["transformers"])]
+        print(f"decode: tinytorch {best['tinytorch']:.2f} tokens/s, transformers "
+              f"{best['transformers']:.2f} tokens/s (1 / median token step, {rounds} round(s)): "
+              f"ratio {ratio:.2f} [{ci[0]:.2f}, {ci[1]:.2f}] 95% CI, tinytorch {verdict} "
+              f"(per round {', '.join(f'{r:.2f}' for r in per_round)}); greedy tokens "
+              f"{'identical' if agree else 'DIFFERENT'}")
+        print(f"memory: float32 weights {weights / 2**20:,.0f} MiB; peak RSS tinytorch "
+              f"{rss['tinytorch'] / 2**20:,.0f} MiB ({rss['tinytorch'] / weights:.2f}x the "
+              f"weights), transformers {rss['transformers'] / 2**20:,.0f} MiB "
+              f"({rss['transformers'] / weights:.2f}x)")
+    else:
+        print(f"decode (float32, transformers skipped): tinytorch {best['tinytorch']:.2f} "
+              f"tokens/s; peak RSS {rss['tinytorch'] / 2**20:,.0f} MiB "
+              f"({rss['tinytorch'] / weights:.2f}x the weights)")
+
+    quantized = {}
+    if "quantized" not in args.skip:
+        reference = np.load(scratch / "float32.npy")
+        scale = float(np.abs(reference).max())
+        for side in ("int8", "int4"):
+            res = decode_worker(args, side, folder, new_tokens, scratch / f"{side}.npy")
+            logits = np.load(scratch / f"{side}.npy")
+            diff = np.abs(logits - reference)
+            same, prefix = agreement(res["tokens"], float32_tokens)
+            choices = int((logits.argmax(-1) == reference.argmax(-1)).sum())
+            res.update(max_logit_error=float(diff.max()), mean_logit_error=float(diff.mean()),
+                       logit_scale=scale, next_token_agree=choices, tokens_agree=same,
+                       common_prefix=prefix,
+                       distinct_float32_tokens=len(set(float32_tokens)))
+            quantized[side] = res
+            res.pop("steps_s")
+            print(f"{side}{' (groups of 128)' if side == 'int4' else ' (per channel)'}: "
+                  f"{res['decode_tokens_per_s']:.2f} tokens/s ({res['decode_tokens_per_s'] / best['tinytorch']:.2f}x "
+                  f"float32), weights {res['weight_bytes'] / 2**20:,.0f} MiB "
+                  f"({res['weight_bytes'] / weights:.2f}x float32), peak RSS "
+                  f"{res['peak_rss_bytes'] / 2**20:,.0f} MiB ({res['peak_rss_bytes'] / weights:.2f}x "
+                  f"the float32 weights), load {res['load_s']:.1f} s; logits of a "
+                  f"{SCORED}-token sequence differ from float32 by {res['max_logit_error']:.3g} "
+                  f"at most, {res['mean_logit_error']:.3g} on average (largest |logit| "
+                  f"{scale:.3g}); next-token choices agreeing with float32: {choices} of "
+                  f"{SCORED} ({len(set(reference.argmax(-1).tolist()))} distinct); greedy tokens agreeing: {same} of {len(float32_tokens)} (first "
+                  f"{prefix} identical; float32's has {len(set(float32_tokens))} distinct "
+                  f"token(s)); load average {os.getloadavg()[0]:.1f}")
+
+    batching = None
+    if "batching" not in args.skip:
+        counts = "1,2,3" if args.quick else "1,4,8"
+        batching = run_worker(args, "--worker", "batching", "--folder", str(folder),
+                              "--prompt-len", str(args.prompt_len), "--new-tokens",
+                              str(batch_tokens), "--counts", counts)
+        for row in batching["rows"]:
+            print(f"batching, {row['requests']} request(s) x {batch_tokens} tokens (prompts of "
+                  f"{args.prompt_len // 2}-{args.prompt_len}): one after another "
+                  f"{row['one_by_one_tokens_per_s']:.2f} tokens/s, continuous batching "
+                  f"{row['batched_tokens_per_s']:.2f} tokens/s ({row['speedup']:.2f}x); paged "
+                  f"pool {row['pool_bytes'] / 2**20:.1f} MiB; tokens "
+                  f"{'identical' if row['identical'] else 'DIFFERENT'}; load average "
+                  f"{os.getloadavg()[0]:.1f}")
 
     small = dict(QWEN_05B, vocab_size=8192, hidden_size=256, num_hidden_layers=4,
                  num_attention_heads=4, num_key_value_heads=2, intermediate_size=768)
@@ -280,12 +426,14 @@ def main():
           f"{mem['needed'] / 2**10:,.0f} KiB")
     print("RESULT " + json.dumps({
         "tinytorch_tokens_per_s": best["tinytorch"], "transformers_tokens_per_s":
-        best["transformers"], "ratio": ratio, "ratio_ci": list(ci), "verdict": steps.verdict,
+        best.get("transformers"), "ratio": ratio, "ratio_ci": ci and list(ci),
+        "verdict": verdict,
         "ratio_per_round": per_round,
         "greedy_identical": agree,
-        "weight_bytes": weights, "peak_rss_bytes": rss,
+        "weight_bytes": weights, "peak_rss_bytes": rss, "quantized": quantized,
+        "batching": batching,
         "cache_tokens_per_s": speed, "cache_speedup": speed["dense"] / speed["None"],
-        "kv_bytes": mem}))
+        "kv_bytes": mem, "load_average": os.getloadavg()[0]}))
 
 
 if __name__ == "__main__":

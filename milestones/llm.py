@@ -2,14 +2,16 @@
 
 In 2023 Llama, Qwen and their relatives put the weights of capable language models in
 everyone's hands, as a folder: `config.json` and safetensors files. Module 18 reads such a
-folder with your code (module 08's safetensors reader, module 11's rotary positions,
-module 12's attention, module 13's norms, module 18's block, model and KV caches) and
-generates from it. This milestone streams the text with its speed.
+folder with your code: module 08's safetensors reader, and a model built of your own layers
+(module 11's embedding and rotary positions, module 12's attention, module 13's norms and
+MLPs), wired by module 18's blocks, with its KV caches. This milestone streams the text with
+its speed.
 
     tito milestone run llm --model DIR --prompt "Once upon a time"
     tito milestone run llm --model DIR --prompt-ids 9707,11,1879 --cache paged
     tito milestone run llm                           # your own TinyGPT, from runs/tinygpt
     tito milestone run llm --compare                 # the same prompt with each cache
+    tito milestone run llm --requests 8              # 8 requests at once (continuous batching)
 
 DIR is a checkpoint folder of a supported family (llama, qwen2, qwen3, qwen2_moe,
 qwen3_moe, gpt2), for example one downloaded from the Hugging Face Hub with
@@ -23,6 +25,15 @@ byte-level BPE). Without either, pass token ids with `--prompt-ids`; the ids are
 
 `--cache dense|paged|none`: the KV cache (module 18) or none (every step recomputes the
 whole context, module 13's way); `--compare` runs all three and prints their tokens/s.
+Generation stops at the checkpoint's end-of-sequence token (`config.json` or
+`generation_config.json`) or after `--max-new-tokens`.
+
+`--requests N` serves N requests at once with module 18's `Engine` (continuous batching
+over the paged cache): the prompt N times, each sampled with its own seed (or greedy:
+then all N are the same text), and prints each continuation and the total throughput.
+
+`--weights int8|int4` and `--kernels fast` load the model with `ModelFeatures`: module 15's
+quantized weights, module 17's kernels (each needs its module completed).
 """
 
 from __future__ import annotations
@@ -51,6 +62,13 @@ def arguments(argv=None):
     p.add_argument("--page-size", type=int, default=128, help="tokens per page (paged cache)")
     p.add_argument("--compare", action="store_true",
                    help="generate with each cache (dense, paged, none) and compare tokens/s")
+    p.add_argument("--requests", type=int, default=None,
+                   help="serve this many requests at once with the Engine (continuous batching)")
+    p.add_argument("--weights", choices=("float32", "int8", "int4"), default="float32",
+                   help="weight format: module 15's int8 (per channel) or int4 (groups of 128)")
+    p.add_argument("--group-size", type=int, default=128, help="int4: weights per scale")
+    p.add_argument("--kernels", choices=("plain", "fast"), default="plain",
+                   help="fast: module 17's kernels")
     return p.parse_args(argv)
 
 
@@ -119,11 +137,41 @@ def run_once(model, prompt_ids, args, cache, tokenizer, stream=True):
     return new_ids, first, rest
 
 
+def serve(model, prompt_ids, args, tokenizer):
+    """N requests at once with the Engine: each continuation, then the throughput."""
+    from tinytorch.models import Engine
+
+    n = args.requests
+    engine = Engine(model, max_batch=n, page_size=16)
+    rids = [engine.add_request(prompt_ids, max_new_tokens=args.max_new_tokens,
+                               temperature=args.temperature, top_k=args.top_k,
+                               top_p=args.top_p, seed=args.seed + i) for i in range(n)]
+    console.print()
+    start, steps, peak = time.perf_counter(), 0, 0
+    while engine.waiting or engine.active:
+        engine.step()
+        steps += 1
+        peak = max(peak, len(engine.active))
+    seconds = time.perf_counter() - start
+    total = 0
+    for rid in rids:
+        tokens = engine.results[rid]
+        total += len(tokens)
+        shown = tokenizer.decode(tokens) if tokenizer is not None else " ".join(map(str, tokens))
+        console.print(f"[bold]request {rid}[/] ({len(tokens)} tokens): ", end="")
+        console.print(shown, markup=False, highlight=False)
+    pool = sum(p.nbytes() for p in engine.pools)
+    console.print(f"served {n} requests at once ({peak} in the batch at most, {steps} engine "
+                  f"steps): {total} new tokens in {seconds:.2f} s, {total / seconds:.1f} tokens/s "
+                  f"in total; paged KV pool {pool / 2**20:.2f} MiB, every page back in the pool: "
+                  f"{all(p.pages_in_use == 0 for p in engine.pools)}")
+
+
 def main(argv=None):
     args = arguments(argv)
     need_tinytorch()
     try:
-        from tinytorch.models import load_model
+        from tinytorch.models import ModelFeatures, load_model
     except (ImportError, AttributeError) as error:
         console.print(f"[red]This milestone needs module 18 (KV Caching and Serving):[/] {error}")
         sys.exit(2)
@@ -136,10 +184,15 @@ def main(argv=None):
         console.print("[red]--max-new-tokens must be at least 1[/]")
         sys.exit(2)
 
+    if args.requests is not None and args.requests < 1:
+        console.print("[red]--requests must be at least 1[/]")
+        sys.exit(2)
     t0 = time.perf_counter()
     try:
-        model = load_model(folder)
-    except (ValueError, KeyError, OSError) as error:
+        features = ModelFeatures(kernels=args.kernels, weights=args.weights,
+                                 group_size=args.group_size)
+        model = load_model(folder, features)
+    except (ValueError, KeyError, OSError, RuntimeError) as error:
         console.print(f"[red]Cannot load {folder}:[/] {error}")
         sys.exit(2)
     c = model.config
@@ -148,7 +201,10 @@ def main(argv=None):
     console.print(f"[bold]{folder}[/]: {c.model_type}, {c.num_hidden_layers} layers, hidden "
                   f"{c.hidden_size}, {c.num_attention_heads} heads ({c.num_key_value_heads} KV), "
                   f"vocabulary {c.vocab_size:,}; {params:,} parameters, loaded "
-                  f"(memory-mapped) in {load_s:.2f} s")
+                  f"(memory-mapped) in {load_s:.2f} s"
+                  + ("" if features == ModelFeatures() else
+                     f"; weights {args.weights} ({model.nbytes() / 2**20:,.1f} MiB), kernels "
+                     f"{args.kernels}"))
 
     tokenizer, which = find_tokenizer(folder)
     console.print(f"tokenizer: {which}")
@@ -187,6 +243,9 @@ def main(argv=None):
                           f"learned positions), so {room} new tokens after the prompt, not "
                           f"{args.max_new_tokens}[/]")
             args.max_new_tokens = room
+    if args.requests:
+        serve(model, prompt_ids, args, tokenizer)
+        return
     caches = ("dense", "paged", "none") if args.compare else (args.cache,)
     results = {}
     for i, cache in enumerate(caches):

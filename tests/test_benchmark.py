@@ -99,7 +99,15 @@ def test_quick_decode_benchmark_prints_every_figure(repo, tmp_path):
     assert set(result["cache_tokens_per_s"]) == {"dense", "paged", "None"}
     kv = result["kv_bytes"]
     assert kv["needed"] <= kv["paged"] < kv["dense"], "pages hold the tokens, less than dense"
-    for line in ("decode: tinytorch", "memory: float32 weights", "KV cache, 16 tokens",
+    for side in ("int8", "int4"):  # module 15's weights through ModelFeatures
+        q = result["quantized"][side]
+        assert q["weight_bytes"] < result["weight_bytes"] and q["decode_tokens_per_s"] > 0
+        assert 0 < q["max_logit_error"] < q["logit_scale"] and 0 <= q["next_token_agree"] <= 64
+    rows = result["batching"]["rows"]
+    assert [r["requests"] for r in rows] == [1, 2, 3] and all(r["identical"] for r in rows)
+    assert all(r["pool_bytes"] > 0 and r["batched_tokens_per_s"] > 0 for r in rows)
+    for line in ("decode: tinytorch", "memory: float32 weights", "int8 (per channel)",
+                 "int4 (groups of 128)", "batching, 3 request(s)", "KV cache, 16 tokens",
                  "KV memory, batch"):
         assert line in done.stdout
 

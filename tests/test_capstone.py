@@ -179,7 +179,7 @@ def test_quantized_engine_matches_float_and_holds_fewer_bytes():
     for bits, max_share, max_rel in ((8, 0.40, 0.02), (4, 0.30, 0.2)):
         m = random_model()
         quantize_weights(m, bits=bits, group_size=32)
-        assert isinstance(m.layers[1].mlp.c_proj[0], QuantizedWeight)
+        assert isinstance(m.layers[1].mlp.proj.weight, QuantizedWeight)
         rel = np.abs(m(x) - ref(x)).max() / np.abs(ref(x)).max()
         assert rel < max_rel, (bits, rel)
         assert weight_nbytes(m) < max_share * full, (bits, weight_nbytes(m), full)

@@ -146,16 +146,20 @@ def test_config_reads_the_families(checkpoints):
 @pytest.mark.parametrize("name", ["llama", "qwen3", "qwen2_moe", "gpt2"])
 @pytest.mark.parametrize("mode", ["dense", "paged"])
 def test_decode_with_cache_equals_full_forward(checkpoints, name, mode):
+    """The tutorial's decode loop, model(tok, offset=t, cache=cache), matches transformers."""
     model = load_model(checkpoints[name])
     full = _hf_logits(checkpoints[name], IDS)
     cache = model.create_kv_cache(mode, page_size=4)
-    steps = [model(IDS[:, :3], cache=cache)]
-    steps += [model(IDS[:, t:t + 1], cache=cache) for t in range(3, IDS.shape[1])]
+    assert len(cache) == model.config.num_hidden_layers
+    steps = [model(IDS[:, :3], offset=0, cache=cache)]
+    steps += [model(IDS[:, t:t + 1], offset=t, cache=cache) for t in range(3, IDS.shape[1])]
     _close(np.concatenate(steps, axis=1), full, f"{name}, {mode} cache, token by token")
     if mode == "paged":
-        assert cache.pool.pages_in_use == 2 * 4  # 13 tokens in pages of 4, two sequences
-        cache.release()
-        assert cache.pool.pages_in_use == 0
+        # 13 tokens in pages of 4, two sequences: 8 pages in every layer's pool
+        assert [c.pool.pages_in_use for c in cache] == [8] * len(cache)
+        for layer_cache in cache:
+            layer_cache.release()
+        assert all(c.pool.pages_in_use == 0 for c in cache)
 
 
 @pytest.mark.parametrize("name", ["llama3_tied", "qwen2", "qwen3_moe", "gpt2"])
@@ -165,7 +169,7 @@ def test_greedy_32_tokens_match_transformers_generate(checkpoints, name):
     want = _hf(checkpoints[name]).generate(torch.tensor([prompt]), max_new_tokens=32,
                                            do_sample=False)[0].tolist()
     for mode in ("dense", "paged"):
-        got = generate(model, prompt, 32, temperature=0, cache=mode, page_size=8)
+        got = generate(model, prompt, 32, temperature=0, cache=mode, page_size=8, stop_ids=())
         assert got.tolist() == want, f"{name}, cache={mode}: {got.tolist()} != {want}"
 
 
@@ -176,7 +180,8 @@ def test_batch_of_unequal_prompts(checkpoints):
     wants = [_hf(folder).generate(torch.tensor([p]), max_new_tokens=12,
                                   do_sample=False)[0].tolist() for p in prompts]
     for mode in ("dense", "paged"):
-        outs = generate(model, prompts, 12, temperature=0, cache=mode, page_size=4)
+        outs = generate(model, prompts, 12, temperature=0, cache=mode, page_size=4,
+                        stop_ids=())
         assert isinstance(outs, list) and len(outs) == 3
         for p, o, want in zip(prompts, outs, wants):
             assert o.tolist() == want, f"cache={mode}, prompt {p}: {o.tolist()} != {want}"
@@ -185,28 +190,36 @@ def test_batch_of_unequal_prompts(checkpoints):
 def test_uncached_and_sampled_generation(checkpoints):
     model = load_model(checkpoints["llama"])
     prompt = np.array([4, 8, 15, 16])
-    greedy = generate(model, prompt, 6, temperature=0, cache="dense")
-    assert generate(model, prompt, 6, temperature=0, cache=None).tolist() == greedy.tolist()
-    a = generate(model, prompt, 10, temperature=0.8, top_k=10, top_p=0.9, seed=1)
-    b = generate(model, prompt, 10, temperature=0.8, top_k=10, top_p=0.9, seed=1, cache="paged")
+    greedy = generate(model, prompt, 6, temperature=0, cache="dense", stop_ids=())
+    assert generate(model, prompt, 6, temperature=0, cache=None,
+                    stop_ids=()).tolist() == greedy.tolist()
+    a = generate(model, prompt, 10, temperature=0.8, top_k=10, top_p=0.9, seed=1, stop_ids=())
+    b = generate(model, prompt, 10, temperature=0.8, top_k=10, top_p=0.9, seed=1, cache="paged",
+                 stop_ids=())
     assert a.tolist() == b.tolist() and a[:4].tolist() == prompt.tolist()
 
 
 def test_weights_are_memory_mapped_not_copied(checkpoints):
+    """The layers hold views of the mapped file; a tied head is the embedding table itself."""
     model = load_model(checkpoints["qwen2"])
-    q = model.layers[0].attn.q_proj[0]
+    q = model.layers[0].self_attn.q_proj.weight.data
     assert not q.flags.owndata, "weights should be views of the memory-mapped file"
-    assert model.lm_head is model.embed_tokens  # tied: one array
+    assert model.w_lm_head is None  # tied: embedding.as_linear, no second table
+    gpt2 = load_model(checkpoints["gpt2"])
+    qkv = gpt2.layers[0].self_attn.qkv.weight.data  # c_attn (in, out) read as (out, in)
+    assert not qkv.flags.owndata and qkv.shape == (96, 32)
 
 
 def test_paged_pool_exhaustion_is_an_error():
-    pool = TinyKvPagedPool(4, num_layers=1, num_kv_heads=1, head_dim=2, max_pages=2)
+    """A pool limited to max_pages raises MemoryError naming the fix; released pages serve again."""
+    pool = TinyKvPagedPool(page_size=4, max_pages=2)
+    kv = np.zeros((2, 1, 1, 8, 2), np.float32)
     cache = TinyKvPagedCache(pool)
-    cache.reserve([8])
+    cache.update(kv[0], kv[1])
     with pytest.raises(MemoryError, match="max_pages"):
-        TinyKvPagedCache(pool).reserve([1])
+        TinyKvPagedCache(pool).update(kv[0][:, :, :1], kv[1][:, :, :1])
     cache.release()
-    TinyKvPagedCache(pool).reserve([5])  # the released pages serve the next sequence
+    TinyKvPagedCache(pool).update(kv[0][:, :, :5], kv[1][:, :, :5])  # the released pages
     assert len(pool.pages) == 2
 
 
@@ -256,12 +269,66 @@ def test_generate_past_gpt2s_learned_positions_is_a_clear_error(checkpoints):
         generate(model, [1, 2, 3], n - 1, temperature=0.0)
 
 
-def test_offset_and_cache_together_are_refused(checkpoints):
-    """With a cache the positions come from the cache; an offset as well would be ignored."""
+def test_an_offset_that_disagrees_with_the_cache_is_refused(checkpoints):
+    """With a cache, offset must be what the cache holds; the error names both numbers."""
     model = load_model(checkpoints["llama"])
     cache = model.create_kv_cache("dense")
-    with pytest.raises(ValueError, match="offset=3 and a cache were both given"):
+    with pytest.raises(ValueError, match=r"offset=3 but the cache holds 0 positions"):
         model(IDS[:, :2], offset=3, cache=cache)
-    assert cache.lengths is None  # refused before anything was reserved
-    model(IDS[:, :2], cache=cache)  # the cache alone still works
-    assert np.asarray(cache.lengths).tolist() == [2, 2]
+    assert cache[0].lengths is None  # refused before anything was stored
+    model(IDS[:, :2], offset=0, cache=cache)
+    model(IDS[:, 2:3], cache=cache)  # leaving offset out continues from the cache
+    with pytest.raises(ValueError, match=r"offset=2 but the cache holds 3 positions.*offset=3"):
+        model(IDS[:, 3:4], offset=2, cache=cache)
+    assert cache[0].lengths.tolist() == [3, 3]
+    with pytest.raises(TypeError, match="one cache per layer"):
+        model(IDS[:, 3:4], cache=cache[0])
+
+
+@pytest.mark.parametrize("name", ["llama3_tied", "qwen2", "qwen3_moe", "gpt2"])
+def test_engine_serves_requests_as_transformers_generates_them(checkpoints, name):
+    """Continuous batching (more requests than max_batch, unequal prompts and lengths, a
+    chunked prefill) gives each request transformers' greedy tokens."""
+    from tinytorch.models import Engine
+
+    model = load_model(checkpoints[name])
+    rng = np.random.default_rng(7)
+    prompts = [rng.integers(0, VOCAB, size=n).tolist() for n in (6, 1, 11, 3, 8)]
+    news = [9, 4, 6, 12, 2]
+    engine = Engine(model, max_batch=3, page_size=4, prefill_chunk=5)
+    rids = [engine.add_request(p, max_new_tokens=n, stop_ids=()) for p, n in zip(prompts, news)]
+    out = engine.run()
+    for rid, p, n in zip(rids, prompts, news):
+        ids = torch.tensor([p])  # the mask says so: id 0 is a token here, not padding
+        want = _hf(checkpoints[name]).generate(ids, attention_mask=torch.ones_like(ids),
+                                               max_new_tokens=n, do_sample=False)[0].tolist()
+        assert p + out[rid] == want, f"{name}, request {rid}: {p + out[rid]} != {want}"
+
+
+def test_generation_stops_at_the_eos_of_generation_config_as_transformers_does(checkpoints,
+                                                                            tmp_path):
+    """generation_config.json's eos_token_id ends generate and the engine where transformers'
+    generate ends; stop_ids=() overrides it."""
+    import shutil
+
+    from tinytorch.models import Engine
+
+    folder = tmp_path / "with_eos"
+    shutil.copytree(checkpoints["qwen2"], folder)
+    prompt = [3, 14, 15, 92, 65]
+    free = generate(load_model(folder), prompt, 20, temperature=0, stop_ids=()).tolist()
+    eos = free[len(prompt) + 4]  # the fifth new token
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [eos, 96]}))
+    model = load_model(folder)
+    assert set(model.config.eos_token_id) == {eos, 96}
+    hf = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, dtype=torch.float32, attn_implementation="eager").eval()
+    want = hf.generate(torch.tensor([prompt]), max_new_tokens=20, do_sample=False,
+                       pad_token_id=0)[0].tolist()
+    assert want[-1] == eos and len(want) < len(free)
+    for mode in ("dense", "paged", None):
+        assert generate(model, prompt, 20, temperature=0, cache=mode).tolist() == want
+    engine = Engine(model)
+    rid = engine.add_request(prompt, max_new_tokens=20)
+    assert prompt + engine.run()[rid] == want
+    assert generate(model, prompt, 20, temperature=0, stop_ids=()).tolist() == free

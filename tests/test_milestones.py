@@ -183,3 +183,24 @@ def test_llm_serves_your_own_tinygpt_by_default(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "runs/tinygpt: gpt2" in done.stdout and "65-character vocabulary" in done.stdout
     assert re.search(r"then 7 tokens at [\d.]+ tokens/s", done.stdout)
+
+
+@needs("llm")
+def test_llm_serves_several_requests_at_once(repo, tmp_path):
+    """--requests N: N prompts served together by the Engine, with the total throughput."""
+    qwen = _tiny_checkpoint(tmp_path / "qwen", {
+        "model_type": "qwen2", "vocab_size": 50, "hidden_size": 32, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48,
+        "rms_norm_eps": 1e-6, "rope_theta": 1e6, "tie_word_embeddings": True})
+    done = run_tito("milestone", "run", "llm", "--model", str(qwen), "--prompt-ids", "1,2,3",
+                    "--requests", "3", "--max-new-tokens", "5", cwd=repo, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = " ".join(done.stdout.split())
+    assert len(re.findall(r"request \d \(5 tokens\)", text)) == 3, done.stdout
+    assert re.search(r"served 3 requests at once \(3 in the batch at most, \d+ engine steps\): "
+                     r"15 new tokens in [\d.]+ s, [\d.]+ tokens/s in total", text), done.stdout
+    assert "every page back in the pool: True" in text
+    done = run_tito("milestone", "run", "llm", "--model", str(qwen), "--prompt-ids", "1,2,3",
+                    "--weights", "int8", "--max-new-tokens", "3", cwd=repo, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "weights int8" in done.stdout

@@ -2,7 +2,7 @@
 # Do not edit: change the lesson and export again.
 """Module 20 (Capstone): Make your TinyGPT fast and small, and prove it with measurements."""
 
-__all__ = ['MAX_LOSS_INCREASE', 'SCHEMA_VERSION', 'TECHNIQUES', 'SUBMISSION_SCHEMA', 'SubmissionError', 'validate_submission', 'weight_nbytes', 'val_loss', 'QuantizedWeight', 'quantize_weights', 'prune_neurons', 'Entry', 'baseline_entry', 'optimize', 'latency_figures', 'run_events', 'make_submission', 'write_submission', 'run_olympics']
+__all__ = ['MAX_LOSS_INCREASE', 'SCHEMA_VERSION', 'TECHNIQUES', 'SUBMISSION_SCHEMA', 'SubmissionError', 'validate_submission', 'weight_nbytes', 'val_loss', 'QuantizedWeight', 'QuantizedLayer', 'quantize_weights', 'prune_neurons', 'Entry', 'baseline_entry', 'optimize', 'latency_figures', 'run_events', 'make_submission', 'write_submission', 'run_olympics']
 
 import json
 import math
@@ -12,7 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tinytorch.models.llm import generate
+from tinytorch.core.layers import Linear, Module
+from tinytorch.core.tensor import Tensor
+from tinytorch.models.llm import generate, linear_layer
 from tinytorch.perf.acceleration import fast_kernels, use_fast_kernels
 from tinytorch.perf.benchmarking import Benchmark, environment
 from tinytorch.perf.compression import check_amount
@@ -305,27 +307,40 @@ class QuantizedWeight:
         return f"QuantizedWeight(shape={self.shape}, {kind})"
 
 
-_GPT2_WEIGHTS = (("attn", "c_attn"), ("attn", "c_proj"), ("mlp", "c_fc"), ("mlp", "c_proj"))
+class QuantizedLayer(Module):
+    """An engine layer whose weight is a QuantizedWeight (in, out): x @ weight + bias (given)."""
+
+    def __init__(self, weight, bias=None):
+        super().__init__()
+        self.weight, self.bias = weight, bias  # QuantizedWeight; Parameter (out,) or None
+
+    def forward(self, x):
+        y = (x.data if isinstance(x, Tensor) else np.asarray(x)) @ self.weight  # (..., out)
+        return Tensor(y if self.bias is None else y + self.bias.data)
+
+
+# (block part, layer, its name in a GPT-2 checkpoint)
+_GPT2_LAYERS = (("self_attn", "qkv", "attn.c_attn"), ("self_attn", "proj", "attn.c_proj"),
+                ("mlp", "fc", "mlp.c_fc"), ("mlp", "proj", "mlp.c_proj"))
 
 
 def quantize_weights(model, bits=8, group_size=32):
-    """Replace the block weights of a GPT-2-layout engine model by QuantizedWeights, in place."""
+    """Replace the block layers of a GPT-2-layout engine model by QuantizedLayers, in place."""
     if model.config.model_type != "gpt2":
         raise ValueError(f"quantize_weights handles GPT-2-layout models (your TinyGPT), got "
                          f"model_type {model.config.model_type!r}")
     names = []
     for i, block in enumerate(model.layers):
-        for part, name in _GPT2_WEIGHTS:
+        for part, name, hf_name in _GPT2_LAYERS:
             owner = getattr(block, part)
-            weight, bias = getattr(owner, name)
-            if isinstance(weight, QuantizedWeight):
+            layer = getattr(owner, name)
+            if isinstance(layer, QuantizedLayer):
                 raise ValueError(
-                    f"layer {i} {part}.{name} is already quantized: quantizing again would "
+                    f"layer {i} {hf_name} is already quantized: quantizing again would "
                     "round rounded weights. Load the float32 model again.")
-            setattr(owner, name, (QuantizedWeight(weight, bits, group_size), bias))
-            full = f"transformer.h.{i}.{part}.{name}.weight"
-            model.weights.tensors.pop(model.weights._key(full), None)
-            names.append(full)
+            weight = QuantizedWeight(layer.weight.data.T, bits, group_size)  # (in, out)
+            setattr(owner, name, QuantizedLayer(weight, layer.bias))
+            names.append(f"transformer.h.{i}.{hf_name}.weight")
     return names
 
 
@@ -337,17 +352,16 @@ def prune_neurons(model, amount):
                          f"model_type {model.config.model_type!r}")
     hidden = kept = None
     for i, block in enumerate(model.layers):
-        (w_fc, b_fc), (w_proj, b_proj) = block.mlp.c_fc, block.mlp.c_proj
-        if not isinstance(w_fc, np.ndarray) or not isinstance(w_proj, np.ndarray):
+        fc, proj = block.mlp.fc, block.mlp.proj
+        if not isinstance(fc, Linear) or not isinstance(proj, Linear):
             raise ValueError(f"layer {i}'s MLP is already quantized: prune before quantizing")
-        hidden = w_fc.shape[1]
-        score = np.linalg.norm(w_fc, axis=0) * np.linalg.norm(w_proj, axis=1)  # (H,)
+        hidden = fc.out_features
+        w_fc, w_proj = fc.weight.data, proj.weight.data  # (H, C), (C, H)
+        score = np.linalg.norm(w_fc, axis=1) * np.linalg.norm(w_proj, axis=0)  # (H,)
         n_keep = hidden - int(amount * hidden)
         keep = np.sort(np.argsort(-score, kind="stable")[:n_keep])  # (H',), in order
-        block.mlp.c_fc = (np.ascontiguousarray(w_fc[:, keep]), b_fc[keep].copy())
-        block.mlp.c_proj = (np.ascontiguousarray(w_proj[keep]), b_proj)
-        for name in ("mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight"):
-            model.weights.tensors.pop(model.weights._key(f"transformer.h.{i}.{name}"), None)
+        block.mlp.fc = linear_layer(np.ascontiguousarray(w_fc[keep]), fc.bias.data[keep].copy())
+        block.mlp.proj = linear_layer(np.ascontiguousarray(w_proj[:, keep]), proj.bias.data)
         kept = n_keep
     return hidden, kept
 

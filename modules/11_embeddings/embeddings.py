@@ -62,9 +62,12 @@
 # - `PositionalEmbedding(max_len, embedding_dim)`: learned positions, with an `offset` for
 #   generation.
 # - `sinusoidal_encoding(max_len, dim)` and the layer `SinusoidalPositionalEncoding`.
-# - `rotate_half`, `RotaryEmbedding(head_dim, max_len, base)` with its `cos_sin` tables,
-#   `RotaryFunction` with its derivative, and `apply_rotary(x, cos, sin)`, in the
-#   convention of Llama and Qwen as published on Hugging Face.
+# - `rotate_half`, `rope_frequencies(head_dim, base, scaling)` (with Llama 3's long-context
+#   bands), `RotaryEmbedding(head_dim, max_len, base, scaling)` with its `cos_sin` tables
+#   (one offset, or one per sequence), `RotaryFunction` with its derivative, and
+#   `apply_rotary(x, cos, sin)`, in the convention of Llama and Qwen as published on
+#   Hugging Face.
+# - `Embedding.as_linear(x)`: the table used as the output layer (tied weights).
 #
 # ## What you are not building yet
 #
@@ -77,8 +80,8 @@
 #   sparse tensor (only the rows used) and can pin one row at zero for padding. Our gradient
 #   is a dense `(num_embeddings, embedding_dim)` array; the systems analysis measures what
 #   that costs. (`Embedding(..., padding_idx=)` is given: a zero row that gets no gradient.)
-# - **Long-context RoPE scaling** (NTK, YaRN, Llama 3's frequency bands): variations on the
-#   frequencies you compute here.
+# - **Other long-context RoPE scalings** (NTK, YaRN): variations on the frequencies you
+#   compute here. Llama 3's frequency bands are built, since its checkpoints need them.
 
 # %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
 #| default_exp core.embeddings
@@ -244,6 +247,18 @@ test_unit_embedding_function()
 #
 # The check costs one `min` and one `max` over the ids: microseconds, next to a forward
 # pass. `indices` may be a `Tensor`, a NumPy array, a list or an int, of any shape.
+#
+# **The table read the other way: `as_linear(x)`.** A language model ends by scoring a
+# vector `x` of size `D` against every token of the vocabulary. Many models (GPT-2,
+# nanoGPT, Qwen2.5's small sizes) use the embedding table itself for that, *tied*
+# weights: the logits are `x @ weight.T`, shape `(..., V)`, one dot product per row. It is
+# a `Linear` layer without bias whose weight is the table, and it needs no second copy of
+# the table: `weight.T` is a view. Write it with your `Tensor`'s `@` and `.T`, so the
+# gradient reaches the same table from both ends.
+#
+# `Embedding.from_pretrained(weight)` (given, PyTorch's name) wraps a table that already
+# exists, such as a checkpoint's, without drawing a random one first: for a vocabulary of
+# 151,936 rows of 896 that draw alone takes seconds (module 18 loads models this way).
 
 # %% nbgrader={"grade": false, "grade_id": "embedding-layer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
@@ -310,6 +325,23 @@ class Embedding(Module):
         ids = _as_indices(indices, self.num_embeddings)
         return EmbeddingFunction.apply(self.weight, indices=ids)
         ### END SOLUTION
+
+    def as_linear(self, x):
+        """x (..., embedding_dim) scored against every row: (..., num_embeddings) logits."""
+        ### BEGIN SOLUTION
+        return x @ self.weight.T
+        ### END SOLUTION
+
+    @classmethod
+    def from_pretrained(cls, weight):
+        """A layer around an existing (V, D) table, used as it is: no copy, no random draw
+        (PyTorch's name; module 18 loads checkpoints with it) (given)."""
+        layer = cls.__new__(cls)
+        Module.__init__(layer)
+        layer.num_embeddings, layer.embedding_dim = (int(n) for n in weight.shape)
+        layer.weight = weight if isinstance(weight, Parameter) else Parameter(weight)
+        layer.padding_idx = None
+        return layer
 
     def extra_repr(self):
         padding = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"
@@ -422,6 +454,43 @@ def test_unit_embedding_errors():
 
 
 test_unit_embedding_errors()
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_embedding_as_linear", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+def test_unit_embedding_as_linear():
+    """as_linear scores x against every row (x @ weight.T) and trains the same table."""
+    rng = np.random.default_rng(3)
+    table = rng.standard_normal((7, 4)).astype(np.float32)
+    emb = Embedding.from_pretrained(table)
+    assert emb.weight.data is table or np.shares_memory(emb.weight.data, table), (
+        "from_pretrained should wrap the given table, not copy it"
+    )
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    logits = emb.as_linear(Tensor(x))
+    assert isinstance(logits, Tensor) and logits.shape == (2, 3, 7), (
+        f"as_linear of x (2, 3, 4) against a (7, 4) table should give a Tensor (2, 3, 7): one "
+        f"score per row; got {type(logits).__name__} {getattr(logits, 'shape', None)}"
+    )
+    assert np.allclose(logits.data, x @ table.T, atol=1e-5), (
+        "as_linear(x) should be x @ weight.T (the dot product of x with every row); the "
+        "values differ: did you multiply by weight instead of weight.T?"
+    )
+    assert logits.dtype == np.float32, f"the logits should stay float32, got {logits.dtype}"
+    trained = Embedding(7, 4)
+    out = trained.as_linear(Tensor(x))
+    assert out.requires_grad, (
+        "as_linear records no operation, so no gradient reaches the table: use the Tensor "
+        "operations self.weight.T and @, not NumPy on weight.data"
+    )
+    (out.sum() + trained(np.array([1, 1])).sum()).backward()
+    want = np.broadcast_to(x.reshape(-1, 4).sum(0), (7, 4)).copy()
+    want[1] += 2  # row 1 was also looked up twice
+    assert np.allclose(trained.weight.grad.data, want, atol=1e-4), (
+        "a tied table gets the gradient of both uses added: the lookup's rows and the output "
+        "layer's x summed over positions"
+    )
+
+
+test_unit_embedding_as_linear()
 
 # %% [markdown]
 # ## Part 3: learned positions
@@ -673,12 +742,33 @@ test_unit_sinusoidal()
 # `a cos φ - b sin φ`, the second `b cos φ + a sin φ`, which is the rotation of `(a, b)` by
 # `φ`.
 #
-# **`RotaryEmbedding(head_dim, max_len, base)`** precomputes `cos` and `sin` for positions
-# `0 .. max_len - 1` once (angles in float64, tables stored as float32), and
+# **The frequencies, `rope_frequencies(head_dim, base, scaling=None)`**, return the `d/2`
+# values `θ_i = base ** (-2i / d)` in float64. Checkpoints choose `base` (their
+# `rope_theta`): 10,000 for Llama 2, 500,000 for Llama 3, 1,000,000 for Qwen2.5.
+#
+# Llama 3.1 was trained on 8,192 positions and then stretched to 128K by **slowing its
+# slow frequencies**. Its `config.json` carries `rope_scaling = {"rope_type": "llama3",
+# "factor": f, "low_freq_factor": lo, "high_freq_factor": hi,
+# "original_max_position_embeddings": L}`; with `scaling` that dict, each frequency's
+# wavelength `w_i = 2π / θ_i` picks its band:
+#
+# - `w_i < L / hi` (fast, short waves): unchanged, `θ_i`;
+# - `w_i > L / lo` (slow, long waves): divided by the factor, `θ_i / f`;
+# - in between, a blend: `(1 - s) θ_i / f + s θ_i` with `s = (L / w_i - lo) / (hi - lo)`.
+#
+# Fast frequencies tell neighbouring tokens apart and must stay as trained; slow ones
+# measure long distances, and dividing them by `f` lets `f` times more positions fit in
+# their turn.
+#
+# **`RotaryEmbedding(head_dim, max_len, base, scaling=None)`** precomputes `cos` and `sin`
+# for positions `0 .. max_len - 1` once (angles in float64, tables stored as float32), and
 # `cos_sin(seq_len, offset=0)` returns the rows `offset .. offset + seq_len - 1` of both:
 # a token generated alone at position `k` must be rotated exactly like position `k` of the
-# full sequence. Slices are views: no copy per call. `forward(x, offset=0)` is a shortcut
-# for `apply_rotary(x, *self.cos_sin(T, offset))`.
+# full sequence. Slices are views: no copy per call. A server decodes many sequences at
+# once, each at its own length, so `offset` may also be an array of one start per sequence,
+# `(B,)`: then return the rows of positions `offset[b] + t` as `(B, 1, T, d)` arrays (the
+# `1` broadcasts over the heads; fancy indexing with a `(B, T)` array of positions gathers
+# them). `forward(x, offset=0)` is a shortcut for `apply_rotary(x, *self.cos_sin(T, offset))`.
 #
 # **A fused operation.** `apply_rotary` could be built from slicing, negation and
 # concatenation, but module 01 has no concatenation, and it would record five operations
@@ -720,10 +810,29 @@ def rotate_half(x):
     ### END SOLUTION
 
 
-class RotaryEmbedding(Module):
-    """RoPE tables for heads of size head_dim: cos/sin of pos * base**(-2i/head_dim), float32."""
+def rope_frequencies(head_dim, base=10000.0, scaling=None):
+    """The head_dim/2 angles per position theta_i = base**(-2i/head_dim), float64; with
+    Llama 3's rescaled bands when `scaling` is its dict (rope_type "llama3")."""
+    ### BEGIN SOLUTION
+    exponents = np.arange(0, head_dim, 2, dtype=np.float64) / head_dim
+    inv_freq = 1.0 / base**exponents  # theta_i, (d/2,)
+    if scaling is None:
+        return inv_freq
+    factor = scaling["factor"]
+    low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old_len = scaling["original_max_position_embeddings"]
+    wavelength = 2 * np.pi / inv_freq
+    smooth = (old_len / wavelength - low) / (high - low)  # 0 at the slow end, 1 at the fast
+    blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    out = np.where(wavelength < old_len / high, inv_freq, blended)  # fast: unchanged
+    return np.where(wavelength > old_len / low, inv_freq / factor, out)  # slow: / factor
+    ### END SOLUTION
 
-    def __init__(self, head_dim, max_len=2048, base=10000.0):
+
+class RotaryEmbedding(Module):
+    """RoPE tables for heads of size head_dim: cos/sin of pos * theta_i, float32."""
+
+    def __init__(self, head_dim, max_len=2048, base=10000.0, scaling=None):
         super().__init__()
         if isinstance(head_dim, bool) or not isinstance(head_dim, (int, np.integer)) \
                 or head_dim < 2 or head_dim % 2:
@@ -732,9 +841,9 @@ class RotaryEmbedding(Module):
                 f"rotated in pairs), got {head_dim!r}"
             )
         self.head_dim, self.max_len, self.base = int(head_dim), int(max_len), float(base)
+        self.scaling = scaling
         ### BEGIN SOLUTION
-        exponents = np.arange(0, self.head_dim, 2, dtype=np.float64) / self.head_dim
-        inv_freq = 1.0 / self.base**exponents  # theta_i, (d/2,)
+        inv_freq = rope_frequencies(self.head_dim, self.base, scaling)  # theta_i, (d/2,)
         freqs = np.arange(self.max_len, dtype=np.float64)[:, None] * inv_freq  # (max_len, d/2)
         emb = np.concatenate((freqs, freqs), axis=-1)  # (max_len, d)
         self.cos_cached = np.cos(emb).astype(np.float32)
@@ -742,20 +851,28 @@ class RotaryEmbedding(Module):
         ### END SOLUTION
 
     def cos_sin(self, seq_len, offset=0):
-        """(cos, sin), float32 arrays of shape (seq_len, head_dim), for positions offset.."""
+        """(cos, sin) float32 for positions offset..offset + seq_len - 1: (seq_len, head_dim)
+        for an int offset, (B, 1, seq_len, head_dim) for one offset per sequence (B,)."""
         ### BEGIN SOLUTION
-        seq_len, offset = int(seq_len), int(offset)
-        if seq_len < 0 or offset < 0:
+        seq_len = int(seq_len)
+        start = np.asarray(offset, dtype=np.int64)
+        if seq_len < 0 or start.ndim > 1 or (start.size and start.min() < 0):
             raise ValueError(
-                f"RotaryEmbedding: seq_len ({seq_len}) and offset ({offset}) must be >= 0"
+                f"RotaryEmbedding: seq_len ({seq_len}) must be >= 0 and offset ({offset}) an "
+                "int >= 0 or one int >= 0 per sequence"
             )
-        if seq_len + offset > self.max_len:
+        last = int(start.max(initial=0)) + seq_len
+        if last > self.max_len:
             raise ValueError(
-                f"RotaryEmbedding: positions up to seq_len + offset = {seq_len + offset} "
-                f"requested, but the tables were built for max_len = {self.max_len}: build "
-                "RotaryEmbedding with a larger max_len"
+                f"RotaryEmbedding: positions up to seq_len + offset = {last} requested, but "
+                f"the tables were built for max_len = {self.max_len}: build RotaryEmbedding "
+                "with a larger max_len"
             )
-        return self.cos_cached[offset:offset + seq_len], self.sin_cached[offset:offset + seq_len]
+        if start.ndim == 0:
+            a = int(start)
+            return self.cos_cached[a:a + seq_len], self.sin_cached[a:a + seq_len]
+        positions = start[:, None] + np.arange(seq_len)  # (B, T)
+        return self.cos_cached[positions][:, None], self.sin_cached[positions][:, None]
         ### END SOLUTION
 
     def forward(self, x, offset=0):
@@ -764,7 +881,8 @@ class RotaryEmbedding(Module):
         return apply_rotary(x, cos, sin)
 
     def extra_repr(self):
-        return f"head_dim={self.head_dim}, max_len={self.max_len}, base={self.base:g}"
+        scaled = "" if self.scaling is None else f", scaling={self.scaling.get('rope_type')}"
+        return f"head_dim={self.head_dim}, max_len={self.max_len}, base={self.base:g}{scaled}"
 
 
 # %% nbgrader={"grade": false, "grade_id": "rotary-function", "locked": false, "schema_version": 3, "solution": true, "task": false}
@@ -800,7 +918,8 @@ def rotary_backward(ctx, grad):
 # %% nbgrader={"grade": false, "grade_id": "apply-rotary", "locked": true, "schema_version": 3, "solution": false, "task": false}
 #| export
 def apply_rotary(x, cos, sin):
-    """RoPE, x * cos + rotate_half(x) * sin, for x (..., T, d) and cos, sin (T, d)."""
+    """RoPE, x * cos + rotate_half(x) * sin, for x (..., T, d), cos and sin (T, d) or
+    (B, 1, T, d)."""
     if not isinstance(x, Tensor):
         x = Tensor(x)
     cos = cos.data if isinstance(cos, Tensor) else np.asarray(cos)
@@ -811,7 +930,7 @@ def apply_rotary(x, cos, sin):
         raise ShapeError(
             f"apply_rotary: x has shape {x.shape}, cos {cos.shape} and sin {sin.shape}: "
             f"cos and sin must be (T, d) = ({x.shape[-2] if x.ndim > 1 else '?'}, "
-            f"{x.shape[-1]}), e.g. rotary.cos_sin(T, offset)"
+            f"{x.shape[-1]}) or (B, 1, T, d), e.g. rotary.cos_sin(T, offset)"
         )
     return RotaryFunction.apply(x, cos=cos, sin=sin)
 
@@ -867,6 +986,71 @@ def test_unit_rotary_tables():
 
 
 test_unit_rotary_tables()
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_rope_scaling_and_offsets", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+def test_unit_rope_scaling_and_offsets():
+    """Llama 3's bands: fast kept, slow divided, middle blended; one offset per sequence."""
+    plain = rope_frequencies(16, 10000.0)
+    want = 10000.0 ** (-np.arange(0, 16, 2) / 16)
+    assert plain.shape == (8,) and np.allclose(plain, want, rtol=1e-12), (
+        f"rope_frequencies(16) should be base ** (-2i / 16) for i = 0..7, {want}, got {plain}"
+    )
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+              "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+    scaled = rope_frequencies(16, 10000.0, llama3)
+    wavelength = 2 * np.pi / want
+    fast, slow = wavelength < 64 / 4, wavelength > 64 / 1
+    mid = ~fast & ~slow
+    assert fast.any() and slow.any() and mid.any()  # the test covers all three bands
+    assert np.allclose(scaled[fast], want[fast], rtol=1e-9), (
+        f"fast frequencies (wavelength below L / high_freq_factor) stay as they are: expected "
+        f"{want[fast]}, got {scaled[fast]}"
+    )
+    assert np.allclose(scaled[slow], want[slow] / 8, rtol=1e-9), (
+        f"slow frequencies (wavelength above L / low_freq_factor) are divided by factor 8: "
+        f"expected {want[slow] / 8}, got {scaled[slow]}"
+        + (" (left unscaled)" if np.allclose(scaled[slow], want[slow]) else "")
+    )
+    s = (64 / wavelength[mid] - 1) / 3
+    assert np.allclose(scaled[mid], (1 - s) * want[mid] / 8 + s * want[mid], rtol=1e-9), (
+        "the middle band blends (1 - s) * theta / factor + s * theta with "
+        "s = (L / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)"
+    )
+    rope = RotaryEmbedding(16, max_len=64, scaling=llama3)
+    cos, _ = rope.cos_sin(3, offset=5)
+    angles = np.arange(5, 8)[:, None] * np.concatenate((scaled, scaled))
+    assert np.allclose(cos, np.cos(angles), atol=1e-6), (
+        "RotaryEmbedding(..., scaling=...) should build its tables from rope_frequencies with "
+        "the scaling"
+    )
+    cos_b, sin_b = rope.cos_sin(2, offset=np.array([0, 9, 4]))
+    assert cos_b.shape == (3, 1, 2, 16) and sin_b.shape == (3, 1, 2, 16), (
+        f"cos_sin(2, offset=[0, 9, 4]) should give (B, 1, T, d) = (3, 1, 2, 16) tables, one "
+        f"start per sequence, got {cos_b.shape}"
+    )
+    for b, start in enumerate((0, 9, 4)):
+        one, _ = rope.cos_sin(2, offset=start)
+        assert np.array_equal(cos_b[b, 0], one), (
+            f"sequence {b} starts at position {start}: its rows must be those of "
+            f"cos_sin(2, offset={start})"
+        )
+    x = np.random.default_rng(4).standard_normal((3, 2, 2, 16)).astype(np.float32)
+    rotated = rope(Tensor(x), offset=np.array([0, 9, 4])).data
+    assert np.allclose(rotated[1:2], rope(Tensor(x[1:2]), offset=9).data, atol=1e-6), (
+        "rotating a batch with one offset per sequence should equal rotating each alone"
+    )
+    try:
+        rope.cos_sin(2, offset=np.array([1, 63]))
+    except ValueError as error:
+        assert "65" in str(error) and "64" in str(error), (
+            f"the error should name the last position needed (65) and max_len (64): {error}"
+        )
+    else:
+        raise AssertionError("offsets reaching past max_len must raise ValueError")
+
+
+test_unit_rope_scaling_and_offsets()
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_apply_rotary", "locked": true, "points": 6, "schema_version": 3, "solution": false, "task": false}

@@ -65,16 +65,20 @@
 #   v, mask=None, is_causal=False, dropout_p=0.0)` and `attention_weights(q, k, ...)`.
 # - `MultiHeadAttention(embed_dim, num_heads, bias=True, dropout=0.0)`, in nanoGPT's layout:
 #   one fused `qkv` projection and an output projection `proj`.
-# - `GroupedQueryAttention(embed_dim, num_heads, num_kv_heads, bias=False)`, in Llama's
-#   layout (`q_proj`, `k_proj`, `v_proj`, `o_proj`), with optional rotary embeddings.
+# - `GroupedQueryAttention(embed_dim, num_heads, num_kv_heads, bias=False, head_dim=None)`,
+#   in Llama's layout (`q_proj`, `k_proj`, `v_proj`, `o_proj`), with optional rotary
+#   embeddings and Qwen3's per-head norms.
+# - Attention with a KV cache, in both layers: positions continue from the cache and the
+#   causal mask is aligned to the end of the keys.
 #
 # ## What you are not building yet
 #
 # - **The transformer block.** Layer normalization, the MLP and residual connections
 #   around attention are module 13, which assembles a GPT from your attention.
-# - **A KV cache.** Generating text token by token recomputes keys and values of the whole
-#   prefix unless they are cached (module 18). Your attention already accepts fewer queries
-#   than keys (`T < S`) and aligns the causal mask for that case.
+# - **The KV cache itself.** Generating text token by token recomputes keys and values of
+#   the whole prefix unless they are cached. Your attention takes a cache (Part 7), aligns
+#   the causal mask to the end of the keys and continues the positions; module 18 builds
+#   the caches (dense and paged) and the server around them.
 # - **Memory-efficient kernels.** FlashAttention never stores the (T, T) table, computing
 #   the softmax block by block in fast on-chip memory. On NumPy you cannot write such a
 #   kernel efficiently, but your fused backward uses one of its ideas: recompute instead of
@@ -725,8 +729,9 @@ test_unit_attention_shapes()
 # **Dropout** as in nanoGPT: on the attention weights (`dropout_p`, only in training) and
 # on the output (`Dropout(dropout)`, module 03). Both are off in `eval()` mode.
 #
-# Check at construction that `embed_dim % num_heads == 0` (a `ValueError` naming both),
-# and in `forward` that `x` is `(B, T, embed_dim)` (a `ShapeError` naming the shapes).
+# The sizes are checked for you (`embed_dim % num_heads == 0`, a `ValueError` naming both,
+# and in `forward` that `x` is `(B, T, embed_dim)`); you create the layers and write
+# `forward`. Ignore its `cache` argument until Part 7 (it is `None` until then).
 
 # %% nbgrader={"grade": false, "grade_id": "multihead", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
@@ -743,7 +748,6 @@ class MultiHeadAttention(Module):
         super().__init__()
         self.embed_dim = _positive_int(embed_dim, "embed_dim", "MultiHeadAttention")
         self.num_heads = _positive_int(num_heads, "num_heads", "MultiHeadAttention")
-        ### BEGIN SOLUTION
         if self.embed_dim % self.num_heads:
             raise ValueError(
                 f"MultiHeadAttention: embed_dim ({self.embed_dim}) must be divisible by "
@@ -752,13 +756,26 @@ class MultiHeadAttention(Module):
             )
         self.head_dim = self.embed_dim // self.num_heads
         self.dropout = float(dropout)
+        ### BEGIN SOLUTION
         self.qkv = Linear(self.embed_dim, 3 * self.embed_dim, bias=bias)
         self.proj = Linear(self.embed_dim, self.embed_dim, bias=bias)
         self.resid_dropout = Dropout(self.dropout)
         ### END SOLUTION
 
-    def forward(self, x, mask=None, is_causal=False):
-        """x (B, T, embed_dim) -> (B, T, embed_dim)."""
+    @classmethod
+    def from_linears(cls, qkv, proj, num_heads):
+        """The layer around existing projections (a checkpoint's, module 18), without the
+        random weights the constructor would draw (given)."""
+        layer = cls.__new__(cls)
+        Module.__init__(layer)
+        layer.embed_dim = _positive_int(qkv.in_features, "embed_dim", "MultiHeadAttention")
+        layer.num_heads = _positive_int(num_heads, "num_heads", "MultiHeadAttention")
+        layer.head_dim, layer.dropout = layer.embed_dim // layer.num_heads, 0.0
+        layer.qkv, layer.proj, layer.resid_dropout = qkv, proj, Dropout(0.0)
+        return layer
+
+    def forward(self, x, mask=None, is_causal=False, cache=None):
+        """x (B, T, embed_dim) -> (B, T, embed_dim); cache: keys and values of earlier tokens."""
         x = _as_tensor(x)
         if x.ndim != 3 or x.shape[-1] != self.embed_dim:
             raise ShapeError(
@@ -771,6 +788,8 @@ class MultiHeadAttention(Module):
         qkv = self.qkv(x.reshape(B * T, C))  # (B*T, 3C): every token on its own
         qkv = qkv.reshape(B, T, 3, H, D).permute(2, 0, 3, 1, 4)  # (3, B, H, T, D)
         q, k, v = qkv[0], qkv[1], qkv[2]  # (B, H, T, D) each
+        if cache is not None:
+            k, v = cache.update(k, v)  # (B, H, S, D): the earlier tokens' and these
         p = self.dropout if self.training else 0.0
         y = scaled_dot_product_attention(q, k, v, mask=mask, is_causal=is_causal, dropout_p=p)
         y = y.permute(0, 2, 1, 3).reshape(B * T, C)  # (B*T, C)
@@ -870,32 +889,48 @@ test_unit_multihead_attention()
 # **Rotary embeddings.** With `rotary` (a `RotaryEmbedding` from module 11) the queries
 # and keys are rotated after the projection and before attention, both with
 # `rotary.cos_sin(T, offset)`; values are not rotated. `offset` is the position of the
-# first token (for cached generation).
+# first token (for cached generation), or one position per sequence, `(B,)`, which module
+# 11's tables already handle.
+#
+# **Head size and per-head norms (given).** `head_dim` is usually `embed_dim // num_heads`;
+# Qwen3 chooses it freely (`num_heads * head_dim` need not equal `embed_dim`), so the
+# constructor takes it as an option and the sizes are checked and set for you. Qwen3 also
+# normalizes every query and key head over its `D` coordinates before the rotation: the
+# layer has `q_norm` and `k_norm`, `None` unless a checkpoint provides them (module 18);
+# when they are set, apply them to `q` and `k` (shape `(B, H, T, D)`) right after the
+# projections. As for `MultiHeadAttention`, leave `cache` for Part 7.
 
 # %% nbgrader={"grade": false, "grade_id": "gqa", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
+def _gqa_sizes(layer, embed_dim, num_heads, num_kv_heads, head_dim):
+    """Check and set the sizes of a GroupedQueryAttention (given)."""
+    owner = "GroupedQueryAttention"
+    layer.embed_dim = _positive_int(embed_dim, "embed_dim", owner)
+    layer.num_heads = _positive_int(num_heads, "num_heads", owner)
+    layer.num_kv_heads = _positive_int(num_kv_heads, "num_kv_heads", owner)
+    if head_dim is None and layer.embed_dim % layer.num_heads:
+        raise ValueError(
+            f"{owner}: embed_dim ({layer.embed_dim}) must be divisible by num_heads "
+            f"({layer.num_heads}), or give head_dim"
+        )
+    if layer.num_heads % layer.num_kv_heads:
+        raise ValueError(
+            f"{owner}: num_heads ({layer.num_heads}) must be a multiple of num_kv_heads "
+            f"({layer.num_kv_heads}): each key/value head serves an equal group of query heads"
+        )
+    layer.head_dim = _positive_int(layer.embed_dim // layer.num_heads if head_dim is None
+                                   else head_dim, "head_dim", owner)
+    layer.groups = layer.num_heads // layer.num_kv_heads
+    layer.q_norm = layer.k_norm = None  # Qwen3's per-head norms, set by module 18
+
+
 class GroupedQueryAttention(Module):
     """num_heads query heads sharing num_kv_heads key/value heads (Llama layout), optional RoPE."""
 
-    def __init__(self, embed_dim, num_heads, num_kv_heads, bias=False):
+    def __init__(self, embed_dim, num_heads, num_kv_heads, bias=False, head_dim=None):
         super().__init__()
-        owner = "GroupedQueryAttention"
-        self.embed_dim = _positive_int(embed_dim, "embed_dim", owner)
-        self.num_heads = _positive_int(num_heads, "num_heads", owner)
-        self.num_kv_heads = _positive_int(num_kv_heads, "num_kv_heads", owner)
+        _gqa_sizes(self, embed_dim, num_heads, num_kv_heads, head_dim)
         ### BEGIN SOLUTION
-        if self.embed_dim % self.num_heads:
-            raise ValueError(
-                f"{owner}: embed_dim ({self.embed_dim}) must be divisible by num_heads "
-                f"({self.num_heads})"
-            )
-        if self.num_heads % self.num_kv_heads:
-            raise ValueError(
-                f"{owner}: num_heads ({self.num_heads}) must be a multiple of num_kv_heads "
-                f"({self.num_kv_heads}): each key/value head serves an equal group of query heads"
-            )
-        self.head_dim = self.embed_dim // self.num_heads
-        self.groups = self.num_heads // self.num_kv_heads
         C, D = self.embed_dim, self.head_dim
         self.q_proj = Linear(C, self.num_heads * D, bias=bias)
         self.k_proj = Linear(C, self.num_kv_heads * D, bias=bias)
@@ -922,8 +957,22 @@ class GroupedQueryAttention(Module):
         )
         ### END SOLUTION
 
-    def forward(self, x, mask=None, is_causal=False, rotary=None, offset=0):
-        """x (B, T, embed_dim) -> (B, T, embed_dim); rotary: a RotaryEmbedding or None."""
+    @classmethod
+    def from_linears(cls, q_proj, k_proj, v_proj, o_proj, num_heads, num_kv_heads,
+                     q_norm=None, k_norm=None):
+        """The layer around existing projections (a checkpoint's, module 18), without the
+        random weights the constructor would draw (given)."""
+        layer = cls.__new__(cls)
+        Module.__init__(layer)
+        _gqa_sizes(layer, q_proj.in_features, num_heads, num_kv_heads,
+                   q_proj.out_features // num_heads)
+        layer.q_proj, layer.k_proj, layer.v_proj, layer.o_proj = q_proj, k_proj, v_proj, o_proj
+        layer.q_norm, layer.k_norm = q_norm, k_norm
+        return layer
+
+    def forward(self, x, mask=None, is_causal=False, rotary=None, offset=0, cache=None):
+        """x (B, T, embed_dim) -> (B, T, embed_dim); rotary: a RotaryEmbedding or None;
+        cache: keys and values of earlier tokens (module 18), or None."""
         x = _as_tensor(x)
         if x.ndim != 3 or x.shape[-1] != self.embed_dim:
             raise ShapeError(
@@ -936,13 +985,18 @@ class GroupedQueryAttention(Module):
         q = self.q_proj(x).reshape(B, T, H, D).permute(0, 2, 1, 3)  # (B, H, T, D)
         k = self.k_proj(x).reshape(B, T, Hkv, D).permute(0, 2, 1, 3)  # (B, Hkv, T, D)
         v = self.v_proj(x).reshape(B, T, Hkv, D).permute(0, 2, 1, 3)  # (B, Hkv, T, D)
+        if self.q_norm is not None:  # Qwen3: every head normalized, before the rotation
+            q, k = self.q_norm(q), self.k_norm(k)
         if rotary is not None:
             cos, sin = rotary.cos_sin(T, offset)
             q = apply_rotary(q, cos, sin)
             k = apply_rotary(k, cos, sin)
+        if cache is not None:
+            k, v = cache.update(k, v)  # (B, Hkv, S, D): the earlier tokens' and these
+        S = k.shape[2]
         q = q.reshape(B, Hkv, g, T, D)  # query heads j*g .. j*g+g-1 share kv head j
-        k = k.reshape(B, Hkv, 1, T, D)
-        v = v.reshape(B, Hkv, 1, T, D)
+        k = k.reshape(B, Hkv, 1, S, D)
+        v = v.reshape(B, Hkv, 1, S, D)
         mask = self._grouped_mask(mask)
         y = scaled_dot_product_attention(q, k, v, mask=mask, is_causal=is_causal)
         y = y.reshape(B, H, T, D).permute(0, 2, 1, 3).reshape(B, T, H * D)  # (B, T, H * D)
@@ -951,7 +1005,7 @@ class GroupedQueryAttention(Module):
 
     def extra_repr(self):
         return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
-                f"num_kv_heads={self.num_kv_heads}")
+                f"num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}")
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_grouped_query_attention", "locked": true, "points": 6, "schema_version": 3, "solution": false, "task": false}
@@ -1011,6 +1065,137 @@ def rotate(a):  # rotate_half on NumPy arrays, written out for the reference
 
 
 test_unit_grouped_query_attention()
+
+# %% [markdown]
+# ## Part 7: attention with a KV cache
+#
+# A model generates text one token at a time: after a prompt of `P` tokens it computes
+# token `P + 1`, then `P + 2`, and so on. The keys and values of earlier tokens never change
+# (a token attends only to tokens before it, and the weights are fixed), so a generator
+# keeps them in a **KV cache** and, at each step, computes `q`, `k`, `v` for the new tokens
+# only. Your layers take the cache as an argument; module 18 builds the caches. All a
+# layer needs is one method:
+#
+# ```
+# k_all, v_all = cache.update(k, v)   # k, v: this step's (B, H_kv, T, D), after RoPE
+#                                     # k_all, v_all: every token so far, (B, H_kv, S, D)
+# ```
+#
+# Three things change in `forward` when a cache is given:
+#
+# - **Positions continue.** The new tokens are at positions `offset .. offset + T - 1`,
+#   where `offset` is the number of tokens the cache holds (the caller passes it). RoPE
+#   rotates `q` and `k` by those positions *before* `k` goes into the cache, so a cached key
+#   is stored already rotated and is never rotated again.
+# - **More keys than queries.** Attention runs over all `S` keys, `S = offset + T`. Reshape
+#   `k` and `v` with `S`, not `T`.
+# - **The causal mask is aligned to the end.** Query `t` of this step is the token at
+#   position `S - T + t`; it may see keys `0 .. S - T + t`. That is `causal_mask(T, S)` of
+#   Part 2, which `is_causal=True` already builds. One new token (`T = 1`) sees everything.
+#
+# Store `k` and `v` in the cache **before** regrouping them for grouped-query attention:
+# the cache holds `H_kv` heads, not `H`; that is where grouped-query attention saves its
+# memory. In `MultiHeadAttention` the cache holds `(B, H, S, D)`.
+#
+# The test below uses the smallest possible cache, which concatenates along the positions.
+# Decoding token by token through it must give exactly the outputs of one pass over the
+# whole sequence.
+
+# %% nbgrader={"grade": false, "grade_id": "cache-helpers", "locked": true, "schema_version": 3, "solution": false, "task": false}
+class ConcatCache:
+    """The smallest KV cache: keys and values concatenated along the positions (given)."""
+
+    def __init__(self):
+        self.keys = self.values = None
+
+    def update(self, k, v):
+        k, v = np.asarray(k.data), np.asarray(v.data)  # no gradient flows into a cache
+        if self.keys is None:
+            self.keys, self.values = k, v
+        else:
+            self.keys = np.concatenate([self.keys, k], axis=2)
+            self.values = np.concatenate([self.values, v], axis=2)
+        return Tensor(self.keys), Tensor(self.values)
+
+
+class ScaleEachCoordinate(Module):
+    """x * w over the last axis: stands in for Qwen3's per-head RMSNorm here (given)."""
+
+    def __init__(self, w):
+        super().__init__()
+        self.w = np.asarray(w, dtype=np.float32)
+
+    def forward(self, x):
+        return x * Tensor(self.w)
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_attention_with_cache", "locked": true, "points": 6, "schema_version": 3, "solution": false, "task": false}
+def test_unit_attention_with_cache():
+    """Decoding chunk by chunk with a cache equals one causal pass; q_norm/k_norm are used."""
+    manual_seed(3)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 7, 16)).astype(np.float32)
+    gqa = GroupedQueryAttention(16, 4, 2)
+    rope = RotaryEmbedding(4, max_len=32)
+    full = gqa(Tensor(x), is_causal=True, rotary=rope).data
+    for chunks in ((7,), (3, 1, 1, 2), (1,) * 7):
+        cache, held, outs = ConcatCache(), 0, []
+        for n in chunks:
+            part = x[:, held:held + n]
+            outs.append(gqa(Tensor(part), is_causal=True, rotary=rope, offset=held,
+                            cache=cache).data)
+            held += n
+        got = np.concatenate(outs, axis=1)
+        assert got.shape == full.shape, (
+            f"GQA with a cache, chunks {chunks}: outputs of shape {got.shape}, expected "
+            f"{full.shape}: with a cache there are T queries but S = offset + T keys; "
+            "reshape k and v with S"
+        )
+        err = np.abs(got - full).max()
+        assert err < 1e-4, (
+            f"decoding in chunks {chunks} through a cache differs from one causal pass by "
+            f"{err:.3g}. Check: rotate q and k with rotary.cos_sin(T, offset) before "
+            "cache.update (a cached key is stored rotated); call cache.update(k, v) with the "
+            "H_kv heads, before regrouping; is_causal aligns the mask to the end of the keys"
+        )
+        assert cache.keys.shape == (2, 2, 7, 4), (
+            f"the cache should hold (B, H_kv, S, D) = (2, 2, 7, 4), got {cache.keys.shape}: "
+            "store k and v before they are regrouped or repeated for the query heads"
+        )
+    mha = MultiHeadAttention(16, 4)
+    whole = mha(Tensor(x), is_causal=True).data
+    cache = ConcatCache()
+    steps = [mha(Tensor(x[:, t:t + 1]), is_causal=True, cache=cache).data for t in range(7)]
+    err = np.abs(np.concatenate(steps, axis=1) - whole).max()
+    assert err < 1e-4, (
+        f"MultiHeadAttention decoded token by token through a cache differs from one causal "
+        f"pass by {err:.3g}: k, v = cache.update(k, v) after the split into heads, then "
+        "attention over every key"
+    )
+    w = np.linspace(0.5, 2.0, 4).astype(np.float32)
+    gqa.q_norm, gqa.k_norm = ScaleEachCoordinate(w), ScaleEachCoordinate(w[::-1].copy())
+    normed = gqa(Tensor(x), is_causal=True, rotary=rope).data
+    plain = GroupedQueryAttention.from_linears(gqa.q_proj, gqa.k_proj, gqa.v_proj, gqa.o_proj, 4, 2)
+    cos, sin = rope.cos_sin(7)
+
+    def heads(t, n):  # (B, T, n * 4) -> (B, n, T, 4)
+        return t.reshape(2, 7, n, 4).transpose(0, 2, 1, 3)
+
+    q = heads(x @ gqa.q_proj.weight.data.T, 4) * w
+    k = heads(x @ gqa.k_proj.weight.data.T, 2) * w[::-1]
+    v = heads(x @ gqa.v_proj.weight.data.T, 2)
+    q, k = q * cos + rotate(q) * sin, k * cos + rotate(k) * sin
+    k, v = np.repeat(k, 2, axis=1), np.repeat(v, 2, axis=1)
+    y = reference_attention(q, k, v, causal_mask(7)).transpose(0, 2, 1, 3).reshape(2, 7, 16)
+    assert np.allclose(normed, y @ gqa.o_proj.weight.data.T, atol=1e-4), (
+        "with q_norm and k_norm set, apply them to q and k (B, H, T, D) right after the "
+        "projections and before the rotation"
+        + (": they had no effect" if np.allclose(normed, plain(Tensor(x), is_causal=True,
+                                                                rotary=rope).data) else "")
+    )
+
+
+test_unit_attention_with_cache()
 
 # %% [markdown]
 # ## Systems analysis: attention's quadratic cost, measured

@@ -592,6 +592,15 @@ class MLP(Module):
         self.proj = Linear(hidden, dim, bias=bias)
         self.dropout = Dropout(dropout)
 
+    @classmethod
+    def from_linears(cls, fc, proj, approximate="tanh"):
+        """The MLP around existing layers (a checkpoint's, module 18), without the random
+        weights the constructor would draw (given)."""
+        layer = cls.__new__(cls)
+        Module.__init__(layer)
+        layer.approximate, layer.fc, layer.proj, layer.dropout = approximate, fc, proj, Dropout(0.0)
+        return layer
+
     def forward(self, x):
         ### BEGIN SOLUTION
         rows = x.reshape(-1, x.shape[-1])  # (B*T, C): every token on its own
@@ -610,6 +619,16 @@ class SwiGLU(Module):
         self.up_proj = Linear(dim, hidden, bias=bias)
         self.down_proj = Linear(hidden, dim, bias=bias)
         self.dropout = Dropout(dropout)
+
+    @classmethod
+    def from_linears(cls, gate_proj, up_proj, down_proj):
+        """The SwiGLU around existing layers (a checkpoint's, module 18), without the random
+        weights the constructor would draw (given)."""
+        layer = cls.__new__(cls)
+        Module.__init__(layer)
+        layer.gate_proj, layer.up_proj, layer.down_proj = gate_proj, up_proj, down_proj
+        layer.dropout = Dropout(0.0)
+        return layer
 
     def forward(self, x):
         ### BEGIN SOLUTION

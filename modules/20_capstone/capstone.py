@@ -101,7 +101,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tinytorch.models.llm import generate
+from tinytorch.core.layers import Linear, Module
+from tinytorch.core.tensor import Tensor
+from tinytorch.models.llm import generate, linear_layer
 from tinytorch.perf.acceleration import fast_kernels, use_fast_kernels
 from tinytorch.perf.benchmarking import Benchmark, environment
 from tinytorch.perf.compression import check_amount
@@ -393,13 +395,12 @@ def tiny_windows(seed=1, vocab=31, count=6, block=16):
 # either (an int4 weight is a parameter too). The capstone counts **the bytes of every
 # NumPy array the model holds**, `array.nbytes`, each array **once**:
 #
-# - module 18's engine keeps its weights in plain attributes: `model.embed_tokens`,
-#   `model.wpe`, `model.norm` (a tuple), `model.layers` (a list of blocks, each with
-#   `attn` and `mlp` objects holding `(weight, bias)` tuples), and the `model.weights`
-#   store they were read from;
-# - the same array can be reachable twice: the tied head (`model.lm_head is
-#   model.embed_tokens`), and every weight is also in `model.weights.tensors`. Count by
-#   identity (`id(array)`), as module 15's `model_nbytes` did for Modules;
+# - module 18's engine is built of your layers: `model.embedding`, `model.wpe`,
+#   `model.norm`, `model.layers` (a `Sequential` of blocks, each with `self_attn` and
+#   `mlp` holding module 03 `Linear` layers); every array sits in a `Parameter`'s `.data`;
+# - the same array can be reachable twice: the tied head is the embedding table itself, and
+#   a `Sequential` keeps its blocks both in a list and in its registry of sub-modules.
+#   Count by identity (`id(array)`), as module 15's `model_nbytes` did for Modules;
 # - a quantized weight (Part 3) is an object holding its integer array and its scales:
 #   walk into it like any other object.
 #
@@ -452,25 +453,27 @@ def test_unit_weight_nbytes():
 
     def check_counted(model, extra=0):
         """weight_nbytes(model): the checkpoint's arrays once each, plus `extra` bytes."""
-        expected = sum(a.nbytes for a in model.weights.tensors.values()) + extra
+        expected = sum(p.data.nbytes for p in model.parameters()) + extra  # each once
         got = weight_nbytes(model)
         assert got == expected, (
             f"weight_nbytes: expected {expected:,} bytes, got {got:,}: count every array the "
             "model holds once (by id()), walking lists, tuples and the blocks' objects")
 
     model = tiny_model()
-    expected = sum(a.nbytes for a in model.weights.tensors.values())
+    expected = sum(p.data.nbytes for p in model.parameters())  # each Parameter once
     got = weight_nbytes(model)
     assert got == expected, (
-        f"weight_nbytes of the tiny model: expected {expected:,} bytes (the "
-        f"{len(model.weights.tensors)} arrays of its checkpoint, each once), got {got:,}. "
-        + (f"{got - expected:,} bytes too many: the tied head (model.lm_head is "
-           "model.embed_tokens) or the weight store was counted again; count arrays by id()."
+        f"weight_nbytes of the tiny model: expected {expected:,} bytes (its arrays, each "
+        f"once), got {got:,}. "
+        + (f"{got - expected:,} bytes too many: an array reachable twice (the tied table, a "
+           "Sequential's blocks in its list and its dict) was counted again; count arrays "
+           "by id()."
            if got > expected else
-           "Too few: walk into lists (model.layers), tuples ((weight, bias)) and the blocks' "
-           "attn/mlp objects, not only the model's own attributes."))
+           "Too few: walk into lists, tuples, dicts and the attributes of every object (the "
+           "blocks, their layers, each Parameter's .data), not only the model's own."))
     assert expected == 112_000, f"the tiny model should hold 112,000 bytes, got {expected:,}"
-    model.extra = [model.embed_tokens, (model.embed_tokens,)]
+    table = model.embedding.weight.data
+    model.extra = [table, (table,)]
     again = weight_nbytes(model)
     assert again == expected, (
         f"an array reachable twice must count once: expected {expected:,}, got {again:,}. "
@@ -485,7 +488,7 @@ def test_unit_weight_nbytes():
     from tinytorch.core.tensor import hidden_cases
 
     nested = tiny_model(seed=3)
-    nested.extra = {"pair": (nested.layers[0].mlp.c_fc[0], np.ones((3, 5), np.float16))}
+    nested.extra = {"pair": (nested.layers[0].mlp.fc.weight.data, np.ones((3, 5), np.float16))}
     hidden_cases(check_counted, {
         "one narrow layer": (tiny_model(layers=1, width=16, heads=2),),
         "a small vocabulary and few positions": (tiny_model(vocab=7, positions=20),),
@@ -570,7 +573,8 @@ def test_unit_val_loss():
         f"the loss must not depend on the batch size: {got:.6f} with batches of 2, {one:.6f} "
         "with one batch. Sum per-token losses, divide once at the end.")
     big = tiny_model()
-    big.lm_head = big.lm_head * np.float32(400)  # logits of several hundred: exp overflows
+    table = big.embedding.weight  # the tied head: logits of several hundred, exp overflows
+    table.data = table.data * np.float32(400)
     loud = val_loss(big, x, y)
     assert math.isfinite(loud), (
         f"with logits of several hundred val_loss gave {loud}: subtract each row's maximum "
@@ -602,11 +606,12 @@ test_unit_val_loss()
 # %% [markdown]
 # ## Part 3: quantized weights for the engine
 #
-# Module 15 quantized the `Linear` layers of module 13's GPT. The engine of module 18 holds
-# plain arrays instead, and GPT-2 stores them as `Conv1D` weights, **(in, out)**: the engine
-# computes `x @ weight + bias` (its `conv1d`). All it needs from a weight is the product
-# `x @ weight` and `weight.shape`, so a quantized weight is an object that provides
-# exactly those two and holds integers instead of floats:
+# Module 15 quantized the `Linear` layers of module 13's GPT. The engine of module 18 is
+# built of the same `Linear` layers; for GPT-2 each holds, as its `(out, in)` weight, the
+# transposed view of a `Conv1D` weight stored **(in, out)** (`layer.weight.data.T` is the
+# stored array). Here you write the quantized weight yourself, as an object with the
+# product `x @ weight` and `weight.shape` of an (in, out) weight, holding integers instead
+# of floats:
 #
 # - **int8, per output channel**: the output channels of an (in, out) weight are its
 #   columns. Quantize the transpose, `quantize_int8(w.T, axis=0)`: an int8 `(out, in)`
@@ -622,15 +627,18 @@ test_unit_val_loss()
 #
 # `x @ qw` with `x` a NumPy array would normally make NumPy try to treat `qw` as an array;
 # a class attribute `__array_ufunc__ = None` tells NumPy to step aside, and Python then
-# calls `qw.__rmatmul__(x)`. This is the class that runs: nothing in the engine changes.
+# calls `qw.__rmatmul__(x)`. `QuantizedLayer(weight, bias)` (given) is the layer that
+# holds one in the engine: its `forward(x)` is `x @ weight + bias`.
 #
-# `quantize_weights(model, bits, group_size)` replaces, in every block, the weights of
-# `attn.c_attn`, `attn.c_proj`, `mlp.c_fc` and `mlp.c_proj` (each a `(weight, bias)` tuple;
-# biases stay float32) and **drops the float32 originals** from `model.weights.tensors`
-# (their names are `transformer.h.{i}.attn.c_attn.weight` and so on), so the bytes are
-# really gone. Embeddings, norms and the tied head stay float32, as in module 15. It
-# returns the names it replaced. Refuse a model that is not GPT-2 layout, or one already
-# quantized (a `ValueError` saying why).
+# `quantize_weights(model, bits, group_size)` replaces, in every block, the four layers
+# `self_attn.qkv`, `self_attn.proj`, `mlp.fc` and `mlp.proj` (GPT-2's `attn.c_attn`,
+# `attn.c_proj`, `mlp.c_fc`, `mlp.c_proj`; `_GPT2_LAYERS` lists them) by a
+# `QuantizedLayer` of a `QuantizedWeight` of `layer.weight.data.T` and the layer's
+# float32 bias. The model holds no other reference to the float32 weights, so their bytes
+# are really gone. Embeddings, norms and the tied head stay float32, as in module 15. It
+# returns the checkpoint names it replaced (`transformer.h.{i}.attn.c_attn.weight`, ...).
+# Refuse a model that is not GPT-2 layout, or one already quantized (a `ValueError` saying
+# why).
 
 # %% nbgrader={"grade": false, "grade_id": "quantized-weight", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
@@ -736,28 +744,41 @@ test_unit_quantized_weight()
 
 # %% nbgrader={"grade": false, "grade_id": "quantize-weights", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
-_GPT2_WEIGHTS = (("attn", "c_attn"), ("attn", "c_proj"), ("mlp", "c_fc"), ("mlp", "c_proj"))
+class QuantizedLayer(Module):
+    """An engine layer whose weight is a QuantizedWeight (in, out): x @ weight + bias (given)."""
+
+    def __init__(self, weight, bias=None):
+        super().__init__()
+        self.weight, self.bias = weight, bias  # QuantizedWeight; Parameter (out,) or None
+
+    def forward(self, x):
+        y = (x.data if isinstance(x, Tensor) else np.asarray(x)) @ self.weight  # (..., out)
+        return Tensor(y if self.bias is None else y + self.bias.data)
+
+
+# (block part, layer, its name in a GPT-2 checkpoint)
+_GPT2_LAYERS = (("self_attn", "qkv", "attn.c_attn"), ("self_attn", "proj", "attn.c_proj"),
+                ("mlp", "fc", "mlp.c_fc"), ("mlp", "proj", "mlp.c_proj"))
 
 
 def quantize_weights(model, bits=8, group_size=32):
-    """Replace the block weights of a GPT-2-layout engine model by QuantizedWeights, in place."""
+    """Replace the block layers of a GPT-2-layout engine model by QuantizedLayers, in place."""
     if model.config.model_type != "gpt2":
         raise ValueError(f"quantize_weights handles GPT-2-layout models (your TinyGPT), got "
                          f"model_type {model.config.model_type!r}")
     ### BEGIN SOLUTION
     names = []
     for i, block in enumerate(model.layers):
-        for part, name in _GPT2_WEIGHTS:
+        for part, name, hf_name in _GPT2_LAYERS:
             owner = getattr(block, part)
-            weight, bias = getattr(owner, name)
-            if isinstance(weight, QuantizedWeight):
+            layer = getattr(owner, name)
+            if isinstance(layer, QuantizedLayer):
                 raise ValueError(
-                    f"layer {i} {part}.{name} is already quantized: quantizing again would "
+                    f"layer {i} {hf_name} is already quantized: quantizing again would "
                     "round rounded weights. Load the float32 model again.")
-            setattr(owner, name, (QuantizedWeight(weight, bits, group_size), bias))
-            full = f"transformer.h.{i}.{part}.{name}.weight"
-            model.weights.tensors.pop(model.weights._key(full), None)
-            names.append(full)
+            weight = QuantizedWeight(layer.weight.data.T, bits, group_size)  # (in, out)
+            setattr(owner, name, QuantizedLayer(weight, layer.bias))
+            names.append(f"transformer.h.{i}.{hf_name}.weight")
     return names
     ### END SOLUTION
 
@@ -774,8 +795,8 @@ def test_unit_quantize_weights():
             f"{len(model.layers)} layers x 4 weights should give {4 * len(model.layers)} "
             f"names, got {len(names)}")
         held = [(qw.qweight.nbytes + qw.scale.nbytes, qw.shape) for block in model.layers
-                for qw in (block.attn.c_attn[0], block.attn.c_proj[0], block.mlp.c_fc[0],
-                           block.mlp.c_proj[0])]
+                for qw in (block.self_attn.qkv.weight, block.self_attn.proj.weight,
+                           block.mlp.fc.weight, block.mlp.proj.weight)]
         want = before - sum(4 * s[0] * s[1] for _, s in held) + sum(n for n, _ in held)
         assert weight_nbytes(model) == want, (
             f"after quantizing, the model should hold {want:,} bytes, got "
@@ -790,10 +811,13 @@ def test_unit_quantize_weights():
     assert len(names) == 8 and "transformer.h.1.mlp.c_fc.weight" in names, (
         f"2 layers x 4 weights should give 8 names such as 'transformer.h.1.mlp.c_fc.weight', "
         f"got {names}")
-    w, b = model.layers[0].attn.c_attn
-    assert isinstance(w, QuantizedWeight) and isinstance(b, np.ndarray), (
-        "layer 0's attn.c_attn should become (QuantizedWeight, float32 bias), got "
-        f"({type(w).__name__}, {type(b).__name__})")
+    layer = model.layers[0].self_attn.qkv
+    assert isinstance(layer, QuantizedLayer) and isinstance(layer.weight, QuantizedWeight) \
+        and layer.bias is not None and layer.bias.dtype == np.float32, (
+        "layer 0's self_attn.qkv (GPT-2's c_attn) should become a QuantizedLayer of a "
+        "QuantizedWeight and its float32 bias, got "
+        f"{type(layer).__name__}({type(getattr(layer, 'weight', None)).__name__}, "
+        f"{type(getattr(layer, 'bias', None)).__name__})")
     out = model(x)
     rel = np.abs(out - ref).max() / np.abs(ref).max()
     assert rel < 0.03, (
@@ -801,14 +825,14 @@ def test_unit_quantize_weights():
         "QuantizedWeight and that each (weight, bias) keeps its own bias")
     got = weight_nbytes(model)
     held = [(qw.qweight.nbytes + qw.scale.nbytes, qw.shape) for block in model.layers
-            for qw in (block.attn.c_attn[0], block.attn.c_proj[0], block.mlp.c_fc[0],
-                       block.mlp.c_proj[0])]
+            for qw in (block.self_attn.qkv.weight, block.self_attn.proj.weight,
+                       block.mlp.fc.weight, block.mlp.proj.weight)]
     expected = base_bytes - sum(4 * s[0] * s[1] for _, s in held) + sum(n for n, _ in held)
     assert got == expected, (
         f"after int8 the model should hold {expected:,} bytes (float32 {base_bytes:,} minus the "
         f"8 float32 block weights plus their int8 values and scales), got {got:,}. "
-        + ("More: the float32 originals are still reachable; remove them from "
-           "model.weights.tensors." if got > expected else
+        + ("More: the float32 originals are still reachable: replace the layers, do not "
+           "keep them beside the quantized ones." if got > expected else
            "Fewer: weight_nbytes does not walk into QuantizedWeight objects."))
     assert abs(val_loss(model, x, y) - base_loss) < 0.05, "int8 should barely move the loss"
     try:
@@ -839,17 +863,18 @@ test_unit_quantize_weights()
 #
 # Module 16 showed that zeroing single weights saves nothing in a dense array, and that
 # removing **whole hidden neurons** of an MLP shrinks both of its matrices and its time. In
-# the engine's GPT-2 layout, hidden neuron $j$ of a block is **column** $j$ of
-# `mlp.c_fc`'s weight (in, out) = (C, H), entry $j$ of its bias, and **row** $j$ of
-# `mlp.c_proj`'s weight (H, C). Score each neuron as module 16 did, by how much it can
-# carry through: $\lVert c\_fc[:, j] \rVert \cdot \lVert c\_proj[j, :] \rVert$.
+# the engine, a block's MLP is module 13's `MLP` with two `Linear` layers: hidden neuron $j$
+# is **row** $j$ of `mlp.fc.weight` (out, in) = (H, C), entry $j$ of `mlp.fc.bias`, and
+# **column** $j$ of `mlp.proj.weight` (C, H). Score each neuron as module 16 did, by how
+# much it can carry through: $\lVert fc[j, :] \rVert \cdot \lVert proj[:, j] \rVert$.
 #
 # `prune_neurons(model, amount)` removes `int(amount * H)` neurons with the lowest scores
 # in every block (ties: the earlier neuron is kept), keeping the others **in their
 # order**, so that the pruned model computes exactly what the full model computes with
-# the removed neurons' `c_proj` rows set to zero. Store the kept slices as new contiguous
-# arrays (`np.ascontiguousarray`) and drop the originals from `model.weights.tensors`, as
-# Part 3 did. Check the amount with module 16's `check_amount` (a fraction in [0, 1));
+# the removed neurons' `proj` columns set to zero. Put new layers in place of the two,
+# `linear_layer(weight, bias)` (module 18's: a `Linear` around given arrays), holding the
+# kept slices as new contiguous arrays (`np.ascontiguousarray`), so the originals are no
+# longer held. Check the amount with module 16's `check_amount` (a fraction in [0, 1));
 # `amount=0` changes nothing. Return `(H, H')`, the hidden size before and after.
 #
 # Prune **before** quantizing: the scores need the float32 weights. Without fine-tuning,
@@ -866,17 +891,16 @@ def prune_neurons(model, amount):
     ### BEGIN SOLUTION
     hidden = kept = None
     for i, block in enumerate(model.layers):
-        (w_fc, b_fc), (w_proj, b_proj) = block.mlp.c_fc, block.mlp.c_proj
-        if not isinstance(w_fc, np.ndarray) or not isinstance(w_proj, np.ndarray):
+        fc, proj = block.mlp.fc, block.mlp.proj
+        if not isinstance(fc, Linear) or not isinstance(proj, Linear):
             raise ValueError(f"layer {i}'s MLP is already quantized: prune before quantizing")
-        hidden = w_fc.shape[1]
-        score = np.linalg.norm(w_fc, axis=0) * np.linalg.norm(w_proj, axis=1)  # (H,)
+        hidden = fc.out_features
+        w_fc, w_proj = fc.weight.data, proj.weight.data  # (H, C), (C, H)
+        score = np.linalg.norm(w_fc, axis=1) * np.linalg.norm(w_proj, axis=0)  # (H,)
         n_keep = hidden - int(amount * hidden)
         keep = np.sort(np.argsort(-score, kind="stable")[:n_keep])  # (H',), in order
-        block.mlp.c_fc = (np.ascontiguousarray(w_fc[:, keep]), b_fc[keep].copy())
-        block.mlp.c_proj = (np.ascontiguousarray(w_proj[keep]), b_proj)
-        for name in ("mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight"):
-            model.weights.tensors.pop(model.weights._key(f"transformer.h.{i}.{name}"), None)
+        block.mlp.fc = linear_layer(np.ascontiguousarray(w_fc[keep]), fc.bias.data[keep].copy())
+        block.mlp.proj = linear_layer(np.ascontiguousarray(w_proj[:, keep]), proj.bias.data)
         kept = n_keep
     return hidden, kept
     ### END SOLUTION
@@ -887,51 +911,50 @@ def test_unit_prune_neurons():
     """The weakest MLP neurons go, the rest keep their order, and their bytes are freed."""
 
     def check_sizes(model, amount):
-        """prune_neurons(model, amount): (hidden, kept) and the shapes of c_fc and c_proj."""
-        width = model.layers[0].mlp.c_fc[0].shape[0]
-        hidden = model.layers[0].mlp.c_fc[0].shape[1]
+        """prune_neurons(model, amount): (hidden, kept) and the shapes of mlp.fc and mlp.proj."""
+        hidden, width = model.layers[0].mlp.fc.weight.shape  # (out, in) = (H, C)
         kept = hidden - int(amount * hidden)
         assert tuple(prune_neurons(model, amount)) == (hidden, kept), (
             f"{amount:.0%} of {hidden} neurons: expected ({hidden}, {kept})")
         for block in model.layers:
-            w_fc, b_fc = block.mlp.c_fc
-            assert w_fc.shape == (width, kept) and b_fc.shape == (kept,) and \
-                block.mlp.c_proj[0].shape == (kept, width), (
-                    "a neuron is a column of c_fc (in, out), its bias, and a row of c_proj")
+            fc, proj = block.mlp.fc, block.mlp.proj
+            assert fc.weight.shape == (kept, width) and fc.bias.shape == (kept,) and \
+                proj.weight.shape == (width, kept), (
+                    "a neuron is a row of fc.weight (out, in), its bias, and a column of "
+                    "proj.weight")
 
     check_sizes(tiny_model(seed=2), 0.25)
     x, _ = tiny_windows(count=3)
     ref = tiny_model()
     dropped = []
-    for block in ref.layers:  # the expected result: the weakest neurons' c_proj rows zeroed
-        w_fc, w_proj = block.mlp.c_fc[0], block.mlp.c_proj[0]
-        score = np.linalg.norm(w_fc, axis=0) * np.linalg.norm(w_proj, axis=1)
+    for block in ref.layers:  # the expected result: the weakest neurons' proj columns zeroed
+        w_fc, w_proj = block.mlp.fc.weight.data, block.mlp.proj.weight.data  # (H, C), (C, H)
+        score = np.linalg.norm(w_fc, axis=1) * np.linalg.norm(w_proj, axis=0)
         gone = np.argsort(score, kind="stable")[:int(0.25 * len(score))]
         dropped.append(set(gone.tolist()))
         zeroed = w_proj.copy()
-        zeroed[gone] = 0
-        block.mlp.c_proj = (zeroed, block.mlp.c_proj[1])
+        zeroed[:, gone] = 0
+        block.mlp.proj = linear_layer(zeroed, block.mlp.proj.bias.data)
     model = tiny_model()
     before = weight_nbytes(model)
     sizes = prune_neurons(model, 0.25)
     assert tuple(sizes) == (128, 96), f"25% of 128 neurons: expected (128, 96), got {sizes}"
-    w_fc, b_fc = model.layers[0].mlp.c_fc
-    w_proj = model.layers[0].mlp.c_proj[0]
-    assert w_fc.shape == (32, 96) and b_fc.shape == (96,) and w_proj.shape == (96, 32), (
-        f"c_fc should become (32, 96) with a (96,) bias and c_proj (96, 32); got "
-        f"{w_fc.shape}, {b_fc.shape}, {w_proj.shape}. A neuron is a column of c_fc (in, out) "
-        "and a row of c_proj.")
+    fc, proj = model.layers[0].mlp.fc, model.layers[0].mlp.proj
+    w_fc, b_fc, w_proj = fc.weight.data, fc.bias.data, proj.weight.data
+    assert w_fc.shape == (96, 32) and b_fc.shape == (96,) and w_proj.shape == (32, 96), (
+        f"fc's weight should become (96, 32) with a (96,) bias and proj's (32, 96); got "
+        f"{w_fc.shape}, {b_fc.shape}, {w_proj.shape}. A neuron is a row of fc.weight (out, "
+        "in) and a column of proj.weight.")
     diff = np.abs(model(x) - ref(x)).max()
     assert diff < 1e-4, (
-        f"the pruned model should equal the full one with the weakest neurons' c_proj rows "
-        f"zeroed; logits differ by {diff:.3g}. Score = |c_fc column| * |c_proj row|, drop the "
+        f"the pruned model should equal the full one with the weakest neurons' proj columns "
+        f"zeroed; logits differ by {diff:.3g}. Score = |fc row| * |proj column|, drop the "
         "lowest, keep the others in their order (np.sort the kept indices).")
     saved = before - weight_nbytes(model)
     expected = 2 * 32 * (32 * 4 + 32 * 4 + 4)  # per block: 32 columns, 32 rows, 32 biases
     assert saved == expected, (
         f"pruning 32 of 128 neurons in 2 blocks should free {expected:,} bytes, freed "
-        f"{saved:,}: store the kept slices as new arrays and drop the originals from "
-        "model.weights.tensors.")
+        f"{saved:,}: put new layers holding the kept slices in place of the old ones.")
     assert prune_neurons(tiny_model(), 0.0) == (128, 128), "amount 0 should keep every neuron"
     try:
         prune_neurons(tiny_model(), 1.0)
@@ -1071,7 +1094,7 @@ def test_unit_optimize():
     assert fast.get("kernels") == active, (
         f"fast_kernels settings should name the kernels module 17 turns on, {active}, got "
         f"{fast.get('kernels')}")
-    assert isinstance(entry.model.layers[0].mlp.c_fc[0], QuantizedWeight), (
+    assert isinstance(entry.model.layers[0].mlp.fc, QuantizedLayer), (
         "optimize(bits=8) should quantize the model's weights (quantize_weights)")
     plain = optimize(tiny_model(), bits=None, cache=None, fast=False)
     assert plain.techniques == [], (

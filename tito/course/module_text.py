@@ -147,7 +147,10 @@ MODULE_TEXT: dict[int, ModuleText] = {
         ),
     ),
     11: ModuleText(
-        summary="Token embeddings, learned and sinusoidal positions, rotary embeddings.",
+        summary=(
+            "Token embeddings (and the tied output layer), learned and sinusoidal positions, "
+            "rotary embeddings with Llama 3's scaling."
+        ),
         hours="4-5",
         difficulty=3,
         needs_to_know="Indexing and gradients (modules 01, 06); sines, cosines and rotations.",
@@ -158,7 +161,10 @@ MODULE_TEXT: dict[int, ModuleText] = {
         book=("Architectures", "https://mlsysbook.ai/vol1/nn_architectures/nn_architectures.html"),
     ),
     12: ModuleText(
-        summary="Scaled dot-product, causal and padding masks, multi-head and grouped-query attention.",
+        summary=(
+            "Scaled dot-product, causal and padding masks, multi-head and grouped-query "
+            "attention, with a KV cache."
+        ),
         hours="6-8",
         difficulty=4,
         needs_to_know="Matrix products with batch axes, softmax (02) and autograd (06).",
@@ -243,8 +249,9 @@ MODULE_TEXT: dict[int, ModuleText] = {
     ),
     18: ModuleText(
         summary=(
-            "Llama, Qwen and MoE checkpoints on your own engine: the decoder block, model "
-            "assembly, dense and paged KV caches, batched generation, measured."
+            "Llama, Qwen and MoE checkpoints on an engine built from your own layers: the "
+            "decoder block, model assembly, dense and paged KV caches, generation, continuous "
+            "batching, measured."
         ),
         hours="8-10",
         difficulty=4,

@@ -85,15 +85,9 @@ def draw_capstone_events(fig):
             quantize_weights(m, bits=bits, group_size=32)
         blocks = 0
         for block in m.layers:
-            for w in (
-                block.attn.c_attn[0],
-                block.attn.c_proj[0],
-                block.mlp.c_fc[0],
-                block.mlp.c_proj[0],
-            ):
-                blocks += (
-                    w.nbytes if isinstance(w, np.ndarray) else (w.qweight.nbytes + w.scale.nbytes)
-                )
+            for layer in (block.self_attn.qkv, block.self_attn.proj, block.mlp.fc, block.mlp.proj):
+                w = layer.weight  # a Parameter (float32) or a QuantizedWeight
+                blocks += w.data.nbytes if bits is None else (w.qweight.nbytes + w.scale.nbytes)
         rows.append((label, weight_nbytes(m), blocks))
     x = np.arange(len(rows))
     mib = 2**20

@@ -12,13 +12,13 @@ def draw_kv_layout(fig):
     from tinytorch.models.llm import TinyKvFullCache, TinyKvPagedCache, TinyKvPagedPool
 
     lengths, page = [29, 6, 14, 3], 8
-    dense = TinyKvFullCache(1)
-    paged = TinyKvPagedCache(TinyKvPagedPool(page, 1, 1, 4))
+    dense = TinyKvFullCache()  # one layer's caches
+    paged = TinyKvPagedCache(TinyKvPagedPool(page_size=page))
     for cache in (dense, paged):
         cache.reserve(lengths)
         kv = np.ones((len(lengths), 1, max(lengths), 4), np.float32)
-        cache.update(0, kv, kv)
-    S = dense.keys[0].shape[2]  # slots per row of the dense array
+        cache.update(kv, kv)
+    S = dense.keys.shape[2]  # slots per row of the dense array
     ax = fig.add_axes([0, 0, 1, 1])  # not canvas(): cells are taller than wide here
     ax.set_xlim(-3.5, 68)
     ax.set_ylim(-1.6, 7.4)
