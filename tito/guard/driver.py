@@ -1,31 +1,44 @@
-"""Runs a lesson's code cells in order in a fresh interpreter; used by `runner.py`.
+"""Runs a lesson's code cells in order in a fresh interpreter: the child process of the graders.
 
-Invoked as ``python -m tito.student.driver`` with the spec as JSON on stdin: the cells, the
-folder that must come first on ``sys.path`` (the one holding the ``tinytorch`` under test),
-the file descriptor to report on, a per-run token and the folders no cell may read.
+`tito module complete`/`test` start it through ``tito/student/runner.py``; `tito nbgrader
+autograde` starts it a second time for each student, inside the sandbox, on the student's
+solution cells and the instructor's own test cells (``tito/grading/verify.py``). Both run::
 
-Each cell's start and end are written as one line (``token<TAB>json``) to that descriptor
-as they happen, so the parent prints each test's result when it finishes and knows which
-cell was running if the run is stopped. On SIGUSR1, ``faulthandler`` writes the stack to
-``stack_path``: the parent asks for it before stopping an endless loop, to name the line.
+    python -I -B path/to/driver.py        (the spec as JSON on stdin; the results on stdout)
 
-Cells marked ``trusted`` come from the released notebook (the locked tests and given code);
-the others are the student's. After each student cell the driver checks that it did not
-replace what the tests rely on (numpy's checks, builtins, helpers defined by locked cells)
-and an audit hook refuses any read of the folders holding reference solutions.
+``-I`` (isolated): no ``PYTHON*`` variable (``PYTHONOPTIMIZE``, ``PYTHONPATH``,
+``PYTHONSTARTUP``), no user site folder, nothing from the current folder at start-up.
+
+**The results.** Each cell's start and end go back as one line each, ``MAC<TAB>json``, where
+MAC is an HMAC-SHA256 of the json under a key the parent sent on stdin; the json carries a
+sequence number. Only this file writes them, from an audit hook that accepts a record only
+from the frame of the loop below: the key lives in that hook's closure, which no Python code
+can reach (the guard refuses frames and the garbage collector's lists). A line a cell writes
+into the channel itself is not signed and is dropped by the parent; a run that stops before
+its last record leaves its remaining cells failed.
+
+**The cells** run in a thread of their own: a signal handler runs in the main thread and
+sees only its frame, which holds nothing. Cells marked ``trusted`` are the release's (the
+locked tests and given code); the others are the student's. After each cell the guard
+(``protect.py``) compares NumPy, the builtins and the helpers with what they were before any
+student code ran, and puts back what changed; the audit hook refuses the rest while the run
+lasts. ``definitions_only`` (the instructor's second grading) runs only the definitions,
+imports and constants at the top level of a student's cell, and reports the rest.
+
+A graded cell that writes to stderr fails, as it does in nbgrader, which scores any output to
+stderr in a test cell as zero: the two graders agree.
 """
 
-import builtins
-import contextlib
-import faulthandler
-import io
-import json
-import linecache
 import os
-import signal
 import sys
-import time
-import traceback
+
+try:  # run as a file (the graders), or imported (tito's own tests)
+    from . import protect
+except ImportError:
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    import protect  # type: ignore[no-redef]
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _strip_magics(source):
@@ -36,11 +49,45 @@ def _strip_magics(source):
     )
 
 
+def definitions(tree):
+    """(kept, dropped) top-level statements of a parsed cell: kept are imports, function and
+    class definitions, assignments to plain names, docstrings and ``pass``, and ``if``/``try``
+    blocks made only of those; dropped are ``(line, code)`` of everything else."""
+    import ast
+
+    def fine(node):
+        if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef,
+                             ast.ClassDef, ast.Pass)):
+            return True
+        if isinstance(node, ast.Assign):
+            return all(isinstance(t, ast.Name) for t in node.targets)
+        if isinstance(node, ast.AnnAssign):
+            return isinstance(node.target, ast.Name)
+        if isinstance(node, ast.Expr):
+            return isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+        if isinstance(node, ast.If):
+            return all(fine(n) for n in node.body + node.orelse)
+        if isinstance(node, ast.Try):
+            return all(fine(n) for n in node.body + node.orelse + node.finalbody) and all(
+                fine(n) for h in node.handlers for n in h.body)
+        return False
+
+    kept, dropped = [], []
+    for node in tree.body:
+        if fine(node):
+            kept.append(node)
+        else:
+            dropped.append((node.lineno, ast.unparse(node).splitlines()[0][:120]))
+    return kept, dropped
+
+
 def _where(error, trusted=frozenset()):
     """Where to look: the innermost frame in one of the student's cells, in the first error of
     the chain that has one, starting from the root cause (the ValueError behind a ShapeError,
     the student's error behind a test's better message); else the innermost frame in any
     cell of the error itself. Returns (cell label, line, code, function) or None."""
+    import traceback
+
     chain, seen = [], set()
     while error is not None and id(error) not in seen and len(chain) < 5:
         seen.add(id(error))
@@ -62,139 +109,227 @@ def _where(error, trusted=frozenset()):
     return found
 
 
-class _Guard:
-    """What a student's cell must leave alone for the tests to mean anything."""
+def _install_reporter(key: bytes, fd: int, allow_requester, note):
+    """The audit hook that signs and writes the records (see the module's docstring)."""
+    import _json
+    import _thread
 
-    def __init__(self, namespace):
-        import numpy
+    try:
+        import _hashlib
 
-        self.namespace = namespace
-        self.modules = {"builtins": builtins, "numpy": numpy, "numpy.testing": numpy.testing,
-                        "json": json, "traceback": traceback, "io": io}
-        self.modules["tito.student.driver"] = sys.modules[__name__]
-        self.snapshot = {}
-        self.protected_names = {}
-        self.sys_hooks = (sys.gettrace(), sys.getprofile())
-        self.take()
+        _mac = _hashlib.hmac_digest
+    except (ImportError, AttributeError):  # a Python without OpenSSL's HMAC
+        import hmac
 
-    def take(self):
-        self.snapshot = {
-            (name, attr): id(value)
-            for name, mod in self.modules.items() for attr, value in vars(mod).items()
-        }
+        _mac = hmac.digest
+    _getframe, _write, _get_ident = sys._getframe, os.write, _thread.get_ident
+    _encode_str = _json.encode_basestring_ascii
+    _int_repr, _float_repr, _hex = int.__repr__, float.__repr__, bytes.hex
+    _type, _join, _isinstance = type, ",".join, isinstance
+    state = {"frame": None, "seq": 0, "done": False}
+    busy: set = set()
 
-    def after_trusted(self, before):
-        """Names a locked cell bound (test helpers, given classes) become protected."""
-        for key, value in self.namespace.items():
-            if before.get(key, None) is not value or key not in before:
-                self.protected_names[key] = value
-
-    def check(self, names=True):
-        """What a cell changed that it must not have, as sentences (empty: fine). Locked cells
-        are checked too (the student's functions run inside them), except for the names they
-        bind themselves."""
-        problems = []
-        for (name, attr), ident in self.snapshot.items():
-            found = vars(self.modules[name])
-            if attr not in found or id(found[attr]) != ident:
-                problems.append(f"it replaced {name}.{attr}")
-        for key, value in self.protected_names.items() if names else ():
-            if key not in self.namespace or self.namespace[key] is not value:
-                problems.append(f"it redefined `{key}`, which a locked cell of the release defines")
-        if (sys.gettrace(), sys.getprofile()) != self.sys_hooks:
-            problems.append("it installed a trace or profile function (sys.settrace/setprofile)")
-            sys.settrace(self.sys_hooks[0])
-            sys.setprofile(self.sys_hooks[1])
-        return problems
-
-
-def _install_audit(forbidden, state):
-    """Refuse, for the whole run, reads under ``forbidden`` folders and new processes."""
-    roots = tuple(os.path.join(os.path.realpath(f), "") for f in forbidden)
+    def encode(value):
+        kind = _type(value)
+        if value is None:
+            return "null"
+        if value is True:
+            return "true"
+        if value is False:
+            return "false"
+        if kind is int:
+            return _int_repr(value)
+        if kind is float:
+            return _float_repr(value) if value == value and value not in (
+                float("inf"), float("-inf")) else "null"
+        if kind is str:
+            return _encode_str(value)
+        if kind is list or kind is tuple:
+            return "[" + _join([encode(v) for v in value]) + "]"
+        if kind is dict:
+            return "{" + _join([_encode_str(k) + ":" + encode(v) for k, v in value.items()
+                                if _type(k) is str]) + "}"
+        return '"?"'
 
     def hook(event, args):
-        if not state["armed"]:
+        if event != "tito.report":
             return
-        if event == "open" and roots and args and isinstance(args[0], (str, bytes, os.PathLike)):
-            path = args[0]
-            if isinstance(path, int):
-                return
-            path = os.fsdecode(path)
-            full = os.path.realpath(path)
-            if any(full.startswith(root) or full + os.sep == root for root in roots):
-                state["violations"].append(f"it read {full}, which holds the course's reference solution")
-                raise PermissionError(f"{full}: reading the course's reference solution is not allowed")
-        elif event in ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
-                       "os.fork", "os.forkpty"):
-            state["violations"].append(f"it started a process ({event})")
-            raise PermissionError(f"{event}: cells may not start other processes while graded")
+        ident = _get_ident()
+        if ident in busy:
+            return
+        busy.add(ident)
+        try:
+            frame = _getframe(1)
+            if state["frame"] is None:
+                state["frame"] = frame
+            elif frame is not state["frame"] or state["done"]:
+                note("it tried to write to the grader's report")
+                raise protect.Refused("it tried to write to the grader's report")
+            record = args[0] if args and _type(args[0]) is dict else {}
+            payload = "{" + _encode_str("seq") + ":" + _int_repr(state["seq"]) + (
+                "," + encode(record)[1:] if record else "}")
+            state["seq"] += 1
+            if record.get("event") == "done":
+                state["done"] = True
+            data = (_hex(_mac(key, payload.encode(), "sha256")) + "\t" + payload + "\n").encode()
+            data = b"\n" + data  # a line a cell left unfinished cannot swallow this one
+            while data:
+                data = data[_write(fd, data):]
+        finally:
+            busy.discard(ident)
+            frame = None
 
     sys.addaudithook(hook)
+    allow_requester(hook.__code__)
+
+
+def _text(value, limit=None):
+    """An exact ``str`` (never a student's subclass), cut to its last ``limit`` characters."""
+    text = "".join([value]) if isinstance(value, str) else "?"
+    return text[-limit:] if limit else text
+
+
+def _start(raw: bytes, finished) -> None:
+    """Read the spec, install the guard and the reporter, start the worker thread."""
+    import _thread
+    import ast
+    import contextlib
+    import faulthandler
+    import io
+    import json
+    import linecache
+    import time
+    import traceback
+
+    spec = json.loads(raw)
+    key = bytes.fromhex(spec.pop("key"))
+    # The records go to the original stdout; a cell's own writes to fd 1 go nowhere.
+    channel = os.dup(1)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.close(null)
+    package_root = spec["package_root"]
+    sys.path.insert(0, package_root)
+    if spec.get("cwd_on_path", True):
+        sys.path.append(os.getcwd())  # the notebook's folder, after every installed package
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    if sys.flags.optimize:
+        raise SystemExit("the graded run needs asserts: Python was started with -O")
+
+    guard = protect.make_guard(
+        trusted_roots=[*protect.library_roots(), os.path.join(package_root, "tinytorch"), HERE],
+        forbidden_roots=spec.get("forbidden", []), own_module=spec.get("own_module", ""),
+        strict=True, ctypes_packages=spec.get("ctypes_packages", []))
+    _install_reporter(key, channel, guard["allow_requester"], guard["note"])
+    del key
+    modules = protect.watched_modules(spec.get("helpers", []))
+    namespace = {"__name__": "__main__"}
+    checker = protect.make_checker(modules, namespace)
+    if spec.get("stack_path"):
+        stack_file = open(spec["stack_path"], "w")  # noqa: SIM115 - kept open for faulthandler
+        faulthandler.dump_traceback_later(spec.get("dump_after", 60), file=stack_file)
+
+    cells = spec["cells"]
+    only_definitions = spec.get("definitions_only", False)
+    stderr_fails = spec.get("stderr_fails_tests", True)
+    trusted_labels = frozenset(f"<cell {c['index']} '{c['name']}'>" for c in cells
+                               if c.get("trusted"))
+    arm, take, trust_code = guard["arm"], guard["take"], guard["trust_code"]
+    check, protect_names = checker["check"], checker["protect"]
+    _audit, _compile, _exec, _clock = sys.audit, compile, exec, time.perf_counter
+    _dict, _len, _isinstance, _type = dict, len, isinstance, type
+    _parse, _module_node = ast.parse, ast.Module
+    _redirect_out, _redirect_err, _string_io = (contextlib.redirect_stdout,
+                                                contextlib.redirect_stderr, io.StringIO)
+    _format = traceback.format_exception
+    _lines = linecache.cache
+    where_of, strip, keep = _where, _strip_magics, definitions
+
+    def worker():
+        try:
+            _audit("tito.report", {"event": "ready"})
+            arm()
+            for cell in cells:
+                index, trusted = cell["index"], cell.get("trusted", False)
+                label = f"<cell {index} '{cell['name']}'>"
+                source = strip(cell["source"])
+                _lines[label] = (_len(source), None, source.splitlines(True), label)
+                _audit("tito.report", {"event": "start", "index": index})
+                record = {"event": "end", "index": index}
+                out, err = _string_io(), _string_io()
+                before = _dict(namespace)
+                take()
+                start = _clock()
+                try:
+                    if only_definitions and not trusted:
+                        tree = _parse(source, label)
+                        kept, dropped = keep(tree)
+                        if dropped:
+                            record["dropped"] = dropped
+                        code = _compile(_module_node(body=kept, type_ignores=[]), label, "exec")
+                    else:
+                        code = _compile(source, label, "exec")
+                    if trusted:
+                        trust_code(code)
+                    with _redirect_out(out), _redirect_err(err):
+                        _exec(code, namespace)
+                    record["status"] = "passed"
+                except BaseException as error:  # a student's error of any kind is a result
+                    record["status"] = "failed"
+                    record["error_type"] = _text(_type(error).__name__)
+                    if _isinstance(error, SyntaxError):
+                        record["message"] = _text(error.msg)
+                    elif _isinstance(error, SystemExit):
+                        record["message"] = (f"the cell called sys.exit({_text(repr(error.code))})"
+                                             "; remove that call")
+                    else:
+                        record["message"] = _text(str(error))
+                    found = where_of(error, trusted_labels)
+                    record["where"] = [_text(str(found[0])), found[1], _text(found[2]),
+                                       _text(found[3])] if found else None
+                    record["traceback"] = _text("".join(
+                        _format(_type(error), error, error.__traceback__)[-6:]))
+                    error.__traceback__ = None
+                    del error
+                record["seconds"] = _clock() - start
+                problems = check(names=not trusted) + take()
+                if problems:
+                    record["status"] = "failed"
+                    record["error_type"] = "IntegrityError"
+                    record["message"] = "; ".join(_dict.fromkeys(problems))
+                    record["where"] = None
+                if trusted:
+                    protect_names(before)
+                before = None
+                record["stdout"] = _text(out.getvalue(), 4000)
+                written = _text(err.getvalue(), 4000)
+                if written:
+                    record["stderr"] = written
+                    if cell.get("graded") and stderr_fails and record["status"] == "passed":
+                        record["status"] = "failed"
+                        record["error_type"] = "StderrOutput"
+                        record["message"] = written.strip().splitlines()[-1][:300] \
+                            if written.strip() else "(blank)"
+                _audit("tito.report", record)
+                record = None
+            _audit("tito.report", {"event": "done"})
+        except BaseException:  # the driver's own failure: said on stderr, the run ends
+            traceback.print_exc()
+        finally:
+            finished()
+
+    _thread.start_new_thread(worker, ())
 
 
 def main():
-    spec = json.loads(sys.stdin.read())
-    token = spec["token"]
-    out_fd = spec["fd"]
-    sys.path.insert(0, spec["package_root"])
-    os.environ.setdefault("MPLBACKEND", "Agg")
-    stack_file = open(spec["stack_path"], "w")  # noqa: SIM115 - kept open for faulthandler
-    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=False)
-    namespace = {"__name__": "__main__"}
-    state = {"armed": False, "violations": []}
-    _install_audit(spec.get("forbidden", []), state)
-    guard = _Guard(namespace)
-    write = os.write
-    dumps = json.dumps
+    import _thread
 
-    def emit(record):
-        data = (token + "\t" + dumps(record) + "\n").encode()
-        while data:
-            data = data[write(out_fd, data):]
-
-    trusted_labels = {f"<cell {c['index']} '{c['name']}'>" for c in spec["cells"] if c.get("trusted")}
-    for cell in spec["cells"]:
-        label = f"<cell {cell['index']} '{cell['name']}'>"
-        source = _strip_magics(cell["source"])
-        linecache.cache[label] = (len(source), None, source.splitlines(True), label)
-        trusted = cell.get("trusted", False)
-        emit({"event": "start", "index": cell["index"]})
-        record = {"event": "end", "index": cell["index"]}
-        out = io.StringIO()
-        before = dict(namespace)
-        state["violations"] = []
-        state["armed"] = True
-        start = time.perf_counter()
-        try:
-            code = compile(source, label, "exec")
-            with contextlib.redirect_stdout(out):
-                exec(code, namespace)
-            record["status"] = "passed"
-        except BaseException as error:  # a student's error of any kind is a result, not a crash
-            record["status"] = "failed"
-            record["error_type"] = type(error).__name__
-            record["message"] = str(error)
-            if isinstance(error, SyntaxError):
-                record["message"] = error.msg
-            if isinstance(error, SystemExit):
-                record["message"] = f"the cell called sys.exit({error.code!r}); remove that call"
-            record["where"] = _where(error, trusted_labels)
-            record["traceback"] = "".join(
-                traceback.format_exception(type(error), error, error.__traceback__)[-6:]
-            )
-        record["seconds"] = time.perf_counter() - start
-        state["armed"] = False
-        problems = guard.check(names=not trusted) + state["violations"]
-        if problems:
-            record["status"] = "failed"
-            record["error_type"] = "IntegrityError"
-            record["message"] = "; ".join(dict.fromkeys(problems))
-            record["where"] = None
-            guard.take()
-        if trusted:
-            guard.after_trusted(before)
-        record["stdout"] = out.getvalue()[-4000:]
-        emit(record)
+    done = _thread.allocate_lock()
+    done.acquire()
+    _start(sys.stdin.buffer.read(), done.release)
+    done.acquire()  # the main thread only waits: a signal handler finds nothing here
+    sys.stderr.flush()
+    os._exit(0)  # no finalizers: no student object runs after the last record
 
 
 if __name__ == "__main__":
