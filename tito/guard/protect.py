@@ -261,10 +261,6 @@ def make_guard(*, trusted_roots=(), forbidden_roots=(), own_module="", strict=Tr
             if name in CODE_ATTRIBUTES and _isinstance(target, function_type):
                 if not is_student(target.__code__):
                     fail(f"it changed {name} of {target.__qualname__}, which the tests use")
-            elif name == "__bases__" and student and _isinstance(target, _type) and not file_is_student(
-                    _getattr(sys.modules.get(target.__module__), "__file__", None) or "<?>"):
-                fail(f"it changed the bases of the class {target.__qualname__}, which the tests "
-                     "use")
         elif event == "function.__new__":
             code = args[0] if args else None
             if _isinstance(code, code_type) and _id(code) in trusted_codes:
@@ -306,7 +302,7 @@ def make_guard(*, trusted_roots=(), forbidden_roots=(), own_module="", strict=Tr
         if event == "object.__getattr__" and (len(args) < 2 or args[1] not in FRAME_ATTRIBUTES):
             return
         if event == "object.__setattr__" and (len(args) < 2 or (
-                args[1] not in CODE_ATTRIBUTES and args[1] != "__bases__")):
+                args[1] not in CODE_ATTRIBUTES)):
             return
         if event == "import" and not own:
             return
