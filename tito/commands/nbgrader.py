@@ -168,6 +168,9 @@ def _details(r: StudentResult, timeout: int | None = None) -> None:
         console.print(f"      [yellow]✎ awaiting manual grading:[/] {escape(', '.join(r.awaiting))}")
     for flag in r.flags:
         console.print(f"      [bold red]⚑ flagged: {escape(flag)}[/]")
+    for dropped in (r.second or {}).get("dropped", [])[:5]:
+        console.print(f"      [dim]not run by the second grading (not a definition): "
+                      f"{escape(dropped)}[/]")
     failed = [t.name for t in r.tests if t.score < t.max_score and t.name not in r.timed_out]
     if failed and r.status == "graded":
         lost = "every test" if len(failed) == len(r.tests) else ", ".join(failed)

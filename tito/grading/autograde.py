@@ -262,7 +262,8 @@ def autograde_student(course: Course, m: Module, student: str, timeout: int | No
             _end_session(runtime)
         flags = _guard_flags(done.output)
         pressure = cgroup.pressure() if cgroup is not None else {}
-        result = student_result(course, m, student)
+        with verify.PARSING:
+            result = student_result(course, m, student)
         result.seconds = done.seconds
         if done.returncode is None:
             result.status = "stopped"
@@ -286,7 +287,7 @@ def autograde_student(course: Course, m: Module, student: str, timeout: int | No
             cgroup.kill()
             after = cgroup.pressure()
             pressure = {k: max(v, after.get(k, 0)) for k, v in pressure.items()}
-        with course.gradebook() as gb:
+        with verify.PARSING, course.gradebook() as gb:
             flags += verify.settle(course, m, student, second, gb)
         if pressure.get("memory"):
             flags.append(f"reached the sandbox's memory limit ({run.limits.memory_mb} MiB; "
@@ -297,7 +298,8 @@ def autograde_student(course: Course, m: Module, student: str, timeout: int | No
         verify.save(course, m, student, {"flags": flags, "second": second.to_json(),
                                          "pressure": pressure,
                                          "runtime_limited": mounted or not run.sandboxed})
-        result = student_result(course, m, student)
+        with verify.PARSING:
+            result = student_result(course, m, student)
         result.seconds = done.seconds + second.seconds
         return result
     finally:

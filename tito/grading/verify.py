@@ -27,6 +27,7 @@ import json
 import os
 import secrets
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,9 @@ from . import sandbox
 from .course import Course
 
 RESTARTS = 3  # a test that runs past its limit is skipped and the run started again, this often
+# Parsing Python (ast, tokenize) in two jobs' threads at once trips CPython 3.11 ("AST
+# constructor recursion depth mismatch"): the jobs of `--jobs N` take turns for it.
+PARSING = threading.Lock()
 
 
 @dataclass
@@ -105,7 +109,8 @@ def verify(course: Course, m: Module, student: str, run, config: sandbox.KernelC
     start = time.perf_counter()
     result = Verification()
     try:
-        plan = verification_plan(course, m, student)
+        with PARSING:
+            plan = verification_plan(course, m, student)
     except Exception as error:  # noqa: BLE001 - an unreadable notebook: nbgrader said so too
         result.error = f"the notebooks could not be read: {error}"
         return result
@@ -124,8 +129,10 @@ def verify(course: Course, m: Module, student: str, run, config: sandbox.KernelC
     result.seconds = time.perf_counter() - start
     if report is None:
         return result
-    if report.driver_error:
-        result.error = report.driver_error.strip().splitlines()[-1][:300]
+    if not report.started:  # the grader's failure, not the student's: nothing is lowered
+        text = (report.driver_error or "").strip().splitlines()
+        result.error = f"the second grading did not start ({text[-1][:300] if text else 'no output'})"
+        return result
     untrusted_after = None
     for r in report.cells:
         name = r.cell.grade_id
@@ -153,16 +160,13 @@ def _run_once(course, m, student, run, config, cells, cell_timeout):
     work = Path(run.folder) / f"v-{student}"
     work.mkdir(parents=True, exist_ok=True)
     stderr_path = work / "stderr.txt"
+    with PARSING:
+        spec = _spec(course, run, cells, key)
     if run.sandboxed:
-        spec = driver_spec(cells, Path(sandbox.SANDBOX_PACKAGE), key, definitions_only=True)
         cfg_path = config.write(work / "sandbox.json")
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         cwd = work
     else:
-        forbidden = [*forbidden_roots(run.package), str(course.root / "source"),
-                     str(course.root / "submitted"), str(course.root / "release"),
-                     str(course.root / "gradebook.db"), str(COURSE_ROOT / "modules")]
-        spec = driver_spec(cells, run.package, key, forbidden=forbidden, definitions_only=True)
         cfg_path = None
         env = scrub_environment(dict(os.environ, MPLBACKEND="Agg"))
         cwd = course.autograded_notebook(m, student).parent
@@ -173,6 +177,15 @@ def _run_once(course, m, student, run, config, cells, cell_timeout):
     proc, found, records = start_driver(_command(run, cfg_path), spec, cwd, env, stderr_path)
     return collect_results(cells, proc, found, records, total, start,
                            stderr_path=stderr_path, cell_timeout=cell_timeout)
+
+
+def _spec(course, run, cells, key) -> dict:
+    if run.sandboxed:
+        return driver_spec(cells, Path(sandbox.SANDBOX_PACKAGE), key, definitions_only=True)
+    forbidden = [*forbidden_roots(run.package), str(course.root / "source"),
+                 str(course.root / "submitted"), str(course.root / "release"),
+                 str(course.root / "gradebook.db"), str(COURSE_ROOT / "modules")]
+    return driver_spec(cells, run.package, key, forbidden=forbidden, definitions_only=True)
 
 
 def settle(course: Course, m: Module, student: str, result: Verification, gb) -> list[str]:

@@ -233,6 +233,9 @@ def make_guard(*, trusted_roots=(), forbidden_roots=(), own_module="", strict=Tr
                 fail(f"it read {full}, which holds the course's reference solution")
             elif own_memory(full) or own_memory(path):
                 fail(f"it opened {path}, the grading process's own memory or files")
+            elif not strict and not _exists(full) and student_on_stack(frame):
+                # the kernel: a path the sandbox does not have (the course, a home folder)
+                fail(f"it tried to open {path}, which is not in the sandbox")
             return
         if event in PROCESS_EVENTS:
             fail(f"it started a process ({event})")

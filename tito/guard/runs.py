@@ -98,6 +98,7 @@ class RunReport:
     notes: list[str] = field(default_factory=list)  # restored/edited cells, said to the student
     found_tests: int | None = None  # graded cells present in the student's own notebook
     finished: bool = True  # the driver sent its last record (False: it died or was stopped)
+    started: bool = True  # the driver sent its first record (False: it never ran a cell)
     rejected_lines: int = 0  # lines on the result channel without the run's signature
     driver_error: str = ""  # the driver's own stderr when it failed before any cell
 
@@ -352,6 +353,7 @@ def collect_results(plan: list[Cell], proc, found: queue.Queue, records: SignedR
         crash = Path(stderr_path).read_text(errors="replace")[-2000:]
     report = RunReport(seconds=time.perf_counter() - start)
     report.finished = finished
+    report.started = ready
     report.rejected_lines = records.rejected
     report.driver_error = crash if not timed_out and running is None and not results else ""
     for cell in plan:
