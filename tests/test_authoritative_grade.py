@@ -79,9 +79,14 @@ CLASS = {
     "tina": (False, None, TRANSFORMER, None, "forged: 0 and flagged (input transformers)"),
     "rudy": (False, None, RUN_CELL, None, "forged: 0 and flagged (run_cell)"),
     "nina": (True, IDENTITY, CHECKS, None, "forged: loses relu's points, flagged"),
+    "sean": (False, None, "_ip = get_ipython()\n_ip.showtraceback = lambda *a, **k: None\n"
+                          "_ip.events.register('post_run_cell', lambda *a: None)", None,
+             "errors hidden (showtraceback, a callback): 0 and flagged"),
     "cody": (True, IDENTITY, CODE_SWAP, None, "forged: loses relu's points, flagged"),
     "stella": (True, NOISY, "", None, "stderr in a test: 0 for that test in both gradings"),
     "dora": (True, None, "", "test_unit_relu", "deleted test put back, run, named"),
+    "polly": (True, None, "for _ in range(3000):\n    print('y' * 10000)", None,
+              "30 MB of output: bounded in the graded notebook and the feedback"),
 }
 
 
@@ -179,6 +184,7 @@ def test_the_honest_student_gets_full_marks_and_no_flag(graded):
 
 @pytest.mark.parametrize("student, wanted", [
     ("tina", "input_transformers"), ("rudy", "run_cell"), ("nina", "numpy."),
+    ("sean", "showtraceback"),
     ("cody", "__code__ of expect_close")])
 def test_a_forged_grade_loses_its_marks_and_is_flagged(graded, student, wanted):
     """Each of #21's ways to forge nbgrader's grade loses its marks and is flagged."""
@@ -194,7 +200,7 @@ def test_the_lower_score_is_what_nbgrader_exports(graded):
     """The lowered scores are the gradebook's: grades.csv and the report show them."""
     with open(graded["course"] / "grades.csv", newline="") as handle:
         rows = {r["student_id"]: r for r in csv.DictReader(handle)}
-    for student in ("tina", "rudy", "nina", "cody"):
+    for student in ("tina", "rudy", "nina", "cody", "sean"):
         assert float(rows[student]["score"]) == sum(graded["scores"][student].values())
         assert float(rows[student]["score"]) < TOTAL
 
@@ -385,3 +391,13 @@ def _has_mark(proc: Path, marker: str) -> bool:
         return marker.encode() in (proc / "environ").read_bytes()
     except OSError:
         return False
+
+
+def test_endless_output_is_bounded(graded):
+    """30 MB printed: nbgrader keeps 200,000 characters of it, the feedback less."""
+    graded_nb = graded["course"] / "autograded" / "polly" / M.dirname / f"{M.slug}.ipynb"
+    assert graded_nb.stat().st_size < 2_000_000, graded_nb.stat().st_size
+    assert "dropped by the grader" in graded_nb.read_text()
+    html = graded["course"] / "feedback" / "polly" / M.dirname / f"{M.slug}.html"
+    assert html.stat().st_size < 2_000_000, html.stat().st_size
+    assert sum(graded["scores"]["polly"].values()) == TOTAL

@@ -269,6 +269,11 @@ def _start(raw: bytes, finished) -> None:
                         code = _compile(_module_node(body=kept, type_ignores=[]), label, "exec")
                     else:
                         code = _compile(source, label, "exec")
+                        if cell.get("solution") and not trusted:
+                            # said, not dropped: the instructor's grade will not run these
+                            dropped = keep(_parse(source, label))[1]
+                            if dropped:
+                                record["dropped"] = dropped
                     if trusted:
                         trust_code(code)
                     with _redirect_out(out), _redirect_err(err):

@@ -32,13 +32,13 @@ DRIVER = Path(__file__).resolve().parent / "driver.py"
 MAX_LINE = 1 << 20  # a record longer than this is not one of the driver's
 MAX_CHANNEL = 64 << 20  # bytes read from the driver before the run is stopped
 
+
 def is_locked(cell: Cell) -> bool:
     """nbgrader's rule: graded cells and locked cells are read-only, solution cells never."""
     meta = cell.nbgrader
     if not meta or meta.get("solution"):
         return False
     return bool(meta.get("grade") or meta.get("locked"))
-
 
 
 @dataclass
@@ -196,7 +196,8 @@ def driver_spec(plan: list[Cell], package_root: Path, key: bytes, *, forbidden=(
         "ctypes_packages": ctypes_packages_for(c.source for c in plan),
         "definitions_only": definitions_only, "stderr_fails_tests": True,
         "cells": [{"index": c.index, "name": c.grade_id, "source": c.source,
-                   "trusted": c.origin == "release", "graded": c.is_graded} for c in plan],
+                   "trusted": c.origin == "release", "graded": c.is_graded,
+                   "solution": bool(c.nbgrader.get("solution"))} for c in plan],
     }
 
 

@@ -80,6 +80,11 @@ def run_student(path: Path, release_path: Path, package_root: Path, timeout: flo
     report = run_cells(plan, package_root, Path(path).resolve().parent, timeout, on_result,
                        forbidden=forbidden_roots(package_root))
     report.expected_tests = expected
+    for r in report.cells:
+        for line, code in r.dropped[:3]:
+            notes.append(f"{r.cell.grade_id} line {line}: `{code}` is not a definition, an import "
+                         "or a constant: the instructor's grade does not run it (put it inside a "
+                         "function, or in a cell of your own)")
     report.notes = notes
     report.found_tests = found
     return report
