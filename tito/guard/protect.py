@@ -77,7 +77,10 @@ ALLOWED_REQUESTERS = {
     (os.path.join(_STDLIB, "traceback.py"), "walk_tb"): True,
     (os.path.join(_STDLIB, "traceback.py"), "_walk_tb_with_full_positions"): True,
 }
-_NUMPY_REQUESTER = ("_index_tricks_impl.py", "__getitem__")  # np.r_ with a string key
+# Installed libraries' functions of the same kind (file name, function): they use the frame
+# themselves and hand back a name, never the frame.
+LIBRARY_REQUESTERS = {("_index_tricks_impl.py", "__getitem__"),  # np.r_ with a string key
+                      ("typing_extensions.py", "_caller")}  # a TypedDict's module name
 
 
 class Refused(PermissionError):
@@ -186,7 +189,7 @@ def make_guard(*, trusted_roots=(), forbidden_roots=(), own_module="", strict=Tr
         hands_back = allowed.get((code.co_filename, code.co_name))
         if hands_back is None:
             name = code.co_filename
-            if name.endswith(_NUMPY_REQUESTER[0]) and code.co_name == _NUMPY_REQUESTER[1]:
+            if (name.rpartition(sep)[2], code.co_name) in LIBRARY_REQUESTERS:
                 return not file_is_student(name)
             return bool(library_dirs) and not file_is_student(name) and any(
                 d in name for d in library_dirs)
