@@ -235,6 +235,7 @@ def _start(raw: bytes, finished) -> None:
     trusted_labels = frozenset(f"<cell {c['index']} '{c['name']}'>" for c in cells
                                if c.get("trusted"))
     arm, take, trust_code = guard["arm"], guard["take"], guard["trust_code"]
+    in_cell = guard["in_cell"]
     check, protect_names = checker["check"], checker["protect"]
     _audit, _compile, _exec, _clock = sys.audit, compile, exec, time.perf_counter
     _dict, _len, _isinstance, _type = dict, len, isinstance, type
@@ -277,7 +278,11 @@ def _start(raw: bytes, finished) -> None:
                     if trusted:
                         trust_code(code)
                     with _redirect_out(out), _redirect_err(err):
-                        _exec(code, namespace)
+                        in_cell(True)
+                        try:
+                            _exec(code, namespace)
+                        finally:
+                            in_cell(False)
                     record["status"] = "passed"
                 except BaseException as error:  # a student's error of any kind is a result
                     record["status"] = "failed"

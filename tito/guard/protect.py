@@ -121,7 +121,8 @@ def make_guard(*, trusted_roots=(), forbidden_roots=(), own_module="", strict=Tr
     folder names (``IPython``) whose code may ask for frames. ``is_student_file(filename)``:
     True/False overrides the verdict on a file name (nbgrader's kernel names its cells).
 
-    Controls: ``arm()`` (from then on the hook acts, for good), ``take()`` (the refusals since
+    Controls: ``arm()`` (from then on the hook acts, for good), ``in_cell(bool)`` (a cell is
+    running: libraries it calls may use frames for themselves), ``take()`` (the refusals since
     the last call), ``trust_code(code)`` (a trusted cell's code object, with its nested ones),
     ``is_student(code)``.
     """
@@ -148,7 +149,7 @@ def make_guard(*, trusted_roots=(), forbidden_roots=(), own_module="", strict=Tr
     ctypes_dirs = tuple(f"{sep}{p}{sep}" for p in ctypes_packages)
     library_dirs = tuple(f"{sep}{p}{sep}" for p in library_requesters)
     ctypes_dir = os.path.join(_realpath(os.path.dirname(os.__file__)), "ctypes", "")
-    state = {"armed": False}
+    state = {"armed": False, "in_cell": False}
     violations: list[str] = []
     busy: set = set()
     trusted_codes: dict = {}  # id -> code object (kept alive, so an id is never reused)
@@ -252,15 +253,21 @@ def make_guard(*, trusted_roots=(), forbidden_roots=(), own_module="", strict=Tr
         student = student_on_stack(frame)
         if not strict and not student:
             return
+        # Frames and the interpreter's objects: refused while a student's code is on the
+        # stack; in the driver also when a cell (not a library) asks, and between cells,
+        # when only the grader runs (a student's object could fire then, from a destructor).
+        library = not is_student(frame.f_code) and _id(frame.f_code) not in trusted_codes
+        risky = student or (strict and (not library or not state["in_cell"]))
         if event in REASONS:
             if event.startswith("marshal."):
                 if not from_importlib(frame):
                     fail(REASONS[event])
-            elif not (event.startswith(("sys._getframe", "sys._current"))
-                      and requester_allowed(frame)):
+            elif event.startswith(("sys._getframe", "sys._current")) and requester_allowed(frame):
+                return
+            elif risky:
                 fail(REASONS[event])
         elif event == "object.__getattr__":
-            if not requester_allowed(frame):
+            if risky and not requester_allowed(frame):
                 fail(FRAMES)
         elif event == "object.__setattr__":
             target, name = args[0], args[1]
@@ -328,6 +335,9 @@ def make_guard(*, trusted_roots=(), forbidden_roots=(), own_module="", strict=Tr
     def arm():
         state["armed"] = True
 
+    def in_cell(running: bool):
+        state["in_cell"] = running
+
     def note(reason):
         violations.append(reason)
         if report is not None:
@@ -349,7 +359,7 @@ def make_guard(*, trusted_roots=(), forbidden_roots=(), own_module="", strict=Tr
             stack.extend(c for c in item.co_consts if _isinstance(c, code_type))
 
     return {"arm": arm, "take": take, "trust_code": trust_code, "is_student": is_student,
-            "note": note, "allow_requester": allow_requester}
+            "note": note, "allow_requester": allow_requester, "in_cell": in_cell}
 
 
 _MISSING = object()
