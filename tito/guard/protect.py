@@ -272,6 +272,9 @@ def make_guard(*, trusted_roots=(), forbidden_roots=(), own_module="", strict=Tr
         elif event == "object.__setattr__":
             target, name = args[0], args[1]
             if name in CODE_ATTRIBUTES and _isinstance(target, function_type):
+                home = target.__code__.co_filename
+                if library and frame.f_code.co_filename == home:
+                    return  # a library setting up its own functions (pyparsing at import)
                 if not is_student(target.__code__):
                     fail(f"it changed {name} of {target.__qualname__}, which the tests use")
         elif event == "function.__new__":
