@@ -332,6 +332,10 @@ class Cgroup:
                     break
                 except OSError:
                     time.sleep(0.05)
+            try:
+                folder.parent.rmdir()  # the "tito" group, once no run of any student is left
+            except OSError:
+                pass
 
 
 def _write(path: Path, value, quiet: bool = False) -> None:
