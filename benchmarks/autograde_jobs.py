@@ -3,8 +3,10 @@
 Builds a course in a temporary folder, releases module 01 (or --module), collects --students
 copies of the reference solution, and grades them all with `--jobs 1` and `--jobs N`,
 alternating for --rounds rounds so that a noisy neighbour slows both alike. Prints each
-run's wall-clock seconds per student, the median per setting and the ratio, and checks that
-both settings gave every student the same per-test scores.
+run's wall-clock seconds per student, the median per setting and the ratio, how much of a
+student's time the second grading took (the strict re-run in the sandbox, read from
+logs/<module>/grading-<student>.json), and checks that both settings gave every student the
+same per-test scores.
 
     .venv/bin/python benchmarks/autograde_jobs.py                 # 6 students, jobs 1 vs 2
     .venv/bin/python benchmarks/autograde_jobs.py --students 4 --rounds 1 --unsafe
@@ -13,6 +15,7 @@ both settings gave every student the same per-test scores.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import subprocess
 import sys
@@ -77,6 +80,9 @@ def main() -> None:
                 per_student = (time.perf_counter() - start) / args.students
                 seconds[jobs].append(per_student)
                 print(f"round {r + 1}, --jobs {jobs}: {per_student:.2f} s per student")
+                second = [json.loads((course / "logs" / m.dirname / f"grading-{Path(p).name}.json")
+                                     .read_text())["second"]["seconds"] for p in paths]
+                print(f"    second grading: median {statistics.median(second):.2f} s per student")
                 with Course(course).gradebook() as gb:
                     scores[jobs] = {
                         s: {g.name: g.score for g in

@@ -64,7 +64,7 @@ def _attempt(name, action):
 EVE = PROBE + '''
 import os as _os
 from pathlib import Path as _P
-_course = _P.cwd().parents[2]  # autograded/eve/01_tensor -> the course folder
+_course = _P(COURSE_PATH)  # the course folder (the kernel's own folder is /grading/work)
 _attempt("write course root", lambda: (_course / "pwned.txt").write_text("eve was here"))
 _attempt("list submitted", lambda: _os.listdir(_course / "submitted"))
 _attempt("read source", lambda: (_course / "source/01_tensor/tensor.ipynb").read_text()[:50])
@@ -169,7 +169,7 @@ def graded(tmp_path_factory):
     notebooks = {
         "alice": student_notebook(release1),
         "eve": hostile(release1, EVE.replace("REPO_PATH", repr(str(REPO))).replace(
-            "HOME_PATH", repr(str(Path.home())))),
+            "HOME_PATH", repr(str(Path.home()))).replace("COURSE_PATH", repr(str(course)))),
         "ned": hostile(release1, NED.replace("PORT", str(port))),
         "fred": hostile(release1, FRED),
         "meg": hostile(release1, MEG),
@@ -253,8 +253,8 @@ def test_the_filesystem_attempts_are_contained(graded):
     assert not ok or set(ast.literal_eval(got)) <= python_dirs, got
     for what, (ok, got) in tried.items():  # every other attempt failed
         assert not ok, f"{what} succeeded in the sandbox: {got}"
-    assert ("Read-only file system" in tried["write course root"][1]
-            or "PermissionError" in tried["write course root"][1])
+    assert any(word in tried["write course root"][1] for word in (
+        "Read-only file system", "PermissionError", "FileNotFoundError"))
     assert "FileNotFoundError" in tried["list submitted"][1]
     assert "ModuleNotFoundError" in tried["import tito"][1]
     # Nothing in the course changed but what nbgrader itself writes.
@@ -271,6 +271,8 @@ def test_the_filesystem_attempts_are_contained(graded):
     # The static scan saw the paths into the course (the attempts caught their errors).
     assert "flagged: shapes: mentions 'gradebook' (a path into the course?)" in out
     assert "flagged: shapes: mentions 'submitted'" in out
+    # What the code reached for, though it caught the error, is flagged by the kernel's guard.
+    assert "flagged: nbgrader's kernel: it tried to open" in out
 
 
 def test_the_network_is_unreachable(graded):

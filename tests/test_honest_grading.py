@@ -16,7 +16,7 @@ import shutil
 import nbformat
 import pytest
 
-from conftest import run_tito
+from conftest import REPO, run_tito
 from test_cli import write_like_a_student
 from tito.course.notebook import read_cells
 from tito.course.registry import get_module
@@ -24,13 +24,13 @@ from tito.course.registry import get_module
 pytestmark = pytest.mark.slow
 
 LIMITS = """
-- Editing the installed tito (runner.py, driver.py) or the Python interpreter: the student owns
-  that code; the instructor's `tito nbgrader autograde` on their own machine is authoritative.
-- Editing .tito/progress.json by hand marks a module completed; progress is a convenience
-  record on the student's machine, not a grade.
-- Code in the same process can, with enough effort (gc, frame inspection, ctypes), find the
-  driver's report token or undo its audit hook: the local run is a check for honest students,
-  nbgrader's sandboxed autograde is the grade.
+- Editing the installed tito (runner.py, tito/guard/) or the Python interpreter, the
+  workspace's own exported package, or .tito/progress.json by hand: the student owns that
+  code and that record on their own machine. The grade that counts is the instructor's
+  `tito nbgrader autograde`, whose second grading runs in the sandbox on the student's
+  solution cells alone (tests/test_autograde_sandbox.py).
+- A patch that a student's function makes and undoes within one test call is not seen by the
+  check after the cell; the audit hook still refuses the ways to reach the grader's state.
 """
 
 TENSOR = get_module(1)
@@ -287,7 +287,8 @@ def test_solution_imports_the_installed_reference_package(ws):
     ))
     done = run(ws)
     assert_not_completed(done)
-    assert "reference solution" in done.stdout
+    # refused as the import of the module being graded (before: as a read of the reference)
+    assert "the module being graded" in " ".join(done.stdout.split())
 
 
 def test_solution_reads_the_lesson_file(ws):
@@ -303,7 +304,8 @@ def test_solution_reads_the_lesson_file(ws):
     ))
     done = run(ws)
     assert_not_completed(done)
-    assert "reference solution" in done.stdout
+    # jupytext's own use of frames is refused first; reading the lesson would be refused next
+    assert "not allowed:" in done.stdout
 
 
 def test_solution_starts_a_process(ws):
@@ -386,3 +388,119 @@ def test_release_edited_with_recomputed_checksum(ws):
     _edit_release(ws, recompute=True)
     done = run(ws)
     assert done.returncode == 2 and "does not match the course's release" in done.stderr
+
+
+
+# ---- the issue's attempts (#21 §1), one row each -------------------------------------------
+# (name, module, where the code goes: a grade_id to append to, or "top" for a new first cell,
+#  the code, a planted bug, extra environment, what the refusal must say). Each of these
+# completed module 01 or 02 before the guard (tests/test_grading_guard.py tests the guard
+# itself); now each fails `complete`, naming what was refused.
+ACTIVATIONS = get_module(2)
+IDENTITY = ("return np.maximum(x, x.dtype.type(0))", "return x")  # relu forward does nothing
+
+ATTACKS = [
+    ("numpy checks and helpers replaced quietly", 2, "relu-op",
+     "import warnings\nwarnings.simplefilter('ignore')\n"
+     "np.isclose = lambda *a, **k: np.True_\nnp.allclose = lambda *a, **k: True\n"
+     "expect_close = lambda *a, **k: None",
+     IDENTITY, {}, "it replaced numpy."),
+    ("expect_close.__code__ swapped, expected values read from the caller's frame", 2,
+     "relu-op",
+     "import sys\n"
+     "def _copy(what, got, want, fix, rtol=1e-6, atol=1e-7):\n"
+     "    sys._getframe(1).f_locals\n"
+     "try:\n    expect_close.__code__ = _copy.__code__\nexcept Exception:\n    pass",
+     IDENTITY, {}, "it changed __code__ of expect_close"),
+    ("the guard switched off through the caller's frame", 1, "elementwise",
+     "import sys\n"
+     "try:\n    sys._getframe(1).f_locals['guard'].check = lambda *a, **k: []\n"
+     "except Exception:\n    pass\n"
+     "np.allclose = lambda *a, **k: True",
+     BUG, {}, "it looked into the call stack"),
+    ("the driver's state found through gc, then a process", 1, "elementwise",
+     "import gc, subprocess\n"
+     "try:\n    [o for o in gc.get_objects() if isinstance(o, dict) and 'armed' in o]\n"
+     "except Exception:\n    pass\n"
+     "try:\n    subprocess.run(['true'])\nexcept Exception:\n    pass",
+     BUG, {}, "it searched the interpreter's objects"),
+    ("ctypes.CDLL(None).system", 1, "elementwise",
+     "import ctypes\n"
+     "try:\n    ctypes.CDLL(None).system(b'true')\nexcept Exception:\n    pass",
+     BUG, {}, "through ctypes"),
+    ("forged results through the report channel, read from the caller's frame", 1,
+     "elementwise",
+     "import sys, os\n"
+     "try:\n    spec = sys._getframe(1).f_locals\nexcept Exception:\n    pass\n"
+     "try:\n    sys.audit('tito.report', {'event': 'done'})\nexcept Exception:\n    pass",
+     BUG, {}, "not allowed"),
+    ("PYTHONOPTIMIZE=1: asserts compiled out", 1, "elementwise", "", BUG,
+     {"PYTHONOPTIMIZE": "1"}, "a + b gave"),
+    ("sitecustomize.py on PYTHONPATH patching NumPy", 1, "elementwise", "", BUG,
+     {"PYTHONPATH": "SITE"}, "a + b gave"),
+    ("helpers rebound early, in a free cell at the top", 2, "top",
+     "import tinytorch.core.tensor as _t\n_t.expect_close = lambda *a, **k: None\n"
+     "_t.check_elementwise = lambda *a, **k: None",
+     IDENTITY, {}, "it replaced tinytorch.core.tensor."),
+    ("a symlinked placeholder holding the reference", 2, "relu-op",
+     "from tinytorch.core.activations import ReLUFunction", IDENTITY, {"SYMLINK": "1"},
+     "the module being graded"),
+]
+
+
+@pytest.fixture(scope="module")
+def fresh02(fresh, tmp_path_factory):
+    """A workspace whose module 01 is completed with the reference, module 02 started."""
+    root = tmp_path_factory.mktemp("honest02") / "ws"
+    shutil.copytree(fresh, root)
+    write_like_a_student(root, 1)
+    done = complete(root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert run_tito("module", "start", "02", cwd=root).returncode == 0
+    return root
+
+
+@pytest.mark.parametrize("name, number, where, code, bug, env, said", ATTACKS,
+                         ids=[a[0] for a in ATTACKS])
+def test_an_attempt_of_the_issue_fails_complete(name, number, where, code, bug, env, said,
+                                                fresh, fresh02, tmp_path):
+    """Each attempt of #21 (a planted bug kept) fails `tito module complete`, named."""
+    import os
+    import subprocess
+    import sys
+
+    ws = tmp_path / "ws"
+    shutil.copytree(fresh if number == 1 else fresh02, ws)
+    m = get_module(number)
+    write_like_a_student(ws, number, bug=bug)
+    path = ws / m.notebook_relpath
+    nb = nbformat.read(path, as_version=4)
+    if where == "top":
+        nb.cells.insert(0, nbformat.v4.new_code_cell(code))
+    elif code:
+        for cell in nb.cells:
+            if gid(cell) == where:
+                cell.source += "\n" + code
+    nbformat.write(nb, path)
+    extra = dict(env)
+    if extra.pop("SYMLINK", None):  # the placeholder points at a copy of the reference
+        copy = ws / "reference_copy.py"
+        shutil.copy(REPO / "tinytorch" / "core" / "activations.py", copy)
+        target = ws / "tinytorch" / "core" / "activations.py"
+        target.unlink()
+        target.symlink_to(copy)
+    if extra.get("PYTHONPATH") == "SITE":
+        site = tmp_path / "site"
+        site.mkdir()
+        (site / "sitecustomize.py").write_text(
+            "import numpy\nnumpy.allclose = lambda *a, **k: True\n"
+            "numpy.array_equal = lambda *a, **k: True\n")
+        extra["PYTHONPATH"] = str(site)
+    done = subprocess.run([sys.executable, "-m", "tito", "module", "complete", m.key], cwd=ws,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "COLUMNS": "200", **extra})
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    assert "Not completed" in done.stdout, out
+    assert said in " ".join(out.split()), out
+    assert m.key not in json.loads((ws / ".tito/progress.json").read_text())["completed"]

@@ -8,6 +8,7 @@ One course folder is graded once (module-scoped fixture) with these submissions 
     carol   one bug: `return a + b` -> `return a - b`   -> loses exactly test_unit_arithmetic
     dave    `while True: pass` in Max.forward           -> stopped by the time limit
     erin    carol's bug, the arithmetic test replaced by `pass`, test_unit_shapes deleted
+            (both put back and graded)
 """
 
 from __future__ import annotations
@@ -145,15 +146,18 @@ def test_the_scan_flags_imports_of_the_graded_module_and_paths_into_the_course(t
         nbformat.v4.new_code_cell("open('../../../gradebook.db', 'rb').read()"),
         nbformat.v4.new_code_cell(f"print(open({str(tmp_path / 'source')!r}).read())"),
         nbformat.v4.new_code_cell("import numpy as np\nx = np.ones(3)"),
+        nbformat.v4.new_code_cell("import os\nhere = os.getcwd()  # the submitted work\n"
+                                  "up = os.path.join('..', 'data', 'x.npz')"),
     ])
     flags = static_flags(course, M, notebook)
     assert "cell 0: imports tinytorch.core.tensor.Tensor (its own module)" in flags
     assert "cell 1: names tinytorch.core.tensor (its own module)" in flags
     assert "cell 2: imports tito.course.registry" in flags
     assert "cell 3: mentions 'gradebook' (a path into the course?)" in flags
-    assert "cell 3: mentions '../' (a path into the course?)" in flags
     assert f"cell 4: names the course folder {tmp_path}" in flags
-    assert not any(f.startswith("cell 5") for f in flags)
+    # Ordinary words of file handling are not flags (#21 §1b): "../", getcwd, comments.
+    assert not any("'../'" in f or "getcwd" in f for f in flags), flags
+    assert not any(f.startswith(("cell 5", "cell 6")) for f in flags), flags
     # Module 02 builds on 01: importing the Tensor is what its lesson does.
     assert static_flags(course, get_module(2), nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell("from tinytorch.core.tensor import Tensor")])) == []
@@ -345,19 +349,25 @@ def test_edited_and_deleted_locked_cells_are_detected(graded):
     scores = graded["scores"]["erin"]
     # The test replaced by `pass` was put back by nbgrader and caught the bug anyway.
     assert scores["test_unit_arithmetic"][0] == 0
-    # The deleted test is not put back by nbgrader 0.9.6: zero, flagged for manual grading.
-    assert scores["test_unit_shapes"] == (0, POINTS["test_unit_shapes"], True)
+    # The deleted test is put back where the release has it (tito's preprocessor: nbgrader
+    # 0.9.6 cannot) and graded like any other: erin's shapes are right.
+    assert scores["test_unit_shapes"] == (POINTS["test_unit_shapes"], POINTS["test_unit_shapes"],
+                                          False)
     others = {k: v for k, v in scores.items()
               if k not in ("test_unit_arithmetic", "test_unit_shapes")}
     assert all(s == m and not manual for s, m, manual in others.values())
     out = _out(graded["autograde"])
     assert ("graded test test_unit_arithmetic was edited (checksum differs): nbgrader graded "
             "the original instead") in out
-    assert "graded test test_unit_shapes was deleted: nbgrader 0.9.6 does not put it back" in out
+    assert "graded test test_unit_shapes was deleted: it was put back where the release has it" in out
     autograded = nbformat.read(graded["course"] / "autograded/erin/01_tensor/tensor.ipynb",
                                as_version=4)
     restored = [c.source for c in autograded.cells if gid(c) == "test_unit_arithmetic"]
     assert restored and restored[0].startswith("def test_unit_arithmetic")
+    order = [gid(c) for c in autograded.cells if gid(c)]
+    assert order.index("test_unit_shapes") == order.index("shapes") + 1  # where it was
+    marks = {gid(c): c.metadata.get("tito", {}).get("restored") for c in autograded.cells}
+    assert marks["test_unit_shapes"] == "deleted" and marks["test_unit_arithmetic"] == "edited"
     assert out.count("⚠") == 2  # nobody else touched a locked cell
 
 
@@ -394,12 +404,13 @@ def test_report_csv_and_table(graded):
         "bob": 0,
         "carol": TOTAL - POINTS["test_unit_arithmetic"],
         "dave": TOTAL - POINTS["test_unit_reductions"],
-        "erin": TOTAL - POINTS["test_unit_arithmetic"] - POINTS["test_unit_shapes"],
+        "erin": TOTAL - POINTS["test_unit_arithmetic"],
     }
     for student, score in expected.items():
         assert float(rows[student]["score"]) == score, rows[student]
         assert float(rows[student]["max_score"]) == TOTAL
         assert rows[student]["status"] == "graded"
+        assert rows[student]["timestamp"], rows[student]  # collect wrote timestamp.txt
     # abe's notebook could not be graded: that is not a zero (bob's 0 is).
     assert rows["abe"]["score"] == "not graded" and rows["abe"]["raw_score"] == "not graded"
     assert rows["abe"]["status"].startswith("not graded: autograde failed")
@@ -408,7 +419,7 @@ def test_report_csv_and_table(graded):
     assert table["alice"] == [f"{POINTS[k]:g}" for k in POINTS] + [f"{TOTAL:g}"]
     assert table["bob"] == ["0"] * 8
     assert table["carol"][list(POINTS).index("test_unit_arithmetic")] == "0"
-    assert table["erin !"][list(POINTS).index("test_unit_shapes")] == "0*"
+    assert table["erin !"][list(POINTS).index("test_unit_shapes")] == f"{POINTS['test_unit_shapes']:g}"
     assert table["dave !"][list(POINTS).index("test_unit_reductions")] == "0"
     assert table["abe !"] == ["-"] * 7 + ["not graded"]
     out = _out(done)

@@ -159,10 +159,18 @@ def _details(r: StudentResult, timeout: int | None = None) -> None:
     for name in r.timed_out:
         effect = "scored 0" if name in tests else "not a test; later cells ran without it"
         console.print(f"      [magenta]⏱ {name}[/] stopped at the time limit{limit}: {effect}")
+    if r.ended:
+        console.print(f"      [magenta]⏱ {escape(r.ended)}[/]: the kernel was ended; that test "
+                      "and every test after it scored 0 (status: timed out)")
     for change in r.locked_changes:
         console.print(f"      [bold red]⚠ {change.explain()}[/]")
+    if r.awaiting:
+        console.print(f"      [yellow]✎ awaiting manual grading:[/] {escape(', '.join(r.awaiting))}")
     for flag in r.flags:
         console.print(f"      [bold red]⚑ flagged: {escape(flag)}[/]")
+    for dropped in (r.second or {}).get("dropped", [])[:5]:
+        console.print(f"      [dim]not run by the second grading (not a definition): "
+                      f"{escape(dropped)}[/]")
     failed = [t.name for t in r.tests if t.score < t.max_score and t.name not in r.timed_out]
     if failed and r.status == "graded":
         lost = "every test" if len(failed) == len(r.tests) else ", ".join(failed)
@@ -319,6 +327,10 @@ def report(ctx, numbers, csv_path):
                 said.append("submitted again after grading: autograde again")
             if r.timed_out:
                 said.append("stopped at the time limit: " + ", ".join(r.timed_out))
+            if r.ended:
+                said.append(f"{r.ended}: the kernel was ended; it and every later test scored 0")
+            if r.awaiting:
+                said.append("awaiting manual grading: " + ", ".join(r.awaiting))
             said += [c.explain() for c in r.locked_changes]
             said += [f"flagged: {flag}" for flag in r.flags]
             notes += [(r.student, text) for text in said]

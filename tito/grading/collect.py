@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from datetime import datetime, timezone
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,6 +92,11 @@ def collect(course: Course, m: Module, paths: list[Path], student: str | None = 
         replaced = target.exists()
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(notebook, target)  # a fresh mtime: newer than any earlier grading
+        # nbgrader reads the submission's time from timestamp.txt (grades.csv's timestamp
+        # column, late penalties): the time the student's file was last written.
+        written = datetime.fromtimestamp(notebook.stat().st_mtime, timezone.utc)
+        (target.parent / "timestamp.txt").write_text(
+            written.strftime("%Y-%m-%d %H:%M:%S.%f %Z"), encoding="utf-8")
         ids[sid] = path
         done.append(Collected(sid, notebook, target, replaced))
     return done, skipped

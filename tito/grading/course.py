@@ -62,8 +62,8 @@ c.ExecutePreprocessor.timeout = {timeout}
 # nbgrader 0.9.6 could put deleted test cells back (OverwriteCells.add_missing_cells), but
 # it crashes on TinyTorch notebooks: KeyError when the deleted test follows a locked cell
 # that is not graded, and KeyError 'grade_id' on any ungraded cell with nbgrader metadata.
-# Left off: a deleted test scores zero and is flagged for manual grading, and
-# `tito nbgrader autograde` and `report` name the deleted cell.
+# Left off: `tito nbgrader autograde` puts deleted locked cells back itself, where the
+# release has them (tito/grading/nbgrader_app.py), and names them.
 c.OverwriteCells.add_missing_cells = False
 '''
 

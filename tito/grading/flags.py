@@ -39,11 +39,29 @@ def _forbidden(number: int) -> tuple[dict[str, Module], dict[str, Module]]:
     return targets, names
 
 
-# Reaching for the course from a notebook: the repository, nbgrader's folders, tito itself.
+# Reaching for the course from a notebook: nbgrader's files and folders, tito's own, named in
+# the code's strings (not its comments). Ordinary words of file handling (getcwd, "../", a
+# home folder) are not flags: what the code actually reached for is, from the sandbox.
 _COURSE_WORDS = re.compile(
-    r"gradebook|nbgrader_config|\bsubmitted\b|\bautograded\b|\bsource/|COURSE_ROOT|"
-    r"\.tito\b|\.\./|getcwd|Path\.cwd|Path\.home|expanduser|/root\b|/home/"
+    r"gradebook|nbgrader_config|\bsubmitted\b|\bautograded\b|\bsource/|\.tito\b"
 )
+
+
+def _strings_and_names(source: str) -> tuple[list[str], set[str]]:
+    """The string literals and the names of ``source`` (comments left out)."""
+    import io
+    import tokenize
+
+    strings, names = [], set()
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type == tokenize.STRING:
+                strings.append(token.string)
+            elif token.type == tokenize.NAME:
+                names.add(token.string)
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        strings = [source]
+    return strings, names
 
 
 def _editable_cells(gb, m: Module, notebook) -> list[tuple[str, str]]:
@@ -154,10 +172,14 @@ def _scan(course: Course, m: Module, cells: list[tuple[str, str]]) -> list[str]:
             if owner is not None and not any(f"tinytorch.{dotted}" in s for s in said):
                 said.append(text + (" (its own module)" if owner.number == m.number
                                     else f" (module {owner.key}, not a prerequisite)"))
+        strings, names = _strings_and_names(code)
         for path in paths:
-            if path in source:
+            if any(path in text for text in strings):
                 said.append(f"names the course folder {path}")
-        for word in sorted({w.group(0) for w in _COURSE_WORDS.finditer(source)}):
+        words = {w.group(0) for text in strings for w in _COURSE_WORDS.finditer(text)}
+        if "COURSE_ROOT" in names:
+            words.add("COURSE_ROOT")
+        for word in sorted(words):
             said.append(f"mentions {word!r} (a path into the course?)")
         flags += [f"{name}: {text}" for text in dict.fromkeys(said)]
     return flags

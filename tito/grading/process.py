@@ -1,8 +1,9 @@
-"""Running nbgrader: the one place tito starts ``python -m nbgrader``.
+"""Running nbgrader: the one place tito starts it.
 
 Every nbgrader command tito runs (releasing lessons for students, and each step of an
-instructor's grading) goes through ``run_nbgrader``: this interpreter's environment, a
-process group of its own that is killed whole when it overruns, and its output kept.
+instructor's grading) goes through ``run_nbgrader``: nbgrader's own application with tito's
+grading configuration (``nbgrader_app.py``), this interpreter's environment, a process group
+of its own that is killed whole when it overruns, and its output kept.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class NbgraderRun:
 
 _NOISE = re.compile(
     r"\| INFO\]|SAWarning|^\s+(for notebook in|return \[x for)|running over TCP|"
-    r"does not exist in the database"
+    r"does not exist in the database|^TITO-GUARD "
 )
 _BOILERPLATE = re.compile(r"Please see the|Traceback \(most recent")
 _EXCEPTION = re.compile(r"^\s*[A-Za-z_][\w.]*(Error|Exception|Exit)\b(:|$)")
@@ -65,14 +66,16 @@ def nbgrader_env() -> dict[str, str]:
 
 def run_nbgrader(root: Path, args: list[str], wall_timeout: float | None = None,
                  log: str | None = None, env: dict[str, str] | None = None) -> NbgraderRun:
-    """``python -m nbgrader ARGS`` in the folder ``root``; killed whole after ``wall_timeout``.
+    """``nbgrader ARGS`` (``python -m tito.grading.nbgrader_app``) in the folder ``root``;
+    killed whole after ``wall_timeout``.
 
     nbgrader runs in a process group of its own, killed whole when it overruns (or when tito
     is interrupted). The kernel it started has its own session, but ipykernel's parent
     poller ends it within a second of nbgrader's death. With ``log``, nbgrader's output is
     also kept in ``root/logs/<log>.log`` (``run.log`` is that path, relative to ``root``).
     """
-    command = [sys.executable, "-m", "nbgrader", *args, f"--CourseDirectory.root={root}"]
+    command = [sys.executable, "-m", "tito.grading.nbgrader_app", *args,
+               f"--CourseDirectory.root={root}"]
     full_env = {**nbgrader_env(), **(env or {})}
     # In a virtual environment made with --system-site-packages, nbconvert's templates (used
     # by generate_feedback) live in the base Python's share/jupyter, which Jupyter does not

@@ -4,7 +4,9 @@ and the per-test report of every student."""
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass
+from html import escape
 from pathlib import Path
 
 from ..course.registry import MODULES, Module
@@ -26,7 +28,32 @@ def feedback(course: Course, m: Module) -> tuple[NbgraderRun, dict[str, Path | N
             continue
         path = course.feedback_file(m, student)
         made[student] = path if path.is_file() else None
+        if path.is_file():
+            name_tests(path, student_result(course, m, student))
     return run, made, ungraded
+
+
+_TOC_ENTRY = re.compile(r'<a href="#([^"]+)">Test cell</a>')
+
+
+def name_tests(path: Path, result: StudentResult) -> None:
+    """nbgrader's feedback summary says "Test cell" for every test: name each one, and say
+    which the grading put back (the student deleted or edited it) or where it ended."""
+    html = path.read_text(encoding="utf-8")
+
+    def entry(match):
+        name = match.group(1)
+        note = ""
+        how = result.restored.get(name)
+        if how == "deleted":
+            note = " (you deleted this test: the original was put back and run)"
+        elif how == "edited":
+            note = " (you edited this test: the original was run)"
+        return f'<a href="#{name}">Test <code>{escape(name)}</code></a>{escape(note)}'
+
+    named = _TOC_ENTRY.sub(entry, html)
+    if named != html:
+        path.write_text(named, encoding="utf-8")
 
 
 def export_csv(course: Course, target: Path, modules: list[Module] | None = None) -> NbgraderRun:
@@ -62,6 +89,15 @@ def mark_not_graded(course: Course, path: Path) -> int:
         rows = list(csv.DictReader(handle))
     if not rows:
         return 0
+    results: dict = {}  # (module, student) -> the status in words, for the graded ones
+    wanted = {(by_dir[r["assignment"]], r.get("student_id", "")) for r in rows
+              if r.get("assignment") in by_dir}
+    if wanted:
+        with course.gradebook() as gb:
+            for m, student in wanted:
+                if course.autograded_notebook(m, student).is_file():
+                    results[(m.number, student)] = student_result(course, m, student,
+                                                                  gb).condition
     marked = 0
     for row in rows:
         m = by_dir.get(row.get("assignment", ""))
@@ -70,7 +106,7 @@ def mark_not_graded(course: Course, path: Path) -> int:
             continue
         student = row.get("student_id", "")
         if course.autograded_notebook(m, student).is_file():
-            row["status"] = "graded"
+            row["status"] = results.get((m.number, student)) or "graded"
             continue
         if course.submitted_notebook(m, student).is_file():
             row["status"] = (f"{NOT_GRADED}: autograde failed or was not run "

@@ -10,6 +10,17 @@ from .course import Course, load_nbformat
 from .flags import runtime_flags, static_flags
 
 
+def load_grading(course: Course, m: Module, student: str) -> dict:
+    """What autograde saved beyond the gradebook (verify.save): flags, the second grading."""
+    import json
+
+    path = course.root / "logs" / m.dirname / f"grading-{student}.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
 @dataclass
 class CellScore:
     name: str
@@ -29,11 +40,8 @@ class LockedCellChange:
         if self.change == "edited":
             return (f"{kind} {self.grade_id} was edited (checksum differs): nbgrader graded "
                     "the original instead")
-        if self.graded:
-            return (f"{kind} {self.grade_id} was deleted: nbgrader 0.9.6 does not put it "
-                    "back; it scores 0 and is flagged for manual grading")
-        return (f"{kind} {self.grade_id} was deleted: nbgrader does not put it back; the "
-                "cells after it ran without it")
+        return (f"{kind} {self.grade_id} was deleted: it was put back where the release has "
+                "it and run, as `tito module complete` does")
 
 
 @dataclass
@@ -47,6 +55,26 @@ class StudentResult:
     seconds: float = 0.0
     stale: bool = False  # submitted again after it was autograded
     flags: list[str] = field(default_factory=list)  # what the code reached for (see *_flags)
+    ended: str = ""  # "timed out in X" / "the kernel died in X": X and every later test scored 0
+    restored: dict[str, str] = field(default_factory=dict)  # locked cell -> "edited"/"deleted"
+    second: dict = field(default_factory=dict)  # the second grading, as verify.save wrote it
+
+    @property
+    def awaiting(self) -> list[str]:
+        """Tests nbgrader left for grading by hand."""
+        return [t.name for t in self.tests if t.needs_manual]
+
+    @property
+    def condition(self) -> str:
+        """The status in words: graded, or graded with what the instructor must know."""
+        if self.status != "graded":
+            return self.status
+        said = []
+        if self.ended:
+            said.append(self.ended + " (it and every test after it scored 0)")
+        if self.awaiting:
+            said.append("awaiting manual grading: " + ", ".join(self.awaiting))
+        return "graded" + ("; " + "; ".join(said) if said else "")
 
     @property
     def score(self) -> float:
@@ -129,6 +157,33 @@ def _released_checksum(source, points) -> str:
     return compute_checksum(new_code_cell(released, metadata={"nbgrader": meta}))
 
 
+def ended_at(notebook) -> str:
+    """Where grading ended the kernel (a cell past its time limit that ignored the interrupt,
+    or a kernel that died): ``timed out in X`` / ``the kernel died in X``, or ``""``."""
+    for index, cell in enumerate(notebook.cells):
+        name = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or f"cell {index}"
+        for output in cell.get("outputs", []):
+            if output.get("output_type") != "error":
+                continue
+            if output.get("ename") == "CellTimeoutError" and "kernel was ended" in str(
+                    output.get("evalue", "")):
+                return f"timed out in {name}"
+            if output.get("ename") == "DeadKernelError":
+                return f"the kernel died in {name}"
+    return ""
+
+
+def restored_cells(notebook) -> dict[str, str]:
+    """Locked cells the grading put back: grade_id -> "edited" or "deleted"."""
+    found = {}
+    for cell in notebook.cells:
+        how = cell.get("metadata", {}).get("tito", {}).get("restored")
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if how and gid:
+            found[gid] = how
+    return found
+
+
 def timed_out_cells(notebook) -> list[str]:
     """Cells of an autograded notebook that nbgrader interrupted at the time limit."""
     names = []
@@ -163,7 +218,14 @@ def student_result(course: Course, m: Module, student: str, gb=None) -> StudentR
             result.tests = scores_per_test(book, m, student)
             graded_notebook = load_nbformat().read(graded_nb, as_version=4)
             result.timed_out = timed_out_cells(graded_notebook)
+            result.ended = ended_at(graded_notebook)
+            result.restored = restored_cells(graded_notebook)
             result.flags += runtime_flags(graded_notebook)
+            saved = load_grading(course, m, student)
+            if saved and not result.stale and saved.get("graded_at") in (
+                    None, graded_nb.stat().st_mtime):
+                result.flags += [f for f in saved.get("flags", []) if f not in result.flags]
+                result.second = saved.get("second", {})
 
     if gb is not None:
         fill(gb)

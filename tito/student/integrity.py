@@ -10,15 +10,8 @@ from pathlib import Path
 
 from ..course.notebook import Cell
 from ..course.solutions import without_hidden_tests
+from ..guard.runs import is_locked  # noqa: F401 - nbgrader's rule, shared with grading
 from ..errors import ReleaseIntegrityError
-
-
-def is_locked(cell: Cell) -> bool:
-    """nbgrader's rule: graded cells and locked cells are read-only, solution cells never."""
-    meta = cell.nbgrader
-    if not meta or meta.get("solution"):
-        return False
-    return bool(meta.get("grade") or meta.get("locked"))
 
 
 def cell_checksum(cell) -> str:
