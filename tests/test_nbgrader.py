@@ -148,6 +148,9 @@ def test_the_scan_flags_imports_of_the_graded_module_and_paths_into_the_course(t
         nbformat.v4.new_code_cell("import numpy as np\nx = np.ones(3)"),
         nbformat.v4.new_code_cell("import os\nhere = os.getcwd()  # the submitted work\n"
                                   "up = os.path.join('..', 'data', 'x.npz')"),
+        # A name imported from the package root, after cells the scan already read (the scan
+        # once rebound its table of names to a cell's words and crashed here).
+        nbformat.v4.new_code_cell("from tinytorch import Tensor"),
     ])
     flags = static_flags(course, M, notebook)
     assert "cell 0: imports tinytorch.core.tensor.Tensor (its own module)" in flags
@@ -158,6 +161,7 @@ def test_the_scan_flags_imports_of_the_graded_module_and_paths_into_the_course(t
     # Ordinary words of file handling are not flags (#21 §1b): "../", getcwd, comments.
     assert not any("'../'" in f or "getcwd" in f for f in flags), flags
     assert not any(f.startswith(("cell 5", "cell 6")) for f in flags), flags
+    assert "cell 7: imports tinytorch.Tensor (its own module)" in flags, flags
     # Module 02 builds on 01: importing the Tensor is what its lesson does.
     assert static_flags(course, get_module(2), nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell("from tinytorch.core.tensor import Tensor")])) == []
