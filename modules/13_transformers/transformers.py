@@ -79,8 +79,10 @@
 # - **A KV cache.** `generate` recomputes the whole context for every new token. Module 18
 #   caches the keys and values and measures the speed-up.
 # - **Loading GPT-2's published weights.** The layer names follow nanoGPT so that it is a
-#   renaming exercise (the table in Part 5 gives the names), but the 124M-parameter model
-#   is too slow to be fun in NumPy.
+#   renaming exercise: GPT-2's `h.{i}.ln_1`, `attn.c_attn`, `attn.c_proj`, `mlp.c_fc` and
+#   `mlp.c_proj` are your `blocks.{i}.ln1`, `attn.qkv`, `attn.proj`, `mlp.fc` and
+#   `mlp.proj` (Part 5 of the notebook has the full table, and says which of GPT-2's weights
+#   are stored transposed). But the 124M-parameter model is too slow to be fun in NumPy.
 # - **Mixed precision, gradient checkpointing, FlashAttention.** Module 17 fuses and
 #   measures; here everything is float32, and every activation the backward pass needs is
 #   kept until it runs.
