@@ -37,7 +37,7 @@ WRITTEN = written_modules()
 IDS = [m.dirname for m in WRITTEN]
 # Lessons being rewritten by other helpers while these cases were written; their hidden cases
 # come in a second pass (the mark turns red, strict, as soon as they have them).
-SECOND_PASS = {11, 12, 13, 15, 17, 18}
+SECOND_PASS = {15, 17}
 
 
 def _second_pass(modules):
@@ -305,6 +305,15 @@ FITTED = {
         ("reduction-rules", "return (mask * (grad / count),)",
          "return (mask * (grad / (2 if mask.sum() > out.size else 1)),)",
          "test_unit_reduction_rules")],
+    # module 13: an eps fixed at its default, a norm chosen by the MLP's kind (the visible
+    # configs pair layernorm with gelu and rmsnorm with swiglu), and a top-p cumulative sum
+    # over the whole batch (the visible logits are one row)
+    13: [("layernorm-op", "var += dtype(eps)", "var += dtype(1e-5)", "test_unit_layer_norm"),
+         ("param-count", 'norm = c if config.norm == "rmsnorm" else c * (1 + b)',
+          'norm = c if config.mlp == "swiglu" else c * (1 + b)', "test_unit_param_count"),
+         ("generate", "before = np.cumsum(sorted_probs, axis=-1) - sorted_probs",
+          "before = np.cumsum(sorted_probs).reshape(sorted_probs.shape) - sorted_probs",
+          "test_unit_sampling")],
 }
 
 
@@ -332,8 +341,8 @@ def fitted_notebook(release, module, plants=()):
 
 @pytest.fixture(scope="module")
 def graded_class(tmp_path_factory):
-    """One course; modules 01, 02 and 06 each graded once over a class of two: `honest` (the
-    reference) and `fitted` (the planted solution). Then feedback for everyone."""
+    """One course; modules 01, 02, 06 and 13 each graded once over a class of two: `honest`
+    (the reference) and `fitted` (the planted solution). Then feedback for everyone."""
     from conftest import run_tito
     from tito.course.registry import get_module
     from tito.grading import sandbox

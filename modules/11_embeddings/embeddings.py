@@ -218,6 +218,59 @@ def test_unit_embedding_function():
             lambda: gradcheck(lambda w: EmbeddingFunction.apply(w, indices=many), [table]),
             "scatter-add: every occurrence of an id adds its gradient row (np.add.at)")
 
+    def check_lookup(values, ids, grad):
+        """The rows against np.take, the table's gradient against the one-hot product E.T @ g."""
+        weight = Tensor(values, dtype=values.dtype, requires_grad=True)
+        ids = np.asarray(ids)
+        out = EmbeddingFunction.apply(weight, indices=ids)
+        shape = ids.shape + values.shape[1:]
+        assert out.shape == shape, (
+            f"ids of shape {ids.shape} in a {values.shape} table should give {shape}, got "
+            f"{out.shape}: weight[indices] keeps the index shape and appends D"
+        )
+        assert np.array_equal(out.data, np.take(values, ids, axis=0)), (
+            "the rows returned are not weight[ids]"
+        )
+        assert out.dtype == values.dtype, f"the lookup of a {values.dtype} table gave {out.dtype}"
+        out.backward(grad)
+        one_hot = (ids.reshape(-1, 1) == np.arange(len(values))).astype(np.float64)  # (N, V)
+        want = one_hot.T @ np.asarray(grad, dtype=np.float64).reshape(-1, values.shape[1])
+        got = weight.grad
+        assert got is not None and got.shape == values.shape, (
+            f"weight.grad should have the table's shape {values.shape}, got "
+            f"{None if got is None else got.shape}"
+        )
+        assert np.allclose(got.data, want, atol=1e-5), (
+            "row v of the table's gradient should be the sum of the gradient rows of every "
+            "position that looked up v (the one-hot product E.T @ grad): use np.add.at, or sort "
+            "the ids and sum each group with np.add.reduceat"
+        )
+        assert got.dtype == values.dtype, (
+            f"the gradient of a {values.dtype} table came out {got.dtype}"
+        )
+
+    check_lookup(weight_values, ids, grad)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    rng = np.random.default_rng(1101)
+
+    def normal(*shape, dtype=np.float32):
+        return rng.standard_normal(shape).astype(dtype)
+
+    hidden_cases(check_lookup, {
+        "ids of three axes": (normal(7, 3), rng.integers(0, 7, (2, 3, 2)), normal(2, 3, 2, 3)),
+        "a single id": (normal(6, 4), np.int64(4), normal(4)),
+        "one id repeated everywhere": (normal(5, 2), np.full(9, 2), normal(9, 2)),
+        "no ids at all": (normal(4, 3), np.zeros(0, dtype=np.int64), normal(0, 3)),
+        "a float64 table": (normal(6, 5, dtype=np.float64), np.array([[5, 0, 5], [1, 5, 0]]),
+                            normal(2, 3, 5, dtype=np.float64)),
+        "a one-row table": (normal(1, 4), np.zeros(3, dtype=np.int64), normal(3, 4)),
+        "every id once, in reverse": (normal(8, 2), np.arange(8)[::-1], normal(8, 2)),
+        "unsorted ids with long runs": (normal(9, 3), rng.integers(0, 3, 40), normal(40, 3)),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_embedding_function()
 
@@ -414,6 +467,58 @@ def test_unit_embedding():
         + ": the layer must call EmbeddingFunction.apply(self.weight, indices=ids)"
     )
 
+    def check_layer(num, dim, ids, seed):
+        """A new Embedding(num, dim): a float32 table, repeatable from manual_seed (and N(0, 1)
+        when large enough to tell), that looks ids up and counts them in its gradient."""
+        manual_seed(seed)
+        layer = Embedding(num, dim)
+        table = layer.weight
+        assert isinstance(table, Parameter) and table.shape == (num, dim), (
+            f"Embedding({num}, {dim}).weight should be a Parameter of shape ({num}, {dim}), got "
+            f"{type(table).__name__} {getattr(table, 'shape', None)}"
+        )
+        assert table.dtype == np.float32, f"the table should be float32, got {table.dtype}"
+        manual_seed(seed)
+        assert np.array_equal(Embedding(num, dim).weight.data, table.data), (
+            "draw the table from default_generator(), so manual_seed makes it repeatable"
+        )
+        if table.size >= 10_000:
+            spread = (float(table.data.mean()), float(table.data.std()))
+            assert abs(spread[0]) < 0.05 and abs(spread[1] - 1) < 0.05, (
+                f"the table should be drawn from N(0, 1), got mean {spread[0]:.3f}, std "
+                f"{spread[1]:.3f}"
+            )
+        given = np.asarray(ids.data if isinstance(ids, Tensor) else ids)
+        out = layer(ids)
+        assert out.shape == given.shape + (dim,), (
+            f"ids of shape {given.shape} should give {given.shape + (dim,)}, got {out.shape}"
+        )
+        assert np.array_equal(out.data, np.take(table.data, given, axis=0)), (
+            f"rows looked up from a {type(ids).__name__} are wrong"
+        )
+        out.sum().backward()
+        counts = np.bincount(given.ravel(), minlength=num).astype(np.float32)
+        assert table.grad is not None and np.allclose(table.grad.data, counts[:, None]), (
+            "after emb(ids).sum().backward(), row v of weight.grad should equal how often v "
+            "occurs in ids: the layer must call EmbeddingFunction.apply(self.weight, indices=ids)"
+        )
+
+    check_layer(1000, 16, ids, 0)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    rng = np.random.default_rng(1102)
+    hidden_cases(check_layer, {
+        "a nested list of ids": (5, 3, [[0, 4], [4, 4], [2, 0]], 7),
+        "a three-axis int32 array": (9, 2, rng.integers(0, 9, (2, 2, 3)).astype(np.int32), 1),
+        "a Tensor of int64 ids": (6, 5, Tensor(np.array([5, 5, 1, 0]), dtype=np.int64), 2),
+        "a single NumPy integer": (4, 3, np.int64(3), 3),
+        "uint8 ids": (200, 4, rng.integers(0, 200, 30).astype(np.uint8), 4),
+        "a wide table": (2000, 40, rng.integers(0, 2000, (4, 8)), 5),
+        "a table of one row": (1, 6, [0, 0, 0], 6),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_embedding()
 
@@ -452,6 +557,59 @@ def test_unit_embedding_errors():
     assert "integer" in str(error).lower(), f"the TypeError should say to use integers: {error}"
     assert emb(np.zeros((0,), dtype=np.int64)).shape == (0, 8), "no ids give an empty (0, 8) result"
 
+    def check_refused(num, ids, bad):
+        """Embedding(num, ...)(ids) raises IndexError naming the bad id and [0, num)."""
+        error = error_of(lambda: Embedding(num, 3)(ids))
+        assert isinstance(error, (IndexError, ValueError)), (
+            f"emb({ids!r}) on a {num}-row table must raise IndexError, got {error!r}"
+        )
+        assert str(bad) in str(error) and f"[0, {num})" in str(error), (
+            f"the error for id {bad} should name it and the valid range [0, {num}), got "
+            f"{type(error).__name__}: {error}"
+        )
+
+    def check_not_integers(ids):
+        """Ids that are not integers raise a TypeError that says to use integers."""
+        error = error_of(lambda: Embedding(10, 3)(ids))
+        assert isinstance(error, TypeError) and "integer" in str(error).lower(), (
+            f"ids of dtype {np.asarray(getattr(ids, 'data', ids)).dtype} must raise a TypeError "
+            f"saying to use integers, got {error!r}"
+        )
+
+    def check_accepted(num, ids):
+        """Valid ids, the first and last rows and empty batches included, raise nothing."""
+        error = error_of(lambda: Embedding(num, 3)(ids))
+        assert error is None, (
+            f"emb({ids!r}) on a {num}-row table is valid (ids 0..{num - 1}), but raised {error!r}"
+        )
+
+    check_refused(65, [1, 70, 3], 70)
+    check_not_integers(Tensor([1, 2, 3]))
+    check_accepted(65, [0, 64])
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_refused, {
+        "an id far past the end": (10, [3, 10_000], 10_000),
+        "the table size itself in a three-axis array": (7, np.array([[[0, 7], [1, 1]]]), 7),
+        "a very negative id": (12, np.array([-500, 2]), -500),
+        "a negative id first": (30, [-3, 4, 5], -3),
+        "any id of a one-row table but zero": (1, [0, 0, 1], 1),
+        "a Tensor holding a bad id": (5, Tensor(np.array([2, 9]), dtype=np.int64), 9),
+    })
+    hidden_cases(check_not_integers, {
+        "a float64 array of whole numbers": np.array([1.0, 2.0]),
+        "a list of fractions": [0.5, 1.5],
+        "a float32 Tensor of whole numbers in a matrix": Tensor(np.ones((2, 2))),
+    })
+    hidden_cases(check_accepted, {
+        "the last row of a one-row table": (1, [0]),
+        "the first and last rows in a matrix": (300, np.array([[0, 299], [299, 0]])),
+        "an empty batch with two axes": (4, np.zeros((3, 0), dtype=np.int64)),
+        "int8 ids": (100, np.array([0, 99, 50], dtype=np.int8)),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_embedding_errors()
 
@@ -488,6 +646,46 @@ def test_unit_embedding_as_linear():
         "a tied table gets the gradient of both uses added: the lookup's rows and the output "
         "layer's x summed over positions"
     )
+
+    def check_tied(values, x, ids):
+        """as_linear(x) is one dot product of x with every row (einsum); the table's gradient
+        adds the output layer's x, summed over positions, to the lookup's counts."""
+        layer = Embedding.from_pretrained(values.copy())
+        scores = layer.as_linear(Tensor(x))
+        want = np.einsum("...d,vd->...v", x.astype(np.float64), values.astype(np.float64))
+        assert isinstance(scores, Tensor) and scores.shape == want.shape, (
+            f"as_linear of x {x.shape} against a {values.shape} table should give a Tensor "
+            f"{want.shape}, got {type(scores).__name__} {getattr(scores, 'shape', None)}"
+        )
+        assert np.allclose(scores.data, want, atol=1e-4), (
+            "as_linear(x) should be x @ weight.T (the dot product of x with every row)"
+        )
+        assert scores.dtype == np.float32, f"the logits should stay float32, got {scores.dtype}"
+        (scores.sum() + layer(ids).sum()).backward()
+        grad = np.broadcast_to(x.reshape(-1, values.shape[1]).sum(0), values.shape).copy()
+        grad += np.bincount(np.ravel(ids), minlength=len(values))[:, None]
+        assert np.allclose(layer.weight.grad.data, grad, atol=1e-4), (
+            "a tied table gets the gradient of both uses added: the lookup's rows and the "
+            "output layer's x summed over positions"
+        )
+
+    check_tied(table, x, np.array([1, 1]))
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    rng = np.random.default_rng(1104)
+
+    def normal(*shape):
+        return rng.standard_normal(shape).astype(np.float32)
+
+    hidden_cases(check_tied, {
+        "a single vector": (normal(6, 3), normal(3), np.array([0, 5])),
+        "a batch of four axes": (normal(5, 2), normal(2, 2, 3, 2), np.array([[4, 4], [0, 1]])),
+        "a table of one row": (normal(1, 4), normal(3, 4), np.zeros(5, dtype=np.int64)),
+        "more dimensions than rows": (normal(3, 9), normal(4, 9), np.array([2, 2, 2, 0])),
+        "a larger vocabulary": (normal(50, 8), normal(2, 5, 8), rng.integers(0, 50, (3, 4))),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_embedding_as_linear()
@@ -590,6 +788,53 @@ def test_unit_positional_embedding():
         "have gradient 2 and the rest 0: return a slice of the Parameter (a Tensor op), not "
         "a new Tensor of its data"
     )
+
+    def check_positions(max_len, dim, seq_len, offset, batch):
+        """pos(seq_len, offset) is rows offset .. offset + seq_len - 1, and a batch using them
+        sends `batch` to each of those rows' gradients, 0 to the others."""
+        layer = PositionalEmbedding(max_len, dim)
+        table = layer.weight
+        out = layer(seq_len, offset=offset)
+        rows = np.take(table.data, np.arange(offset, offset + seq_len), axis=0)
+        assert out.shape == (seq_len, dim) and np.array_equal(out.data, rows), (
+            f"pos({seq_len}, offset={offset}) on a ({max_len}, {dim}) table should be its rows "
+            f"{offset}..{offset + seq_len - 1}, shape ({seq_len}, {dim}); got {out.shape}"
+        )
+        if seq_len:
+            (Tensor(np.ones((batch, seq_len, dim), dtype=np.float32)) + out).sum().backward()
+            want = np.zeros((max_len, dim), dtype=np.float32)
+            want[offset:offset + seq_len] = batch
+            assert table.grad is not None and np.allclose(table.grad.data, want), (
+                f"a batch of {batch} using positions {offset}..{offset + seq_len - 1} should give "
+                f"those rows gradient {batch} and the others 0: return a slice of the Parameter"
+            )
+
+    def check_too_far(max_len, seq_len, offset):
+        """Positions past the table raise a ValueError naming seq_len + offset and max_len."""
+        layer = PositionalEmbedding(max_len, 2)
+        expect_error(f"pos({seq_len}, offset={offset}) on a {max_len}-row table",
+                     lambda: layer(seq_len, offset=offset), ValueError,
+                     [str(seq_len + offset), str(max_len)],
+                     "compare seq_len + offset, not seq_len alone, with max_len, and name both")
+
+    check_positions(16, 4, 5, 0, 2)
+    check_too_far(16, 10, 7)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_positions, {
+        "the last position alone": (12, 3, 1, 11, 3),
+        "every position of the table": (7, 2, 7, 0, 1),
+        "a middle window in a batch": (40, 5, 6, 17, 4),
+        "a table of one position": (1, 8, 1, 0, 2),
+        "no positions": (9, 3, 0, 4, 1),
+    })
+    hidden_cases(check_too_far, {
+        "one position too many": (12, 13, 0),
+        "an offset at the end": (20, 1, 20),
+        "a long prompt at an offset": (100, 64, 40),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_positional_embedding()
@@ -702,6 +947,42 @@ def test_unit_sinusoidal():
     assert np.array_equal(layer(4, offset=2).data, pe[2:6]) and not list(layer.parameters()), (
         "the layer returns rows offset..offset+T-1 of the fixed table and has no parameters"
     )
+
+    def check_table(max_len, dim, base, positions):
+        """Rows `positions` of sinusoidal_encoding(max_len, dim, base), one value at a time in
+        float64; PE[p] . PE[p + k] the same for every p."""
+        got = sinusoidal_encoding(max_len, dim, base)
+        assert isinstance(got, np.ndarray) and got.shape == (max_len, dim), (
+            f"sinusoidal_encoding({max_len}, {dim}) should be an array ({max_len}, {dim}), got "
+            f"{np.shape(got)}"
+        )
+        assert got.dtype == np.float32, f"the table should be float32, got {got.dtype}"
+        for pos in positions:
+            want = [np.sin(pos / base ** (j / dim)) if j % 2 == 0 else
+                    np.cos(pos / base ** ((j - 1) / dim)) for j in range(dim)]
+            assert np.allclose(got[pos], want, atol=2e-6), (
+                f"position {pos} with D = {dim}, base {base:g}: expected "
+                f"{np.round(want, 4)[:6]}..., got {np.round(got[pos], 4)[:6]}...: sin on even "
+                "dims, cos on odd, w_i = 1/base**(2i/D), the angles computed in float64"
+            )
+        k = max_len // 3
+        dots = [float(got[p].astype(np.float64) @ got[p + k]) for p in (0, k // 2, max_len - k - 1)]
+        assert np.allclose(dots, dots[0], atol=1e-4), (
+            f"PE[p] . PE[p + {k}] should not depend on p, got {dots}"
+        )
+
+    check_table(50, 8, 10000.0, [0, 3, 49])
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_table, {
+        "an odd width": (30, 7, 10000.0, [0, 1, 29]),
+        "a width of two": (20, 2, 10000.0, [5, 19]),
+        "far positions, where float32 angles go wrong": (3000, 16, 10000.0, [1234, 2999]),
+        "another base": (40, 10, 500.0, [2, 39]),
+        "a wide table": (10, 64, 10000.0, [1, 9]),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_sinusoidal()
@@ -984,6 +1265,75 @@ def test_unit_rotary_tables():
     else:
         raise AssertionError("cos_sin(30, offset=5) with max_len 32 must raise ValueError")
 
+    def check_rotate(x):
+        """rotate_half(x) is [-second half | first half] of the last axis, a new array of x's
+        dtype."""
+        half = x.shape[-1] // 2
+        want = np.concatenate((-x[..., half:], x[..., :half]), axis=-1)
+        got = rotate_half(x)
+        assert np.shape(got) == x.shape and np.array_equal(got, want), (
+            f"rotate_half of an array {x.shape} should be [-x2 | x1] on its last axis, got "
+            f"{np.shape(got)} {np.asarray(got).ravel()[:4]}... instead of {want.ravel()[:4]}..."
+        )
+        assert got.dtype == x.dtype and not np.shares_memory(got, x), (
+            f"rotate_half should return a new {x.dtype} array and leave x alone"
+        )
+
+    def check_tables(head_dim, max_len, base, seq_len, offset):
+        """cos_sin(seq_len, offset) against angles pos * base**(-2i/d), i < d/2, written twice."""
+        rope = RotaryEmbedding(head_dim, max_len=max_len, base=base)
+        cos, sin = rope.cos_sin(seq_len, offset=offset)
+        half = [base ** (-2 * i / head_dim) for i in range(head_dim // 2)]
+        angles = np.array([[p * f for f in half + half] for p in range(offset, offset + seq_len)])
+        assert np.shape(cos) == (seq_len, head_dim) and np.shape(sin) == (seq_len, head_dim), (
+            f"cos_sin({seq_len}, offset={offset}) for head_dim {head_dim} should give two "
+            f"({seq_len}, {head_dim}) arrays, got {np.shape(cos)}, {np.shape(sin)}"
+        )
+        assert cos.dtype == np.float32 and sin.dtype == np.float32, (
+            f"the tables should be float32, got {cos.dtype}, {sin.dtype}"
+        )
+        ok = np.allclose(cos, np.cos(angles.reshape(cos.shape)), atol=1e-6) and np.allclose(
+            sin, np.sin(angles.reshape(sin.shape)), atol=1e-6)
+        assert ok, (
+            f"cos_sin should hold cos/sin of pos * theta_i with theta_i = 1/{base:g}**(2i/d), "
+            "the d/2 angles written twice (concat(freqs, freqs)), computed in float64"
+        )
+
+    def check_past_end(max_len, seq_len, offset):
+        """Positions past max_len raise a ValueError naming seq_len + offset and max_len."""
+        rope = RotaryEmbedding(4, max_len=max_len)
+        expect_error(f"cos_sin({seq_len}, offset={offset}) with max_len {max_len}",
+                     lambda: rope.cos_sin(seq_len, offset=offset), ValueError,
+                     [str(seq_len + offset), str(max_len)],
+                     "compare seq_len + offset with max_len, and name both")
+
+    check_rotate(x)
+    check_tables(8, 32, 10000.0, 5, 0)
+    check_past_end(32, 30, 5)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    rng = np.random.default_rng(1107)
+    hidden_cases(check_rotate, {
+        "a float64 matrix": rng.standard_normal((3, 10)),
+        "a batch of four axes": rng.standard_normal((2, 3, 4, 6)).astype(np.float32),
+        "a width of two": np.array([[1.5, -2.0]], dtype=np.float32),
+        "a single vector": np.arange(12, dtype=np.float32),
+    })
+    hidden_cases(check_tables, {
+        "a head of two": (2, 10, 10000.0, 10, 0),
+        "Llama three's base": (16, 64, 500000.0, 4, 60),
+        "a wide head deep into the table": (128, 4096, 1000000.0, 3, 4000),
+        "the last row alone": (6, 9, 10000.0, 1, 8),
+        "a small base": (10, 20, 100.0, 20, 0),
+    })
+    hidden_cases(check_past_end, {
+        "one position too many": (16, 17, 0),
+        "an offset at the end": (8, 1, 8),
+        "a long prompt at an offset": (64, 40, 30),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_rotary_tables()
 
@@ -1049,6 +1399,106 @@ def test_unit_rope_scaling_and_offsets():
     else:
         raise AssertionError("offsets reaching past max_len must raise ValueError")
 
+    def check_frequencies(head_dim, base, scaling):
+        """rope_frequencies against the bands worked out one frequency at a time, and the
+        tables of RotaryEmbedding(..., scaling=...) built from them."""
+        want = []
+        for i in range(head_dim // 2):
+            theta = base ** (-2 * i / head_dim)
+            if scaling is None:
+                want.append(theta)
+                continue
+            factor, low, high = (scaling[k] for k in ("factor", "low_freq_factor",
+                                                      "high_freq_factor"))
+            length = scaling["original_max_position_embeddings"]
+            wavelength = 2 * np.pi / theta
+            if wavelength < length / high:  # fast: kept
+                want.append(theta)
+            elif wavelength > length / low:  # slow: divided
+                want.append(theta / factor)
+            else:  # between: blended
+                s = (length / wavelength - low) / (high - low)
+                want.append((1 - s) * theta / factor + s * theta)
+        got = rope_frequencies(head_dim, base, scaling)
+        assert np.shape(got) == (head_dim // 2,) and np.allclose(got, want, rtol=1e-9), (
+            f"rope_frequencies({head_dim}, {base:g}, {scaling}) should be {np.array(want)}, got "
+            f"{got}: fast frequencies kept, slow ones divided by the factor, the middle band "
+            "blended with s = (L / wavelength - low_freq_factor) / (high - low)"
+        )
+        rope = RotaryEmbedding(head_dim, max_len=40, base=base, scaling=scaling)
+        cos, sin = rope.cos_sin(3, offset=37)
+        angles = np.arange(37, 40)[:, None] * np.concatenate((want, want))
+        assert np.allclose(cos, np.cos(angles), atol=1e-6) and np.allclose(
+            sin, np.sin(angles), atol=1e-6), (
+            "RotaryEmbedding(..., scaling=...) should build its tables from rope_frequencies "
+            "with the scaling"
+        )
+
+    def check_offsets(head_dim, max_len, seq_len, offsets):
+        """cos_sin with one offset per sequence is (B, 1, T, d), row b the tables of positions
+        offsets[b] ..; rotating the batch equals rotating each sequence alone."""
+        rope = RotaryEmbedding(head_dim, max_len=max_len)
+        cos, sin = rope.cos_sin(seq_len, offset=np.array(offsets))
+        shape = (len(offsets), 1, seq_len, head_dim)
+        assert np.shape(cos) == shape and np.shape(sin) == shape, (
+            f"cos_sin({seq_len}, offset={offsets}) should give (B, 1, T, d) = {shape} tables, "
+            f"got {np.shape(cos)}"
+        )
+        theta = 10000.0 ** (-np.arange(0, head_dim, 2) / head_dim)
+        for b, start in enumerate(offsets):
+            angles = np.arange(start, start + seq_len)[:, None] * np.concatenate((theta, theta))
+            assert np.allclose(cos[b, 0], np.cos(angles), atol=1e-6) and np.allclose(
+                sin[b, 0], np.sin(angles), atol=1e-6), (
+                f"sequence {b} starts at position {start}: its rows must be those of positions "
+                f"{start}..{start + seq_len - 1}"
+            )
+        x = np.random.default_rng(len(offsets)).standard_normal(
+            (len(offsets), 2, seq_len, head_dim)).astype(np.float32)
+        rotated = rope(Tensor(x), offset=np.array(offsets)).data
+        for b, start in enumerate(offsets):
+            alone = rope(Tensor(x[b:b + 1]), offset=start).data
+            assert np.allclose(rotated[b:b + 1], alone, atol=1e-6), (
+                "rotating a batch with one offset per sequence should equal rotating each alone"
+            )
+
+    def check_offsets_past_end(max_len, seq_len, offsets):
+        """An offset per sequence that reaches past max_len is refused, naming the last
+        position needed and max_len."""
+        rope = RotaryEmbedding(4, max_len=max_len)
+        expect_error(f"cos_sin({seq_len}, offset={offsets}) with max_len {max_len}",
+                     lambda: rope.cos_sin(seq_len, offset=np.array(offsets)), ValueError,
+                     [str(max(offsets) + seq_len), str(max_len)],
+                     "the last position needed is max(offset) + seq_len: compare it with max_len")
+
+    check_frequencies(16, 10000.0, llama3)
+    check_offsets(16, 64, 2, [0, 9, 4])
+    check_offsets_past_end(64, 2, [1, 63])
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    def bands(factor, low, high, length):
+        return {"rope_type": "llama3", "factor": factor, "low_freq_factor": low,
+                "high_freq_factor": high, "original_max_position_embeddings": length}
+
+    hidden_cases(check_frequencies, {
+        "Llama three point one's published settings": (128, 500000.0, bands(8.0, 1.0, 4.0, 8192)),
+        "a factor of two and narrow bands": (32, 10000.0, bands(2.0, 2.0, 3.0, 128)),
+        "a short original context, every band slow": (8, 10000.0, bands(4.0, 1.0, 4.0, 2)),
+        "a long original context, every band fast": (8, 10.0, bands(4.0, 1.0, 4.0, 10**6)),
+        "no scaling and a large base": (20, 1000000.0, None),
+    })
+    hidden_cases(check_offsets, {
+        "one sequence": (8, 16, 3, [5]),
+        "equal offsets": (4, 32, 2, [7, 7, 7]),
+        "offsets reaching the last position": (6, 20, 4, [16, 0]),
+        "one token per sequence": (10, 50, 1, [49, 3, 12, 0]),
+    })
+    hidden_cases(check_offsets_past_end, {
+        "one sequence one position too far": (32, 4, [0, 29]),
+        "every sequence too far": (10, 3, [9, 8]),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_rope_scaling_and_offsets()
 
@@ -1103,6 +1553,55 @@ def test_unit_apply_rotary():
         "what generation with a KV cache relies on"
     )
 
+    def check_rotation(x, offset, max_len):
+        """apply_rotary(x, *rope.cos_sin(T, offset)) against the pairwise rotation written out,
+        pair (i, i + d/2) at a time (offset: an int, or one per sequence of axis 0); x's dtype
+        and every vector's length are kept."""
+        T, d = x.shape[-2:]
+        rope = RotaryEmbedding(d, max_len=max_len)
+        got = apply_rotary(Tensor(x, dtype=x.dtype), *rope.cos_sin(T, offset))
+        assert isinstance(got, Tensor) and got.shape == x.shape, (
+            f"apply_rotary should return a Tensor of x's shape {x.shape}, got "
+            f"{getattr(got, 'shape', None)}"
+        )
+        assert got.dtype == x.dtype, (
+            f"RoPE on {x.dtype} input should stay {x.dtype}, got {got.dtype}"
+        )
+        starts = np.broadcast_to(np.asarray(offset), x.shape[:1] if np.ndim(offset) else ())
+        want = np.empty(x.shape)
+        for lead in np.ndindex(x.shape[:-2]):
+            start = int(starts[lead[0]]) if np.ndim(offset) else int(offset)
+            for t in range(T):
+                for i in range(d // 2):
+                    phi = (start + t) / 10000 ** (2 * i / d)
+                    a, b = x[lead + (t, i)], x[lead + (t, i + d // 2)]
+                    want[lead + (t, i)] = a * np.cos(phi) - b * np.sin(phi)
+                    want[lead + (t, i + d // 2)] = b * np.cos(phi) + a * np.sin(phi)
+        assert np.allclose(got.data, want, atol=1e-5), (
+            "apply_rotary differs from the pairwise rotation: pair coordinate i with i + d/2 and "
+            "compute x * cos + rotate_half(x) * sin (largest gap "
+            f"{np.abs(got.data - want).max():.3g})"
+        )
+        assert np.allclose(np.linalg.norm(got.data, axis=-1), np.linalg.norm(x, axis=-1),
+                           atol=1e-4), "a rotation keeps every vector's length"
+
+    check_rotation(x, 0, 64)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    rng = np.random.default_rng(1109)
+    hidden_cases(check_rotation, {
+        "a head of two": (rng.standard_normal((3, 2)).astype(np.float32), 5, 16),
+        "three axes and an offset": (rng.standard_normal((2, 4, 6)).astype(np.float32), 11, 32),
+        "float64 input": (rng.standard_normal((1, 2, 3, 8)), 2, 8),
+        "one offset per sequence": (rng.standard_normal((3, 2, 2, 4)).astype(np.float32),
+                                    np.array([0, 13, 6]), 16),
+        "a single token deep into the table": (
+            rng.standard_normal((1, 1, 1, 12)).astype(np.float32), 999, 1000),
+        "a wide head": (rng.standard_normal((1, 5, 32)).astype(np.float32), 0, 8),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_apply_rotary()
 
@@ -1125,6 +1624,38 @@ def test_unit_rotary_backward():
     assert np.allclose(x32.grad.data, inverse, atol=1e-5), (
         "the gradient of a rotation is the gradient rotated back by the opposite angle"
     )
+
+    def check_derivative(shape, offset, seed):
+        """RoPE's rule against central differences (float64), and in float32 the gradient
+        rotated back by the opposite angle, for x of `shape` at `offset` (or offsets)."""
+        rng = np.random.default_rng(seed)
+        rope = RotaryEmbedding(shape[-1], max_len=64)
+        cos, sin = rope.cos_sin(shape[-2], offset)
+        x64 = float64_inputs(rng, shape)
+        explain(f"RoPE's derivative on x {shape}",
+                lambda: gradcheck(lambda t: apply_rotary(t, cos, sin), [x64]),
+                "grad_x = grad * cos - rotate_half(grad * sin): the adjoint of rotate_half is "
+                "-rotate_half")
+        x = Tensor(rng.standard_normal(shape).astype(np.float32), requires_grad=True)
+        g = rng.standard_normal(shape).astype(np.float32)
+        apply_rotary(x, cos, sin).backward(g)
+        assert x.grad.dtype == np.float32, f"the gradient of float32 input is {x.grad.dtype}"
+        back = apply_rotary(Tensor(g), cos, -sin).data
+        assert np.allclose(x.grad.data, back, atol=1e-5), (
+            "the gradient of a rotation is the gradient rotated back by the opposite angle"
+        )
+
+    check_derivative((2, 4, 6), 3, 1)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_derivative, {
+        "a head of two": ((5, 2), 0, 2),
+        "one offset per sequence": ((3, 2, 2, 4), np.array([9, 0, 30]), 3),
+        "four axes and a wide head": ((1, 2, 3, 16), 40, 4),
+        "a single token": ((1, 1, 8), 63, 5),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_rotary_backward()

@@ -272,6 +272,84 @@ def test_unit_masks():
                 f"must raise {kind.__name__}"
             )
 
+    def allowed(T, S):  # query i sits at position i + S - T: keys 0 .. i + S - T
+        return np.array([[j <= i + S - T for j in range(S)] for i in range(T)], dtype=bool)
+
+    def check_causal(T, S):
+        """causal_mask(T, S) against the rule worked one entry at a time."""
+        got = causal_mask(T, S)
+        assert isinstance(got, np.ndarray) and got.dtype == np.bool_ and got.shape == (T, S), (
+            f"causal_mask({T}, {S}) should be a ({T}, {S}) bool array, got "
+            f"{getattr(got, 'dtype', type(got).__name__)} {np.shape(got)}"
+        )
+        assert np.array_equal(got, allowed(T, S)), (
+            f"causal_mask({T}, {S}): query i may see keys j <= i + S - T (the triangle aligned "
+            f"to the end of the keys), got\n{got.astype(int)}"
+        )
+
+    def check_combined(mask, is_causal, shape):
+        """_keep_mask(mask, is_causal, shape) broadcasts to the scores' shape as mask AND the
+        causal triangle; None when nothing is masked."""
+        got = _keep_mask(mask, is_causal, shape)
+        if mask is None and not is_causal:
+            assert got is None, "no mask and not causal: return None"
+            return
+        want = np.ones(shape, dtype=bool)
+        if mask is not None:
+            want &= np.asarray(mask.data if isinstance(mask, Tensor) else mask)
+        if is_causal:
+            want &= allowed(*shape[-2:])
+        assert got is not None and np.array_equal(np.broadcast_to(got, shape), want), (
+            f"a mask of shape {np.shape(mask)} with is_causal={is_causal} for scores {shape} "
+            "should combine both with a logical AND (True = may attend)"
+        )
+
+    def check_refused(mask, shape, kind):
+        """A mask that is not bool raises TypeError; one that does not broadcast to the
+        scores' shape raises ShapeError naming both shapes."""
+        from tinytorch.core.tensor import expect_error  # module 01's test helper
+
+        words = [] if kind is TypeError else [str(np.shape(mask)), str(tuple(shape))]
+        expect_error(f"_keep_mask with a {np.asarray(mask).dtype} mask {np.shape(mask)} for "
+                     f"scores {shape}", lambda: _keep_mask(mask, False, shape), kind, words,
+                     "a mask must be bool and broadcast to (B, H, T, S) without enlarging it")
+
+    check_causal(4, 4)
+    check_causal(2, 4)
+    check_combined(padding, True, (1, 2, 4, 4))
+    check_refused(np.ones((3, 4), dtype=bool), (1, 2, 4, 4), ValueError)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    rng = np.random.default_rng(1201)
+    hidden_cases(check_causal, {
+        "one query over many keys": (1, 9),
+        "a single position": (1, 1),
+        "a larger square": (7, 7),
+        "more keys than queries": (3, 8),
+    })
+    hidden_cases(check_combined, {
+        "a padding mask per sequence, causal": (rng.random((2, 1, 1, 5)) > 0.3, True,
+                                                (2, 3, 5, 5)),
+        "a mask of the scores' full shape": (rng.random((2, 2, 3, 4)) > 0.5, False,
+                                             (2, 2, 3, 4)),
+        "causal alone with more keys than queries": (None, True, (1, 1, 2, 6)),
+        "a per-query mask over heads, causal": (rng.random((3, 5)) > 0.4, True, (2, 2, 3, 5)),
+        "a bool Tensor": (Tensor(rng.random((1, 1, 1, 4)) > 0.5, dtype=np.bool_), False,
+                          (2, 1, 4, 4)),
+        "nothing masked": (None, False, (1, 1, 3, 3)),
+    })
+    hidden_cases(check_refused, {
+        "an integer mask": (np.ones((4, 4), dtype=np.int64), (1, 2, 4, 4), TypeError),
+        "a float mask of the right shape": (np.ones((1, 2, 4, 4)), (1, 2, 4, 4), TypeError),
+        "a mask with too many heads": (np.ones((1, 3, 4, 4), dtype=bool), (1, 2, 4, 4),
+                                       ValueError),
+        "a mask longer than the keys": (np.ones((4, 5), dtype=bool), (1, 2, 4, 4), ValueError),
+        "a mask with an extra axis": (np.ones((2, 1, 2, 4, 4), dtype=bool), (1, 2, 4, 4),
+                                      ValueError),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_masks()
 
@@ -433,6 +511,60 @@ def test_unit_attention_composed():
         "with T=2 queries, S=6 keys and a mask (row 0 fully masked), the output should match "
         "the reference: masked keys get weight 0 and a fully masked row outputs zeros"
     )
+
+    def check_composed(q, k, v, keep, is_causal):
+        """attention_composed against the loop reference (float64), q's dtype kept; keep is a
+        (T, S) mask or None."""
+        dtype = q.dtype
+        T, S = q.shape[-2], k.shape[-2]
+        got = attention_composed(*(Tensor(a, dtype=dtype) for a in (q, k, v)), mask=keep,
+                                 is_causal=is_causal)
+        rule = np.ones((T, S), dtype=bool) if keep is None else np.asarray(keep)
+        if is_causal:
+            rule = rule & (np.arange(S)[None] <= np.arange(T)[:, None] + S - T)
+        want = reference_attention(*(a.astype(np.float64) for a in (q, k, v)), rule)
+        assert got.shape == want.shape and got.dtype == dtype, (
+            f"{dtype} q {q.shape}, k {k.shape}, v {v.shape} should give {dtype} {want.shape}, "
+            f"got {got.dtype} {got.shape}"
+        )
+        assert not np.isnan(got.data).any(), (
+            "NaN in the output: add finfo.min (not -inf), then multiply the weights by the mask"
+        )
+        tol = 1e-10 if dtype == np.float64 else 1e-5
+        assert np.allclose(got.data, want, atol=tol), (
+            f"attention of q {q.shape}, k {k.shape}, v {v.shape} (is_causal={is_causal}, "
+            f"{'no mask' if keep is None else 'a mask'}) differs from the loop reference by up to "
+            f"{np.abs(got.data - want).max():.3g}: scores = q @ k^T * (1/sqrt(D)), masked "
+            "scores pushed down, softmax over the keys, masked rows zeroed, then @ v"
+        )
+
+    check_composed(q.data, k.data, v.data, None, False)
+    check_composed(q2.data, k2.data, v2.data, keep, False)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    rng = np.random.default_rng(1202)
+
+    def normal(*shape, dtype=np.float32):
+        return rng.standard_normal(shape).astype(dtype)
+
+    hidden_cases(check_composed, {
+        "more keys than queries, causal": (normal(1, 2, 2, 4), normal(1, 2, 6, 4),
+                                           normal(1, 2, 6, 4), None, True),
+        "a single key": (normal(2, 1, 3, 4), normal(2, 1, 1, 4), normal(2, 1, 1, 4), None, False),
+        "one head of a wide head size": (normal(1, 1, 4, 16), normal(1, 1, 4, 16),
+                                         normal(1, 1, 4, 16), None, True),
+        "float64 inputs": (*(normal(1, 2, 3, 5, dtype=np.float64) for _ in range(3)), None, True),
+        "values wider than keys": (normal(2, 2, 3, 4), normal(2, 2, 5, 4), normal(2, 2, 5, 7),
+                                   None, False),
+        "a masked row under a causal mask": (normal(1, 1, 3, 4), normal(1, 1, 5, 4),
+                                             normal(1, 1, 5, 4),
+                                             np.array([[0, 1, 1, 1, 1], [0, 0, 0, 0, 0],
+                                                       [1, 1, 0, 1, 1]], dtype=bool), True),
+        "large scores": (normal(1, 1, 4, 4) * 30, normal(1, 1, 4, 4) * 30, normal(1, 1, 4, 4),
+                         None, True),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_attention_composed()
@@ -620,6 +752,61 @@ def test_unit_attention_weights():
         "without a mask the weights are softmax(q @ k^T / sqrt(D)) over the keys"
     )
 
+    def check_weights(q, k, keep, is_causal):
+        """attention_weights against a float64 softmax worked row by row over the allowed
+        keys: masked weights exactly 0, fully masked rows all 0, no NaN, q's dtype."""
+        dtype = q.dtype
+        w = attention_weights(Tensor(q, dtype=dtype), Tensor(k, dtype=dtype), mask=keep,
+                              is_causal=is_causal)
+        *lead, T, D = q.shape
+        S = k.shape[-2]
+        rule = np.ones((T, S), dtype=bool) if keep is None else np.asarray(keep)
+        if is_causal:
+            rule = rule & (np.arange(S)[None] <= np.arange(T)[:, None] + S - T)
+        scores = np.einsum("...td,...sd->...ts", q.astype(np.float64), k.astype(np.float64))
+        want = np.zeros(scores.shape)
+        for idx in np.ndindex(*lead, T):
+            row = scores[idx][rule[idx[-1]]] / np.sqrt(D)
+            if row.size:
+                e = np.exp(row - row.max())
+                want[idx][rule[idx[-1]]] = e / e.sum()
+        assert isinstance(w, np.ndarray) and w.shape == want.shape and w.dtype == dtype, (
+            f"the weights of q {q.shape} over k {k.shape} should be a {dtype} array "
+            f"{want.shape}, got {getattr(w, 'dtype', None)} {np.shape(w)}"
+        )
+        assert not np.isnan(w).any(), (
+            "NaN in the weights: subtract each row's maximum (0 for a fully masked row) "
+            "before exp, and replace zero sums by 1"
+        )
+        assert np.all(w[..., ~rule] == 0), "masked weights must be EXACTLY 0"
+        assert np.allclose(w, want, atol=1e-6), (
+            "the weights differ from softmax(q @ k^T / sqrt(D)) over the allowed keys by up to "
+            f"{np.abs(w - want).max():.3g}"
+        )
+
+    check_weights(q.data, k.data, keep, False)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    rng = np.random.default_rng(1203)
+
+    def normal(*shape, dtype=np.float32):
+        return rng.standard_normal(shape).astype(dtype)
+
+    hidden_cases(check_weights, {
+        "scores that overflow a naive exponent": (normal(1, 2, 3, 4) * 20, normal(1, 2, 5, 4) * 20,
+                                                   None, False),
+        "every query masked": (normal(2, 1, 3, 4), normal(2, 1, 3, 4),
+                               np.zeros((3, 3), dtype=bool), False),
+        "causal with more keys than queries": (normal(1, 3, 2, 4), normal(1, 3, 5, 4), None, True),
+        "float64 inputs": (*(normal(1, 1, 4, 6, dtype=np.float64) for _ in range(2)), None, True),
+        "a single key": (normal(2, 2, 3, 8), normal(2, 2, 1, 8), None, False),
+        "a mask and causal together": (normal(1, 1, 4, 4), normal(1, 1, 4, 4),
+                                       np.array([1, 0, 1, 1], dtype=bool)[None].repeat(4, 0),
+                                       True),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_attention_weights()
 
@@ -668,6 +855,76 @@ def test_unit_attention_function():
             f"the fused attention's gradients disagree with finite differences: {error}"
         ) from None
 
+    def check_twin(shapes, kwargs, scale, seed):
+        """The fused op equals the composed twin on q, k, v of `shapes` (k and v may broadcast
+        over q's heads): outputs, and the gradients of all three, float32 throughout."""
+        rng = np.random.default_rng(seed)
+        arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+        arrays[0] *= np.float32(scale)
+        fused = [Tensor(a, requires_grad=True) for a in arrays]
+        twin = [Tensor(a, requires_grad=True) for a in arrays]
+        out = scaled_dot_product_attention(*fused, **kwargs)
+        want = attention_composed(*twin, **kwargs)
+        what = f"q, k, v of shapes {shapes} ({kwargs or 'no mask'})"
+        assert out.shape == want.shape and np.allclose(out.data, want.data, atol=1e-5), (
+            f"fused attention of {what} differs from the composed twin in forward"
+        )
+        assert out.dtype == np.float32, f"fused attention of float32 inputs gave {out.dtype}"
+        g = rng.standard_normal(out.shape).astype(np.float32)
+        out.backward(g)
+        want.backward(g)
+        for name, a, b in zip("qkv", fused, twin):
+            assert a.grad is not None and a.grad.shape == a.shape, (
+                f"d{name} should have {name}'s shape {a.shape}, got "
+                f"{None if a.grad is None else a.grad.shape}"
+            )
+            assert np.allclose(a.grad.data, b.grad.data, atol=1e-4), (
+                f"d{name} of the fused op differs from the composed twin for {what}"
+            )
+            assert a.grad.dtype == np.float32, f"d{name} is {a.grad.dtype}, expected float32"
+
+    def check_gradients(shapes, kwargs, learned, seed):
+        """The fused op's rule against central differences (float64) when only the inputs
+        named in `learned` require gradients."""
+        rng = np.random.default_rng(seed)
+        inputs = [Tensor(rng.standard_normal(s), dtype=np.float64, requires_grad=n in learned)
+                  for n, s in zip("qkv", shapes)]
+        try:
+            gradcheck(lambda q, k, v: scaled_dot_product_attention(q, k, v, **kwargs), inputs)
+        except GradcheckError as error:
+            raise AssertionError(
+                f"the fused attention's gradients ({learned} learned, q, k, v {shapes}, "
+                f"{kwargs or 'no mask'}) disagree with finite differences: {error}"
+            ) from None
+
+    check_twin(((2, 2, 3, 4), (2, 2, 4, 4), (2, 2, 4, 4)), {"mask": keep}, 1.0, 3)
+    check_gradients(((1, 2, 3, 3), (1, 2, 4, 3), (1, 2, 4, 3)), {"mask": keep[:1]}, "qkv", 5)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    padding = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=bool).reshape(2, 1, 1, 5)
+    hidden_cases(check_twin, {
+        "key and value heads broadcast over query heads": (((2, 4, 3, 5), (2, 1, 4, 5),
+                                                            (2, 1, 4, 5)), {}, 1.0, 11),
+        "values wider than keys": (((1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 7)), {}, 1.0, 12),
+        "one query over many keys, causal": (((2, 2, 1, 4), (2, 2, 6, 4), (2, 2, 6, 4)),
+                                             {"is_causal": True}, 1.0, 13),
+        "a padding mask per sequence": (((2, 3, 5, 4), (2, 3, 5, 4), (2, 3, 5, 4)),
+                                        {"mask": padding, "is_causal": True}, 1.0, 14),
+        "large scores": (((1, 2, 4, 4), (1, 2, 4, 4), (1, 2, 4, 4)), {"is_causal": True}, 40.0,
+                         15),
+    })
+    hidden_cases(check_gradients, {
+        "the queries alone": (((1, 2, 3, 4), (1, 2, 3, 4), (1, 2, 3, 4)), {}, "q", 21),
+        "the values alone, causal": (((1, 1, 4, 3), (1, 1, 4, 3), (1, 1, 4, 3)),
+                                     {"is_causal": True}, "v", 22),
+        "keys and values shared by every head": (((1, 3, 2, 3), (1, 1, 4, 3), (1, 1, 4, 3)),
+                                                 {"is_causal": True}, "qkv", 23),
+        "values wider than keys, masked": (((2, 1, 3, 2), (2, 1, 5, 2), (2, 1, 5, 4)),
+                                           {"mask": padding}, "kv", 24),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_attention_function()
 
@@ -692,6 +949,40 @@ def test_unit_attention_shapes():
         assert "(2, 3, 5, 3)" in str(error), f"the error should name the shapes: {error}"
     else:
         raise AssertionError("q with D=4 and k with D=3 must raise ShapeError")
+
+    def check_chunk(shape, start, stop, kv_heads):
+        """Queries start .. stop - 1 over keys 0 .. stop - 1 with is_causal=True equal rows
+        start .. stop - 1 of the full causal attention (k and v with kv_heads heads)."""
+        rng = np.random.default_rng(stop)
+        B, H, T, D = shape
+        q = Tensor(rng.standard_normal(shape).astype(np.float32))
+        k, v = (Tensor(rng.standard_normal((B, kv_heads, T, D)).astype(np.float32))
+                for _ in range(2))
+        full = scaled_dot_product_attention(q, k, v, is_causal=True)
+        part = scaled_dot_product_attention(q[:, :, start:stop], k[:, :, :stop], v[:, :, :stop],
+                                            is_causal=True)
+        assert part.shape == (B, H, stop - start, D), (
+            f"{stop - start} queries over {stop} keys should give {(B, H, stop - start, D)}, got "
+            f"{part.shape}"
+        )
+        assert np.allclose(part.data, full.data[:, :, start:stop], atol=1e-6), (
+            f"queries {start}..{stop - 1} attending to keys 0..{stop - 1} with is_causal=True "
+            f"must equal those rows of the full causal attention: align the mask to the END "
+            "of the keys"
+        )
+
+    check_chunk((2, 3, 5, 4), 3, 5, 3)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_chunk, {
+        "the last query alone": ((1, 2, 6, 4), 5, 6, 2),
+        "a chunk in the middle": ((2, 2, 7, 3), 2, 5, 1),
+        "the first query alone": ((1, 1, 4, 5), 0, 1, 1),
+        "the whole sequence": ((1, 4, 5, 2), 0, 5, 4),
+        "one key head for many query heads": ((3, 4, 6, 4), 1, 4, 1),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_attention_shapes()
@@ -851,6 +1142,71 @@ def test_unit_multihead_attention():
         assert "10" in str(error) and "4" in str(error), f"name embed_dim and num_heads: {error}"
     else:
         raise AssertionError("MultiHeadAttention(10, 4) must raise ValueError: 10 % 4 != 0")
+
+    def check_heads(C, H, bias, B, T, is_causal, padding, seed):
+        """MultiHeadAttention(C, H, bias=) against per-head, per-sequence loops on qkv's three
+        consecutive thirds; padding: (B, 1, 1, T) keys each sequence may see, or None."""
+        manual_seed(seed)
+        layer = MultiHeadAttention(C, H, bias=bias)
+        x = np.random.default_rng(seed).standard_normal((B, T, C)).astype(np.float32)
+        out = layer(Tensor(x), mask=padding, is_causal=is_causal)
+        D = C // H
+        qkv = x.astype(np.float64) @ layer.qkv.weight.data.T
+        qkv = qkv + layer.qkv.bias.data if bias else qkv
+        rule = np.ones((B, T, T), dtype=bool)
+        if is_causal:
+            rule &= np.tril(np.ones((T, T), dtype=bool))
+        if padding is not None:
+            rule &= padding.reshape(B, 1, T)
+        y = np.zeros((B, T, C))
+        for b in range(B):
+            for h in range(H):
+                q, k, v = (qkv[b:b + 1, None, :, part * C + h * D: part * C + (h + 1) * D]
+                           for part in range(3))
+                y[b, :, h * D:(h + 1) * D] = reference_attention(q, k, v, rule[b])[0, 0]
+        want = y @ layer.proj.weight.data.T + (layer.proj.bias.data if bias else 0)
+        assert out.shape == (B, T, C) and out.dtype == np.float32, (
+            f"float32 x ({B}, {T}, {C}) should give float32 ({B}, {T}, {C}), got {out.dtype} "
+            f"{out.shape}"
+        )
+        assert np.allclose(out.data, want, atol=1e-5), (
+            f"MultiHeadAttention({C}, {H}, bias={bias}) differs from per-head loops "
+            f"(is_causal={is_causal}, {'no mask' if padding is None else 'a padding mask'}): "
+            "q, k, v are qkv(x)'s three consecutive thirds, head h their channels h*D..h*D+D-1; "
+            "pass mask and is_causal on to the attention"
+        )
+
+    def check_refused(C, H):
+        """MultiHeadAttention(C, H) with C not divisible by H raises ValueError naming both."""
+        try:
+            MultiHeadAttention(C, H)
+        except ValueError as error:
+            assert str(C) in str(error) and str(H) in str(error), (
+                f"name embed_dim ({C}) and num_heads ({H}): {error}"
+            )
+        else:
+            raise AssertionError(f"MultiHeadAttention({C}, {H}) must raise ValueError")
+
+    check_heads(12, 3, True, 2, 5, True, None, 0)
+    check_refused(10, 4)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    padding = np.array([[1, 1, 1, 1], [1, 1, 0, 0], [0, 1, 1, 1]], dtype=bool).reshape(3, 1, 1, 4)
+    hidden_cases(check_heads, {
+        "a single head": (8, 1, True, 2, 4, True, None, 1),
+        "a head per channel": (4, 4, True, 1, 3, True, None, 2),
+        "no biases": (12, 2, False, 2, 3, True, None, 3),
+        "a single token": (6, 3, True, 3, 1, True, None, 4),
+        "no causal mask": (8, 2, True, 2, 5, False, None, 5),
+        "a padding mask per sequence": (8, 4, True, 3, 4, False, padding, 6),
+    })
+    hidden_cases(check_refused, {
+        "an odd width over two heads": (7, 2),
+        "more heads than channels": (5, 10),
+        "a width that is a multiple of neither": (6, 4),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_multihead_attention()
@@ -1058,6 +1414,91 @@ def test_unit_grouped_query_attention():
         else:
             raise AssertionError(f"GroupedQueryAttention{args} must raise ValueError")
 
+    def check_gqa(sizes, bias, B, T, offset, rotary, mask, is_causal, seed):
+        """GroupedQueryAttention(*sizes, bias=) against per-(sequence, head) loops in float64:
+        query heads j*g .. j*g+g-1 share kv head j; q and k rotated at positions offset + t
+        (offset an int or one per sequence) when `rotary`; mask broadcast to (B, H, T, T)."""
+        manual_seed(seed)
+        C, H, Hkv, head_dim = sizes
+        layer = GroupedQueryAttention(C, H, Hkv, bias=bias, head_dim=head_dim)
+        D = layer.head_dim
+        x = np.random.default_rng(seed).standard_normal((B, T, C)).astype(np.float32)
+        rope = RotaryEmbedding(D, max_len=64) if rotary else None
+        out = layer(Tensor(x), mask=mask, is_causal=is_causal, rotary=rope, offset=offset)
+
+        def project(linear, n):  # (B, T, C) -> (B, n, T, D)
+            y = x.astype(np.float64) @ linear.weight.data.T
+            y = y + linear.bias.data if bias else y
+            return y.reshape(B, T, n, D).transpose(0, 2, 1, 3)
+
+        q, k, v = project(layer.q_proj, H), project(layer.k_proj, Hkv), project(layer.v_proj, Hkv)
+        if rotary:
+            theta = 10000.0 ** (-np.arange(0, D, 2) / D)
+            positions = np.broadcast_to(offset, (B,))[:, None] + np.arange(T)  # (B, T)
+            angles = positions[:, None, :, None] * np.concatenate((theta, theta))  # (B, 1, T, D)
+            q = q * np.cos(angles) + rotate(q) * np.sin(angles)
+            k = k * np.cos(angles) + rotate(k) * np.sin(angles)
+        k, v = np.repeat(k, H // Hkv, axis=1), np.repeat(v, H // Hkv, axis=1)
+        rule = np.ones((B, H, T, T), dtype=bool)
+        if mask is not None:
+            rule &= np.broadcast_to(mask, rule.shape)
+        if is_causal:
+            rule &= np.tril(np.ones((T, T), dtype=bool))
+        y = np.zeros((B, H, T, D))
+        for b, h in np.ndindex(B, H):
+            sl = (slice(b, b + 1), slice(h, h + 1))
+            y[b, h] = reference_attention(q[sl], k[sl], v[sl], rule[b, h])[0, 0]
+        want = y.transpose(0, 2, 1, 3).reshape(B, T, H * D) @ layer.o_proj.weight.data.T
+        want = want + layer.o_proj.bias.data if bias else want
+        assert out.shape == (B, T, C) and out.dtype == np.float32, (
+            f"GroupedQueryAttention{sizes[:3]} on x ({B}, {T}, {C}) should give float32 "
+            f"({B}, {T}, {C}), got {out.dtype} {out.shape}"
+        )
+        assert np.allclose(out.data, want, atol=1e-4), (
+            f"GroupedQueryAttention{sizes[:3]} (head_dim {D}, bias={bias}, offset={offset}, "
+            f"{'rotary' if rotary else 'no rotary'}, {'a mask' if mask is not None else 'no mask'}"
+            ") differs from the loop reference: query heads j*g .. j*g+g-1 share kv head j; "
+            "rotate q and k with rotary.cos_sin(T, offset); regroup the mask's head axis"
+        )
+
+    def check_refused(sizes):
+        """Sizes that do not split evenly raise ValueError."""
+        try:
+            GroupedQueryAttention(*sizes)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(f"GroupedQueryAttention{sizes} must raise ValueError")
+
+    check_gqa((16, 4, 2, None), False, 2, 6, 3, True, None, True, 1)
+    check_refused((16, 4, 3))
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    rng = np.random.default_rng(1207)
+    every_head = rng.random((2, 4, 5, 5)) > 0.4
+    one_head = rng.random((2, 1, 5, 5)) > 0.4
+    hidden_cases(check_gqa, {
+        "multi-query attention": ((16, 4, 1, None), False, 2, 5, 0, True, None, True, 2),
+        "as many key heads as query heads": ((12, 3, 3, None), False, 1, 4, 2, True, None, True,
+                                             3),
+        "an explicit head size": ((16, 4, 2, 6), False, 2, 3, 1, True, None, True, 4),
+        "biases on every projection": ((8, 2, 1, None), True, 2, 4, 0, True, None, True, 5),
+        "one offset per sequence": ((8, 4, 2, None), False, 3, 3, np.array([0, 7, 2]), True,
+                                    None, True, 6),
+        "no rotary": ((12, 6, 2, None), False, 2, 5, 0, False, None, True, 7),
+        "a mask for every head": ((16, 4, 2, None), False, 2, 5, 0, True, every_head, False, 8),
+        "a mask with one head axis, causal": ((16, 4, 2, None), False, 2, 5, 0, True, one_head,
+                                              True, 9),
+        "a single token deep into the sequence": ((8, 2, 1, None), False, 2, 1, 40, True, None,
+                                                  True, 10),
+    })
+    hidden_cases(check_refused, {
+        "key heads that do not divide the query heads": ((12, 6, 4),),
+        "a width the heads do not divide": ((10, 4, 2),),
+    })
+    ### END HIDDEN TESTS
+
 
 def rotate(a):  # rotate_half on NumPy arrays, written out for the reference
     half = a.shape[-1] // 2
@@ -1193,6 +1634,51 @@ def test_unit_attention_with_cache():
         + (": they had no effect" if np.allclose(normed, plain(Tensor(x), is_causal=True,
                                                                 rotary=rope).data) else "")
     )
+
+    def check_cached(sizes, chunks, seed):
+        """Decoding in `chunks` through a ConcatCache equals one causal pass, and the cache
+        holds (B, kv heads, S, D): sizes (C, H) for MultiHeadAttention, (C, H, H_kv,
+        head_dim, bias) for GroupedQueryAttention with rotary embeddings."""
+        manual_seed(seed)
+        if len(sizes) == 2:
+            layer, extra, heads = MultiHeadAttention(*sizes), {}, sizes[1]
+        else:
+            C, H, Hkv, head_dim, bias = sizes
+            layer = GroupedQueryAttention(C, H, Hkv, bias=bias, head_dim=head_dim)
+            extra, heads = {"rotary": RotaryEmbedding(layer.head_dim, max_len=32)}, Hkv
+        T = sum(chunks)
+        x = np.random.default_rng(seed).standard_normal((2, T, layer.embed_dim)).astype(np.float32)
+        full = layer(Tensor(x), is_causal=True, **extra).data
+        cache, held, outs = ConcatCache(), 0, []
+        for n in chunks:
+            offset = {"offset": held} if extra else {}
+            outs.append(layer(Tensor(x[:, held:held + n]), is_causal=True, cache=cache, **extra,
+                              **offset).data)
+            held += n
+        got = np.concatenate(outs, axis=1)
+        assert got.shape == full.shape and np.abs(got - full).max() < 1e-4, (
+            f"{type(layer).__name__} decoded in chunks {chunks} through a cache differs from "
+            "one causal pass: rotate with the offset before cache.update, attend over every "
+            "key the cache returns, is_causal aligned to the end of the keys"
+        )
+        assert cache.keys.shape == (2, heads, T, layer.head_dim), (
+            f"the cache should hold (B, H_kv, S, D) = {(2, heads, T, layer.head_dim)}, got "
+            f"{cache.keys.shape}"
+        )
+
+    check_cached((16, 4, 2, None, False), (3, 1, 1, 2), 3)
+    check_cached((16, 4), (1,) * 7, 3)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_cached, {
+        "multi-query attention in uneven chunks": ((12, 3, 1, None, False), (2, 3, 1), 4),
+        "multi-head attention in two chunks": ((8, 2), (4, 3), 5),
+        "an explicit head size, token by token": ((16, 4, 2, 6, False), (1, 1, 1, 1, 1), 6),
+        "biases and a long first chunk": ((8, 2, 2, None, True), (6, 1, 1), 7),
+        "a single head, one token then the rest": ((6, 1), (1, 5), 8),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_attention_with_cache()

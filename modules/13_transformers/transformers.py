@@ -79,8 +79,10 @@
 # - **A KV cache.** `generate` recomputes the whole context for every new token. Module 18
 #   caches the keys and values and measures the speed-up.
 # - **Loading GPT-2's published weights.** The layer names follow nanoGPT so that it is a
-#   renaming exercise (the table in Part 5 gives the names), but the 124M-parameter model
-#   is too slow to be fun in NumPy.
+#   renaming exercise: GPT-2's `h.{i}.ln_1`, `attn.c_attn`, `attn.c_proj`, `mlp.c_fc` and
+#   `mlp.c_proj` are your `blocks.{i}.ln1`, `attn.qkv`, `attn.proj`, `mlp.fc` and
+#   `mlp.proj` (Part 5 of the notebook has the full table, and says which of GPT-2's weights
+#   are stored transposed). But the 124M-parameter model is too slow to be fun in NumPy.
 # - **Mixed precision, gradient checkpointing, FlashAttention.** Module 17 fuses and
 #   measures; here everything is float32, and every activation the backward pass needs is
 #   kept until it runs.
@@ -365,6 +367,46 @@ def test_unit_layer_norm():
         "forward should return (out, (x_hat, rstd)) so that backward can reuse them"
     )
 
+    def check_normalized(x, w, b, eps):
+        """layer_norm(x, w, b, eps) against the formula in float64; x's dtype kept."""
+        dtype = x.dtype
+        got = layer_norm(Tensor(x, dtype=dtype), Tensor(w, dtype=dtype),
+                         None if b is None else Tensor(b, dtype=dtype), eps=eps)
+        x64 = x.astype(np.float64)
+        want = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + eps) * w
+        want = want if b is None else want + b
+        assert got.shape == x.shape and got.dtype == dtype, (
+            f"layer_norm of {dtype} {x.shape} gave {got.dtype} {got.shape}: shape and dtype stay"
+        )
+        tol = 1e-10 if dtype == np.float64 else 2e-5
+        assert np.allclose(got.data, want, rtol=tol, atol=tol), (
+            f"layer_norm (eps={eps:g}, {'no bias' if b is None else 'with a bias'}) differs from "
+            f"(x - mean) / sqrt(var + eps) * weight + bias by up to "
+            f"{np.nanmax(np.abs(got.data - want)):.3g}: statistics over the last axis, the "
+            "biased variance, eps added inside the square root (the eps you are given)"
+        )
+
+    check_normalized(x, w.data, b.data, 1e-5)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    rng = np.random.default_rng(1301)
+
+    def normal(*shape, dtype=np.float32):
+        return rng.standard_normal(shape).astype(dtype)
+
+    hidden_cases(check_normalized, {
+        "a large epsilon": (normal(3, 6), normal(6), normal(6), 0.5),
+        "constant rows": (np.full((2, 5), 2.5, dtype=np.float32), normal(5), normal(5), 1e-5),
+        "a single feature": (normal(4, 1), normal(1), normal(1), 1e-5),
+        "float64 input": (normal(2, 3, 7, dtype=np.float64), normal(7, dtype=np.float64),
+                          normal(7, dtype=np.float64), 1e-5),
+        "a vector": (normal(9), normal(9), normal(9), 1e-5),
+        "many rows without a bias": (normal(50, 3), normal(3), None, 1e-5),
+        "values a thousand times larger": (normal(4, 8) * 1000, normal(8), normal(8), 1e-5),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_layer_norm()
 
@@ -402,6 +444,49 @@ def test_unit_layer_norm_backward():
         "each row of dL/dx should sum to ~0 (shifting a whole row does not change x_hat): "
         "did you forget to subtract mean(g_hat)?"
     )
+
+    def check_rule(shape, bias, learned, eps, seed):
+        """The rule against central differences for x of `shape` (weight and bias learned or
+        constants), and in float32: parameter gradients of shape (C,), rows of dx summing to 0."""
+        rng = np.random.default_rng(seed)
+        c = shape[-1]
+        x = float64_inputs(rng, shape)
+        w = Tensor(rng.standard_normal(c) + 1.0, dtype=np.float64, requires_grad=learned)
+        b = None
+        if bias:
+            b = Tensor(rng.standard_normal(c), dtype=np.float64, requires_grad=learned)
+        inputs = [x] + ([w] + ([b] if bias else []) if learned else [])
+
+        def fn(x, *params):  # params: the learned weight (and bias), else the constants
+            return layer_norm(x, *(params if learned else (w, b)), eps=eps)
+
+        explain(f"the derivative rule of layer_norm on x {shape}, eps {eps:g}",
+                lambda: gradcheck(fn, inputs), rule)
+        x32 = Tensor(rng.standard_normal(shape).astype(np.float32), requires_grad=True)
+        ln = LayerNorm(c, eps=eps, bias=bias)
+        (ln(x32) * Tensor(rng.standard_normal(shape).astype(np.float32))).sum().backward()
+        grads = [ln.weight.grad] + ([ln.bias.grad] if bias else [])
+        assert all(g is not None and g.shape == (c,) for g in grads), (
+            f"LayerNorm({c})'s parameters should get gradients of shape ({c},), got "
+            f"{[None if g is None else g.shape for g in grads]}"
+        )
+        assert x32.grad.dtype == np.float32, "gradients of a float32 layer norm must be float32"
+        assert np.abs(x32.grad.data.sum(axis=-1)).max() < 1e-4, (
+            "each row of dL/dx should sum to ~0: did you forget to subtract mean(g_hat)?"
+        )
+
+    check_rule((2, 3, 5), True, True, 1e-5, 1)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_rule, {
+        "a vector": ((6,), True, True, 1e-5, 11),
+        "many rows of two features": ((12, 2), True, True, 1e-5, 12),
+        "a large epsilon": ((3, 4), True, True, 0.7, 13),
+        "constant weight and bias": ((2, 2, 5), True, False, 1e-5, 14),
+        "four axes without a bias": ((2, 1, 3, 4), False, True, 1e-5, 15),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_layer_norm_backward()
@@ -532,6 +617,49 @@ def test_unit_rms_norm():
     assert norm.weight.grad is not None and norm.weight.grad.shape == (5,), (
         "RMSNorm.weight got no gradient of shape (5,): return (dx, dweight) from the rule"
     )
+
+    def check_rms(x, w, eps, seed):
+        """rms_norm(x, w, eps) against x / sqrt(mean(x**2) + eps) * w in float64, x's dtype
+        kept; its rule against central differences on a float64 copy of x's shape."""
+        dtype = x.dtype
+        got = rms_norm(Tensor(x, dtype=dtype), Tensor(w, dtype=dtype), eps)
+        x64 = x.astype(np.float64)
+        want = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + eps) * w
+        assert got.shape == x.shape and got.dtype == dtype, (
+            f"rms_norm of {dtype} {x.shape} gave {got.dtype} {got.shape}: shape and dtype stay"
+        )
+        tol = 1e-10 if dtype == np.float64 else 2e-5
+        assert np.allclose(got.data, want, rtol=tol, atol=tol), (
+            f"rms_norm (eps={eps:g}) differs from x / sqrt(mean(x**2) + eps) * weight by up to "
+            f"{np.nanmax(np.abs(got.data - want)):.3g}: the mean of squares over the last axis, "
+            "no mean subtracted, eps (the one you are given) inside the square root"
+        )
+        rng = np.random.default_rng(seed)
+        x64, w64 = float64_inputs(rng, x.shape, (x.shape[-1],))
+        w64.data += 1.0
+        explain(f"RMSNorm's derivative rule on x {x.shape}, eps {eps:g}",
+                lambda: gradcheck(lambda x, w: rms_norm(x, w, eps), [x64, w64]),
+                "dx = rstd * (g_hat - x_hat * mean(g_hat * x_hat)), dweight = sum of grad * "
+                "x_hat over rows")
+
+    check_rms(x, w.data, 1e-6, 2)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    rng = np.random.default_rng(1303)
+
+    def normal(*shape, dtype=np.float32):
+        return rng.standard_normal(shape).astype(dtype)
+
+    hidden_cases(check_rms, {
+        "a large epsilon": (normal(3, 4), normal(4), 0.3, 21),
+        "rows of zeros": (np.zeros((2, 6), dtype=np.float32), normal(6), 1e-6, 22),
+        "a single feature": (normal(5, 1), normal(1), 1e-6, 23),
+        "float64 input": (normal(2, 2, 5, dtype=np.float64), normal(5, dtype=np.float64), 1e-6, 24),
+        "a vector": (normal(7), normal(7), 1e-6, 25),
+        "tiny values where eps dominates": (normal(3, 8) * 1e-4, normal(8), 1e-6, 26),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_rms_norm()
@@ -679,6 +807,77 @@ def test_unit_mlp():
     assert swiglu_hidden(768) == 2048, (
         f"swiglu_hidden(768) should be 2048, got {swiglu_hidden(768)}"
     )
+
+    def gelu_formula(h, approximate):
+        if approximate == "tanh":
+            return 0.5 * h * (1 + np.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h**3)))
+        return 0.5 * h * (1 + np.vectorize(math.erf)(h / math.sqrt(2)))
+
+    def check_mlp(dim, hidden, bias, approximate, shape, seed):
+        """MLP(dim, hidden, bias=, approximate=) on x of `shape` against NumPy's
+        proj(gelu(fc(x))); every parameter learns."""
+        manual_seed(seed)
+        layer = MLP(dim, hidden, bias=bias, approximate=approximate)
+        x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+        y = layer(Tensor(x))
+        h = x.astype(np.float64) @ layer.fc.weight.data.T
+        h = gelu_formula(h + layer.fc.bias.data if bias else h, approximate)
+        want = h @ layer.proj.weight.data.T + (layer.proj.bias.data if bias else 0)
+        assert y.shape == shape and y.dtype == np.float32, (
+            f"MLP({dim}, {hidden}) on float32 {shape} gave {y.dtype} {y.shape}"
+        )
+        assert np.allclose(y.data, want, atol=1e-5), (
+            f"MLP (approximate={approximate!r}, bias={bias}) differs from proj(gelu(fc(x))) by "
+            f"up to {np.abs(y.data - want).max():.3g}: use the layer's approximate setting, both "
+            "layers, and work on rows x.reshape(-1, C) reshaped back to x's shape"
+        )
+        y.sum().backward()
+        missing = [n for n, p in layer.named_parameters() if p.grad is None]
+        assert not missing, f"these MLP parameters got no gradient: {missing}"
+
+    def check_swiglu(dim, hidden, bias, shape, seed):
+        """SwiGLU(dim, hidden, bias=) on x of `shape` against NumPy's
+        down(silu(gate(x)) * up(x)); every parameter learns."""
+        manual_seed(seed)
+        layer = SwiGLU(dim, hidden, bias=bias)
+        x = np.random.default_rng(seed).standard_normal(shape).astype(np.float64)
+
+        def project(linear, a):
+            return a @ linear.weight.data.T + (linear.bias.data if bias else 0)
+
+        gate, up = project(layer.gate_proj, x), project(layer.up_proj, x)
+        want = project(layer.down_proj, gate / (1 + np.exp(-gate)) * up)
+        z = layer(Tensor(x.astype(np.float32)))
+        assert z.shape == shape and z.dtype == np.float32, (
+            f"SwiGLU({dim}, {hidden}) on float32 {shape} gave {z.dtype} {z.shape}"
+        )
+        assert np.allclose(z.data, want, atol=1e-5), (
+            f"SwiGLU (bias={bias}) differs from down_proj(silu(gate_proj(x)) * up_proj(x)) by up "
+            f"to {np.abs(z.data - want).max():.3g}"
+        )
+        z.sum().backward()
+        missing = [n for n, p in layer.named_parameters() if p.grad is None]
+        assert not missing, f"these SwiGLU parameters got no gradient: {missing}"
+
+    check_mlp(8, None, True, "tanh", (2, 5, 8), 0)
+    check_swiglu(8, 16, False, (2, 5, 8), 0)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_mlp, {
+        "exact GELU": (6, None, True, "none", (3, 6), 1),
+        "no biases": (4, 12, False, "tanh", (2, 3, 4), 2),
+        "a narrow hidden layer": (10, 3, True, "tanh", (4, 10), 3),
+        "a single vector": (5, None, True, "tanh", (5,), 4),
+        "four axes": (4, 8, True, "none", (2, 1, 3, 4), 5),
+    })
+    hidden_cases(check_swiglu, {
+        "with biases": (6, 10, True, (2, 3, 6), 6),
+        "the default hidden width": (12, None, False, (3, 12), 7),
+        "a single vector": (8, 5, False, (8,), 8),
+        "a narrow hidden layer with biases": (7, 2, True, (2, 2, 2, 7), 9),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_mlp()
@@ -863,6 +1062,42 @@ def test_unit_config():
         expect_error(f"GPTConfig({fields})", lambda: GPTConfig(**fields), ValueError, words, fix)
     assert GPTConfig.from_dict(config.to_dict()) == config, "to_dict/from_dict must round-trip"
 
+    def check_refused(fields):
+        """GPTConfig(**fields) raises one ValueError holding every problem of the fields."""
+        from types import SimpleNamespace
+
+        values = GPTConfig().to_dict() | fields  # the defaults, then the fields given
+        problems = gpt_config_problems(SimpleNamespace(**values))
+        expect_error(f"GPTConfig({fields})", lambda: GPTConfig(**fields), ValueError, problems,
+                     listing)
+
+    def check_head_dim(fields, want):
+        """A valid config is made, and its head_dim is n_embd // n_head."""
+        got = GPTConfig(**fields).head_dim
+        assert got == want, f"GPTConfig({fields}).head_dim should be {want}, got {got}"
+
+    check_refused({"n_embd": 100, "n_head": 3})
+    check_head_dim({}, 32)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_refused, {
+        "several sizes wrong at once": {"vocab_size": 0, "n_head": -2, "n_embd": 2.5},
+        "a flag given as a word": {"bias": "yes"},
+        "a size given as a boolean": {"n_layer": True},
+        "heads that do not divide the width, and an unknown MLP": {"n_embd": 30, "n_head": 4,
+                                                                  "mlp": "relu"},
+        "a dropout of exactly one": {"dropout": 1.0},
+        "every option unknown": {"norm": "batch", "mlp": "moe", "gelu_approximate": "erf",
+                                 "tie_weights": None},
+    })
+    hidden_cases(check_head_dim, {
+        "many heads": ({"n_embd": 64, "n_head": 8}, 8),
+        "a single head": ({"n_embd": 24, "n_head": 1}, 24),
+        "as many heads as channels": ({"n_embd": 6, "n_head": 6}, 1),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_config()
 
@@ -907,6 +1142,49 @@ def test_unit_block():
     y.sum().backward()
     missing = [n for n, p in block.named_parameters() if p.grad is None]
     assert not missing, f"these block parameters got no gradient: {missing}"
+
+    def check_block(fields, shape, seed):
+        """TransformerBlock(GPTConfig(**fields)) on x of `shape` equals its own parts wired
+        pre-norm with residuals; the last token changes no earlier output; all parameters learn."""
+        manual_seed(seed)
+        block = TransformerBlock(GPTConfig(**fields))
+        x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+        y = block(Tensor(x))
+        h = x + block.attn(block.ln1(Tensor(x)), is_causal=True).data
+        want = h + block.mlp(block.ln2(Tensor(h))).data
+        assert y.shape == shape and y.dtype == np.float32, (
+            f"the block changed float32 {shape} into {y.dtype} {y.shape}"
+        )
+        assert np.allclose(y.data, want, atol=1e-5), (
+            f"the block ({fields}) should compute x = x + attn(ln1(x), is_causal=True); x = x + "
+            f"mlp(ln2(x)); its output differs by up to {np.abs(y.data - want).max():.3g}"
+        )
+        last = shape[1] - 1
+        if last:
+            changed = x.copy()
+            changed[:, last] += 10.0
+            again = block(Tensor(changed)).data
+            assert np.allclose(again[:, :last], y.data[:, :last], atol=1e-5), (
+                "changing the last token changed earlier outputs: pass is_causal=True"
+            )
+        y.sum().backward()
+        missing = [n for n, p in block.named_parameters() if p.grad is None]
+        assert not missing, f"these block parameters got no gradient: {missing}"
+
+    check_block({"n_embd": 16, "n_head": 2, "block_size": 8, "bias": True}, (2, 6, 16), 0)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_block, {
+        "RMSNorm and SwiGLU parts": ({"n_embd": 12, "n_head": 3, "norm": "rmsnorm",
+                                      "mlp": "swiglu"}, (2, 4, 12), 1),
+        "exact GELU without biases": ({"n_embd": 8, "n_head": 2, "gelu_approximate": "none"},
+                                      (3, 5, 8), 2),
+        "a single position": ({"n_embd": 16, "n_head": 4, "bias": True}, (3, 1, 16), 3),
+        "a single head": ({"n_embd": 6, "n_head": 1, "bias": True}, (1, 7, 6), 4),
+        "one long sequence": ({"n_embd": 8, "n_head": 2}, (1, 40, 8), 5),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_block()
@@ -1125,6 +1403,82 @@ def test_unit_gpt_forward():
     else:
         raise AssertionError("a sequence longer than block_size must raise ValueError")
 
+    def check_gpt(fields, batch, length, seed):
+        """GPT(GPTConfig(**fields)) on random ids: float32 logits (B, T, V); the loss is the
+        cross-entropy of those logits (worked in NumPy) and near log(V); nanoGPT's init; the
+        head tied only when asked; causal; every parameter learns; too long is refused."""
+        manual_seed(seed)
+        config = GPTConfig(**fields)
+        model = GPT(config)
+        V = config.vocab_size
+        rng = np.random.default_rng(seed)
+        idx, targets = rng.integers(0, V, size=(2, batch, length))
+        logits, loss = model(idx, targets)
+        assert logits.shape == (batch, length, V) and logits.dtype == np.float32, (
+            f"logits should be float32 (B, T, V) = {(batch, length, V)}, got {logits.dtype} "
+            f"{logits.shape}"
+        )
+        z = logits.data.astype(np.float64).reshape(-1, V)
+        z = z - z.max(-1, keepdims=True)
+        z -= np.log(np.exp(z).sum(-1, keepdims=True))  # log-probabilities
+        want = -z[np.arange(len(z)), targets.ravel()].mean()
+        assert loss is not None and loss.shape == () and abs(loss.item() - want) < 1e-4, (
+            f"the loss should be the mean cross-entropy of the logits over all B * T positions, "
+            f"{want:.5f}, got {None if loss is None else loss.item()}"
+        )
+        assert abs(want - math.log(V)) < 0.1, (
+            f"the loss at initialization is {want:.3f}, expected ~log({V}) = {math.log(V):.3f}"
+        )
+        tied = model.lm_head.weight is model.wte.weight
+        assert tied == config.tie_weights, (
+            f"tie_weights={config.tie_weights}: lm_head.weight "
+            + ("must BE wte.weight" if config.tie_weights else "must be its own Parameter")
+        )
+        residual = 0.02 / math.sqrt(2 * config.n_layer)
+        for name, p in model.named_parameters():
+            if isinstance(model._owner(name), (LayerNorm, RMSNorm)):
+                start = 1.0 if name.endswith("weight") else 0.0
+                assert np.all(p.data == start), f"{name} must start at {start:g}"
+            elif name.endswith(".bias"):
+                assert np.all(p.data == 0), f"{name} must start at 0"
+            elif p.size >= 256:
+                std = residual if name.endswith(_RESIDUAL_PROJECTIONS) else 0.02
+                got = float(p.data.std())
+                assert abs(got - std) < 0.2 * std, (
+                    f"{name} has std {got:.4f}, expected {std:.4f}"
+                    + (": scale the residual projections by 1/sqrt(2 * n_layer)"
+                       if std == residual else "")
+                )
+        loss.backward()
+        missing = [n for n, p in model.named_parameters() if p.grad is None]
+        assert not missing, f"these parameters got no gradient: {missing}"
+        if length > 1:
+            again, _ = model(np.concatenate([idx[:, :-1], (idx[:, -1:] + 1) % V], axis=1))
+            assert np.allclose(again.data[:, :-1], logits.data[:, :-1], atol=1e-5), (
+                "changing the last token changed earlier logits: the model must be causal"
+            )
+        expect_error(f"a sequence of {config.block_size + 1} tokens for block_size "
+                     f"{config.block_size}",
+                     lambda: model(np.zeros((1, config.block_size + 1), dtype=np.int64)),
+                     ValueError, ["block_size"], "compare T with block_size and say so")
+
+    check_gpt({"vocab_size": 11, "block_size": 8, "n_layer": 2, "n_head": 2, "n_embd": 16},
+              3, 8, 0)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    small = {"vocab_size": 20, "block_size": 6, "n_layer": 1, "n_head": 2, "n_embd": 16}
+    hidden_cases(check_gpt, {
+        "an untied head": (small | {"tie_weights": False}, 2, 5, 1),
+        "RMSNorm, SwiGLU and biases": (small | {"norm": "rmsnorm", "mlp": "swiglu",
+                                                "bias": True}, 2, 6, 2),
+        "a single position": (small, 4, 1, 3),
+        "a single sequence filling the context": (small | {"block_size": 12}, 1, 12, 4),
+        "a deeper, wider model": ({"vocab_size": 30, "block_size": 8, "n_layer": 6,
+                                   "n_head": 4, "n_embd": 32}, 2, 7, 5),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_gpt_forward()
 
@@ -1219,6 +1573,46 @@ def test_unit_param_count():
         f"the example should have ~163M parameters (~85M in blocks), got "
         f"{counts['total'] / 1e6:.1f}M ({counts['blocks'] / 1e6:.1f}M)"
     )
+
+    def check_count(fields):
+        """gpt_parameter_count(GPTConfig(**fields)) against a real GPT, piece by piece."""
+        config = GPTConfig(**fields)
+        model = GPT(config)
+        counted = gpt_parameter_count(config)
+        real = {
+            "token_embedding": model.wte.weight.size,
+            "position_embedding": model.wpe.weight.size,
+            "per_block": sum(p.size for p in model.blocks[0].parameters()),
+            "blocks": sum(p.size for p in model.blocks.parameters()),
+            "final_norm": sum(p.size for p in model.ln_f.parameters()),
+            "lm_head": 0 if config.tie_weights else model.lm_head.weight.size,
+            "total": model.num_parameters(),
+        }
+        wrong = {k: (counted.get(k), v) for k, v in real.items() if counted.get(k) != v}
+        assert not wrong, (
+            f"gpt_parameter_count({fields}) disagrees with the model (piece: (formula, real)): "
+            f"{wrong}: biases only with bias=True, RMSNorm one vector and LayerNorm two, SwiGLU "
+            "three C x swiglu_hidden(C) matrices, a tied head adds nothing"
+        )
+
+    check_count({"vocab_size": 13, "block_size": 7, "n_layer": 2, "n_head": 2, "n_embd": 8})
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    base = {"vocab_size": 17, "block_size": 5, "n_layer": 2, "n_head": 2, "n_embd": 12}
+    hidden_cases(check_count, {
+        "LayerNorm with SwiGLU and biases": base | {"mlp": "swiglu", "bias": True},
+        "RMSNorm with GELU": base | {"norm": "rmsnorm"},
+        "LayerNorm with SwiGLU, an untied head and no biases": base | {"mlp": "swiglu",
+                                                                        "tie_weights": False},
+        "RMSNorm with GELU, biases and an untied head": base | {"norm": "rmsnorm", "bias": True,
+                                                                 "tie_weights": False},
+        "a wider, deeper model": {"vocab_size": 50, "block_size": 20, "n_layer": 3,
+                                  "n_head": 5, "n_embd": 40, "mlp": "swiglu", "bias": True},
+        "a single layer and head": {"vocab_size": 3, "block_size": 2, "n_layer": 1,
+                                    "n_head": 1, "n_embd": 4, "bias": True},
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_param_count()
@@ -1374,6 +1768,87 @@ def test_unit_sampling():
         "greedy decoding (temperature=0) must be deterministic"
     )
 
+    def check_choices(probs, settings, allowed, draws):
+        """Over `draws` samples of each row of log(probs) with `settings`, row b picks exactly
+        the ids of allowed[b] (each of them, and nothing else)."""
+        logits = np.log(np.asarray(probs, dtype=np.float64))
+        rng = np.random.default_rng(draws)
+        picks = np.array([sample_logits(logits, rng=rng, **settings) for _ in range(draws)])
+        assert picks.shape == (draws, len(logits)), (
+            f"sample_logits of ({len(logits)}, V) logits should give one id per row, got shape "
+            f"{picks.shape[1:]}"
+        )
+        for b, want in enumerate(allowed):
+            seen = set(picks[:, b].tolist())
+            assert seen == set(want), (
+                f"{settings}: row {b} with probabilities {np.round(probs[b], 3).tolist()} should "
+                f"pick exactly ids {sorted(want)}, picked {sorted(seen)} in {draws} draws: "
+                "temperature first, then top-k (ties with the k-th logit stay), then top-p (the "
+                "smallest set of most likely ids reaching p, after top-k), each row on its own"
+            )
+
+    def check_frequencies(probs, temperature, want, draws):
+        """Sampling frequencies at `temperature` match `want` (worked by hand) within 0.03."""
+        logits = np.log(np.asarray([probs], dtype=np.float64))
+        rng = np.random.default_rng(draws)
+        picks = [sample_logits(logits, temperature, rng=rng)[0] for _ in range(draws)]
+        freq = np.bincount(picks, minlength=len(probs)) / draws
+        assert np.allclose(freq, want, atol=0.03), (
+            f"temperature {temperature}: frequencies {freq.round(3)} should match "
+            f"{np.round(want, 3)}, softmax(logits / temperature)"
+        )
+
+    def check_generate(prompt, n, seed):
+        """generate(prompt, n) keeps the prompt, adds n ids of the vocabulary, repeats per seed,
+        and leaves the model in training mode."""
+        out = model.generate(prompt, n, seed=seed)
+        prompt = np.asarray(prompt)
+        assert out.shape == prompt.shape[:-1] + (prompt.shape[-1] + n,), (
+            f"generate with a prompt of shape {prompt.shape} and {n} new tokens should return "
+            f"shape {prompt.shape[:-1] + (prompt.shape[-1] + n,)}, got {np.shape(out)}"
+        )
+        assert np.array_equal(out[..., :prompt.shape[-1]], prompt), "the prompt must be kept"
+        assert out.min() >= 0 and out.max() < 7, f"ids outside the vocabulary: {out}"
+        assert np.array_equal(out, model.generate(prompt, n, seed=seed)), (
+            "the same seed must generate the same ids"
+        )
+        assert model.training, "generate must put the model back in training mode"
+
+    check_choices(np.array([[0.5, 0.3, 0.15, 0.05]]), {"top_k": 2}, [{0, 1}], 300)
+    check_frequencies([0.5, 0.3, 0.15, 0.05], 1.0, [0.5, 0.3, 0.15, 0.05], 4000)
+    check_generate([1, 2], 10, 3)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    rows = np.array([[0.5, 0.3, 0.15, 0.05], [0.05, 0.15, 0.3, 0.5], [0.1, 0.6, 0.2, 0.1]])
+    hidden_cases(check_choices, {
+        "a batch of rows with top-p": (rows, {"top_p": 0.7}, [{0, 1}, {3, 2}, {1, 2}], 400),
+        "a batch of rows with top-k": (rows, {"top_k": 1}, [{0}, {3}, {1}], 50),
+        "greedy on a batch of rows": (rows, {"temperature": 0}, [{0}, {3}, {1}], 20),
+        "ties at the k-th largest logit": (np.array([[0.4, 0.2, 0.2, 0.2]]), {"top_k": 2},
+                                           [{0, 1, 2, 3}], 400),
+        "top-k larger than the vocabulary": (rows[:1], {"top_k": 10}, [{0, 1, 2, 3}], 600),
+        "top-p of one keeps every id": (rows[:1], {"top_p": 1.0}, [{0, 1, 2, 3}], 600),
+        "top-k before top-p": (np.array([[0.4, 0.3, 0.2, 0.1]]), {"top_k": 3, "top_p": 0.75},
+                               [{0, 1}], 400),
+        "a cold temperature with top-p": (np.array([[0.3, 0.28, 0.22, 0.2]]),
+                                          {"temperature": 0.1, "top_p": 0.5}, [{0}], 100),
+    })
+    hot = np.sqrt([0.5, 0.3, 0.15, 0.05])
+    cold = np.array([0.5, 0.3, 0.15, 0.05]) ** 4
+    hidden_cases(check_frequencies, {
+        "a hot temperature flattens": ([0.5, 0.3, 0.15, 0.05], 2.0, hot / hot.sum(), 4000),
+        "a cold temperature sharpens": ([0.5, 0.3, 0.15, 0.05], 0.25, cold / cold.sum(), 3000),
+        "a uniform distribution": ([0.2] * 5, 1.0, [0.2] * 5, 4000),
+    })
+    hidden_cases(check_generate, {
+        "a batch of prompts": (np.array([[1, 2], [3, 4], [6, 0]]), 4, 5),
+        "no new tokens": ([3, 3, 3], 0, 6),
+        "a run far past the context": ([0, 1, 2, 3], 12, 7),
+        "a single token prompt": ([6], 3, 8),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_sampling()
 
@@ -1470,6 +1945,76 @@ def test_unit_checkpoints():
     same = GPTConfig(vocab_size=9, block_size=6, n_layer=1, n_head=2, n_embd=8)
     lines = config_mismatches(config, same)
     assert lines == [], f"equal configs should have no mismatches, got {lines}"
+
+    def check_round_trip(fields, step, extra, seed):
+        """save_gpt then load_gpt gives back the config, step, extra and every weight."""
+        manual_seed(seed)
+        model = GPT(GPTConfig(**fields))
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "gpt.npz")
+            save_gpt(path, model, step=step, extra=extra)
+            loaded, got_step, got_extra = load_gpt(path)
+        assert (loaded.config, got_step, got_extra) == (model.config, step, extra), (
+            f"load_gpt should give back the config, step {step} and extra {extra!r}, got "
+            f"{loaded.config}, {got_step}, {got_extra!r}"
+        )
+        saved = dict(model.named_parameters())
+        differ = [n for n, p in loaded.named_parameters()
+                  if not np.array_equal(p.data, saved[n].data)]
+        assert not differ, f"these weights differ after loading: {differ}"
+
+    def check_refused(fields, overrides):
+        """load_gpt(path, **overrides) raises a CheckpointError naming every differing field
+        with the value asked for."""
+        model = GPT(GPTConfig(**fields))
+        differing = sorted(k for k, v in overrides.items() if model.config.to_dict()[k] != v)
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "gpt.npz")
+            save_gpt(path, model)
+            words = differing + [repr(overrides[k]) for k in differing]
+            expect_error(f"load_gpt with {overrides} for a checkpoint of {fields}",
+                         lambda: load_gpt(path, **overrides), CheckpointError, words,
+                         "list every field that differs, with the checkpoint's value and the "
+                         "requested one (config_mismatches)")
+
+    def check_mismatches(saved, wanted):
+        """config_mismatches gives one line per differing field, naming it, and none else."""
+        as_dict = [c.to_dict() if isinstance(c, GPTConfig) else dict(c) for c in (saved, wanted)]
+        differing = {k for k, v in as_dict[1].items() if as_dict[0].get(k) != v}
+        lines = config_mismatches(saved, wanted)
+        named = {line.split(":")[0] for line in lines}
+        assert len(lines) == len(differing) and named == differing, (
+            f"config_mismatches should give one line for each of {sorted(differing)}, got {lines}"
+        )
+
+    small = {"vocab_size": 9, "block_size": 6, "n_layer": 1, "n_head": 2, "n_embd": 8}
+    check_round_trip(small, 7, {"note": "hi"}, 1)
+    check_refused(small, {"n_layer": 2, "n_embd": 16})
+    check_mismatches(config, same)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_round_trip, {
+        "RMSNorm, SwiGLU and an untied head": (small | {"norm": "rmsnorm", "mlp": "swiglu",
+                                                        "tie_weights": False}, 3, None, 2),
+        "a nested extra at step zero": (small | {"bias": True}, 0,
+                                        {"runs": [1, 2], "opts": {"lr": 0.5}}, 3),
+        "exact GELU and dropout": (small | {"gelu_approximate": "none", "dropout": 0.1}, 12,
+                                   "a note", 4),
+    })
+    hidden_cases(check_refused, {
+        "a different norm and MLP": (small, {"norm": "rmsnorm", "mlp": "swiglu"}),
+        "one differing size among equal ones": (small, {"n_head": 2, "vocab_size": 10}),
+        "a different dropout and head": (small, {"dropout": 0.2, "tie_weights": False}),
+    })
+    hidden_cases(check_mismatches, {
+        "a config against every field as a dict": (GPTConfig(),
+                                                   GPTConfig(n_layer=2, bias=True).to_dict()),
+        "every size differs": (GPTConfig(), GPTConfig(vocab_size=3, block_size=2, n_layer=1,
+                                                      n_head=1, n_embd=2)),
+        "a requested subset of the fields": (GPTConfig(), {"n_embd": 64, "n_head": 4}),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_checkpoints()

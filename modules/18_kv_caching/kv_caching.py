@@ -990,9 +990,103 @@ def test_unit_block():
         "mask may also be a boolean array (True = may attend): pass it on to self_attn"
     )
 
+    def check_block(kind, overrides, T, offset, seed):
+        """Layer 0 of a random `kind` checkpoint, called as block(x, offset, None, mask) (mask
+        "causal" for several tokens, None for one), against numpy_layer in float64."""
+        config = tiny_config(kind, **overrides)
+        weights = random_weights(config, seed=seed)
+        block = TransformerBlock(0, config, weights)
+        x = np.random.default_rng(seed).standard_normal((2, T, config.hidden_size))
+        y = block(Tensor(x.astype(np.float32)), offset, None, "causal" if T > 1 else None)
+        assert isinstance(y, Tensor) and y.shape == x.shape and y.dtype == np.float32, (
+            f"{kind}: block(x {x.shape}, ...) should give a float32 Tensor {x.shape}, got "
+            f"{type(y).__name__} {getattr(y, 'shape', None)} {getattr(y, 'dtype', None)}"
+        )
+        err = np.abs(y.data - numpy_layer(config, weights, 0, x, offset)).max()
+        assert err < 1e-4, (
+            f"{kind} ({overrides or 'defaults'}, {T} tokens at offset {offset}): the block "
+            f"differs from the NumPy layer by {err:.3g}: norm before each part, each part's "
+            "output added to its input, offset, cache and mask passed on to self_attn"
+        )
+
+    check_block("llama", {}, 7, 0, 1)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_block, {
+        "biases on q, k and v": ("qwen2", {}, 5, 0, 11),
+        "per-head norms": ("qwen3", {}, 6, 0, 12),
+        "biases on every projection": ("llama", {"attention_bias": True}, 4, 0, 13),
+        "a single key and value head": ("llama", {"num_key_value_heads": 1}, 5, 0, 14),
+        "a prefix at an offset": ("llama", {}, 4, 9, 15),
+        "one token deep into the sequence": ("qwen3", {}, 1, 100, 16),
+        "another rope base": ("qwen2", {"rope_theta": 1000000.0}, 6, 3, 17),
+        "LayerNorms and a fused qkv": ("gpt2", {}, 5, 0, 18),
+        "an explicit head size": ("qwen3", {"head_dim": 16}, 4, 0, 19),
+    })
+    ### END HIDDEN TESTS
+
 
 def causal_mask_array(T):
     return np.tril(np.ones((T, T), dtype=bool))
+
+
+def numpy_layer(config, weights, i, x, offset=0):
+    """Decoder layer i of a dense checkpoint in float64 NumPy, every weight read by its name
+    (Llama, Qwen2, Qwen3, GPT-2), with no cache: the reference the tests compare with."""
+    c, (B, T, _) = config, x.shape
+    H, Hkv, D = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+
+    def t(name):
+        return weights.tensor(name).astype(np.float64)
+
+    def heads(a, n):  # (B, T, n * D) -> (B, n, T, D)
+        return a.reshape(B, T, n, D).transpose(0, 2, 1, 3)
+
+    def attend(q, k, v):  # (B, H, T, D) each -> (B, T, H * D), causal
+        s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(D) + np.triu(np.full((T, T), -np.inf), 1)
+        e = np.exp(s - s.max(-1, keepdims=True))
+        return ((e / e.sum(-1, keepdims=True)) @ v).transpose(0, 2, 1, 3).reshape(B, T, -1)
+
+    if c.model_type == "gpt2":
+        p = f"transformer.h.{i}."
+
+        def norm(a, name):
+            a = (a - a.mean(-1, keepdims=True)) / np.sqrt(a.var(-1, keepdims=True) + c.norm_eps)
+            return a * t(p + name + ".weight") + t(p + name + ".bias")
+
+        def conv(a, name):  # GPT-2 stores (in, out)
+            return a @ t(p + name + ".weight") + t(p + name + ".bias")
+
+        q, k, v = np.split(conv(norm(x, "ln_1"), "attn.c_attn"), 3, axis=-1)
+        h = x + conv(attend(heads(q, H), heads(k, H), heads(v, H)), "attn.c_proj")
+        f = conv(norm(h, "ln_2"), "mlp.c_fc")
+        f = 0.5 * f * (1 + np.tanh(np.sqrt(2 / np.pi) * (f + 0.044715 * f**3)))
+        return h + conv(f, "mlp.c_proj")
+    p = f"model.layers.{i}."
+
+    def proj(a, name, bias):  # stored (out, in)
+        out = a @ t(p + name + ".weight").T
+        return out + t(p + name + ".bias") if bias else out
+
+    a = rms(x, t(p + "input_layernorm.weight"), c.rms_norm_eps)
+    q, k, v = (heads(proj(a, f"self_attn.{n}_proj", c.qkv_bias), m)
+               for n, m in (("q", H), ("k", Hkv), ("v", Hkv)))
+    if c.qk_norm:
+        q = rms(q, t(p + "self_attn.q_norm.weight"), c.rms_norm_eps)
+        k = rms(k, t(p + "self_attn.k_norm.weight"), c.rms_norm_eps)
+    theta = c.rope_theta ** (-np.arange(0, D, 2) / D)
+    angles = (offset + np.arange(T))[:, None] * np.concatenate([theta, theta])
+
+    def rope(a):
+        turned = np.concatenate([-a[..., D // 2:], a[..., :D // 2]], -1)
+        return a * np.cos(angles) + turned * np.sin(angles)
+
+    g = H // Hkv
+    h = x + proj(attend(rope(q), np.repeat(rope(k), g, 1), np.repeat(v, g, 1)),
+                 "self_attn.o_proj", c.o_bias)
+    return h + reference_swiglu(rms(h, t(p + "post_attention_layernorm.weight"), c.rms_norm_eps),
+                                weights, p + "mlp")
 
 
 test_unit_block()
@@ -1111,6 +1205,65 @@ def test_unit_moe():
         "the top k, renormalize when norm_topk_prob, weight each expert's output, and add "
         "sigmoid(shared_expert_gate(x)) * shared_expert(x)"
     )
+
+    def check_moe(kind, overrides, shape, seed):
+        """route() and the layer against a token-by-token evaluation in float64: the top k of
+        softmax(gate(x)) (renormalized only when norm_topk_prob), each expert's output
+        weighted, plus the gated shared expert when the checkpoint has one."""
+        config = tiny_config(kind, num_hidden_layers=1, **overrides)
+        w = random_weights(config, seed=seed)
+        x = np.random.default_rng(seed).standard_normal(shape)
+        p, k = "model.layers.0.mlp", config.num_experts_per_tok
+        moe = Moe(p, config, w)
+        rows = x.reshape(-1, config.hidden_size)
+        chosen, top = moe.route(Tensor(rows.astype(np.float32)))
+        logits = rows @ w.tensor(p + ".gate.weight").astype(np.float64).T
+        prob = np.exp(logits - logits.max(-1, keepdims=True))
+        prob /= prob.sum(-1, keepdims=True)
+        want = np.zeros_like(rows)
+        for n in range(len(rows)):  # token by token, as the definition says
+            best = np.argsort(-prob[n])[:k]
+            weight = prob[n, best] / (prob[n, best].sum() if config.norm_topk_prob else 1.0)
+            order = np.argsort(np.asarray(chosen[n]))
+            assert sorted(np.asarray(chosen[n]).tolist()) == sorted(best.tolist()) and np.allclose(
+                np.asarray(top[n])[order], weight[np.argsort(best)], atol=1e-5), (
+                f"{kind}: token {n} should route to experts {sorted(best.tolist())} with weights "
+                f"{np.round(weight[np.argsort(best)], 4).tolist()} (norm_topk_prob="
+                f"{config.norm_topk_prob}), got {np.asarray(chosen[n]).tolist()} with "
+                f"{np.round(np.asarray(top[n]), 4).tolist()}"
+            )
+            for e, share in zip(best, weight):
+                want[n] += share * reference_swiglu(rows[n:n + 1], w, f"{p}.experts.{e}")[0]
+            if config.shared_expert_intermediate_size:
+                gate = rows[n] @ w.tensor(p + ".shared_expert_gate.weight")[0]
+                want[n] += reference_swiglu(rows[n:n + 1], w, p + ".shared_expert")[0] / (
+                    1 + np.exp(-gate))
+        got = moe(Tensor(x.astype(np.float32)))
+        assert isinstance(got, Tensor) and got.shape == shape, (
+            f"Moe on {shape} should return a Tensor of the same shape, got "
+            f"{type(got).__name__} {getattr(got, 'shape', None)}"
+        )
+        err = np.abs(got.data.reshape(rows.shape) - want).max()
+        assert err < 1e-4, (
+            f"{kind} ({overrides or 'defaults'}): Moe differs from a token-by-token evaluation by "
+            f"{err:.3g}: run each expert on the rows routed to it and add its weighted output "
+            "to those rows"
+        )
+
+    check_moe("qwen2_moe", {}, (2, 3, 32), 4)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_moe, {
+        "experts without a shared expert": ("qwen3_moe", {}, (2, 4, 32), 21),
+        "weights not renormalized": ("qwen2_moe", {"norm_topk_prob": False}, (1, 6, 32), 22),
+        "one expert per token": ("qwen3_moe", {"num_experts_per_tok": 1}, (3, 2, 32), 23),
+        "every expert for every token": ("qwen2_moe", {"num_experts_per_tok": 4}, (2, 2, 32), 24),
+        "a single token": ("qwen3_moe", {}, (1, 1, 32), 25),
+        "more experts than tokens": ("qwen3_moe", {"num_experts": 8}, (1, 2, 32), 26),
+        "many tokens in one sequence": ("qwen2_moe", {}, (1, 24, 32), 27),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_moe()
@@ -1369,6 +1522,92 @@ def test_unit_model():
         "a tied model's head is its embedding table: embedding.as_linear(h)"
     )
 
+    def check_model(kind, overrides, shape, keep, seed):
+        """model(ids) for ids of `shape` ((B, T) or (T,)) against numpy_model in float64 (dense
+        checkpoints) or the model's own parts in order (MoE), causal, and logits_to_keep=keep
+        giving the last `keep` rows."""
+        config = tiny_config(kind, **overrides)
+        weights = random_weights(config, seed=seed)
+        model = ModelForCausalLM(config, weights)
+        ids = np.random.default_rng(seed).integers(0, config.vocab_size, size=shape)
+        rows = ids.reshape(-1, shape[-1])  # (B, T)
+        logits = model(ids)
+        want_shape = rows.shape + (config.vocab_size,)
+        assert isinstance(logits, np.ndarray) and logits.shape == want_shape, (
+            f"{kind}: logits of ids {shape} should be an array {want_shape}, got "
+            f"{getattr(logits, 'shape', type(logits).__name__)}"
+        )
+        assert logits.dtype == np.float32, f"{kind}: logits should stay float32, got {logits.dtype}"
+        if config.num_experts:
+            h = model.embedding(rows)
+            for layer in model.layers:
+                h = layer(h, 0, None, "causal" if shape[-1] > 1 else None)
+            head = (model.embedding.weight.data if config.tie_word_embeddings
+                    else weights.tensor("lm_head.weight"))
+            want = model.norm(h).data @ head.T
+        else:
+            want = numpy_model(config, weights, rows)
+        err = np.abs(logits - want).max()
+        assert err < 1e-4 * max(1.0, np.abs(want).max()), (
+            f"{kind} ({overrides or 'defaults'}): the logits differ from embedding -> every block "
+            f"-> norm -> head by {err:.3g}"
+            + ("; GPT-2 adds wpe(positions) to the embedding" if kind == "gpt2" else "")
+            + ("; a tied head is embedding.as_linear(h)" if config.tie_word_embeddings else "")
+        )
+        T = shape[-1]
+        if T > 2:
+            prefix = model(rows[:, :T - 2])
+            assert np.abs(prefix - logits[:, :T - 2]).max() < 1e-4, (
+                f"{kind}: adding tokens changed the logits of earlier ones: the blocks need the "
+                "causal mask"
+            )
+        last = model(ids, logits_to_keep=keep)
+        assert last.shape == (len(rows), keep, config.vocab_size) and np.abs(
+            last - logits[:, -keep:]).max() < 1e-4, (
+            f"{kind}: logits_to_keep={keep} should return the last {keep} rows of the full "
+            f"forward, shape {(len(rows), keep, config.vocab_size)}; got {last.shape}"
+        )
+
+    check_model("llama", {}, (2, 9), 1, 6)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_model, {
+        "biases on q, k and v": ("qwen2", {}, (2, 6), 2, 31),
+        "per-head norms": ("qwen3", {}, (1, 7), 1, 32),
+        "experts after a dense first layer": ("qwen2_moe", {"mlp_only_layers": [0]}, (2, 5), 1,
+                                              33),
+        "a sequence given as one axis": ("llama", {}, (8,), 1, 34),
+        "keeping the last three rows": ("qwen2", {"tie_word_embeddings": True}, (3, 6), 3, 35),
+        "a single token": ("llama", {}, (2, 1), 1, 36),
+        "a tied head with one key and value head": ("llama", {"tie_word_embeddings": True,
+                                                             "num_key_value_heads": 1},
+                                                    (2, 5), 2, 37),
+        "learned positions": ("gpt2", {}, (2, 11), 4, 38),
+    })
+    ### END HIDDEN TESTS
+
+
+def numpy_model(config, weights, ids):
+    """The logits of a dense checkpoint for ids (B, T), in float64 NumPy from the weights."""
+    c = config
+
+    def t(name):
+        return weights.tensor(name).astype(np.float64)
+
+    if c.model_type == "gpt2":
+        h = t("transformer.wte.weight")[ids] + t("transformer.wpe.weight")[:ids.shape[1]]
+    else:
+        h = t("model.embed_tokens.weight")[ids]
+    for i in range(c.num_hidden_layers):
+        h = numpy_layer(c, weights, i, h)
+    if c.model_type == "gpt2":
+        h = (h - h.mean(-1, keepdims=True)) / np.sqrt(h.var(-1, keepdims=True) + c.norm_eps)
+        return (h * t("transformer.ln_f.weight") + t("transformer.ln_f.bias")) @ t(
+            "transformer.wte.weight").T
+    head = "lm_head.weight" if weights.has("lm_head.weight") else "model.embed_tokens.weight"
+    return rms(h, t("model.norm.weight"), c.rms_norm_eps) @ t(head).T
+
 
 test_unit_model()
 
@@ -1543,6 +1782,121 @@ def test_unit_dense_cache():
             f"{kind}: decoding with the dense cache (prefill 4, then one token at offset t) "
             f"differs from the full forward by {err:.3g}"
         )
+
+    def check_mask(start, n_new, T, S):
+        """cache_mask against its rule worked one entry at a time."""
+        start, n_new = np.array(start), np.array(n_new)
+        got = cache_mask(start, n_new, T, S)
+        want = np.array([[[[s <= start[b] + t and s < start[b] + n_new[b] for s in range(S)]
+                            for t in range(T)]] for b in range(len(start))], dtype=bool)
+        assert np.shape(got) == want.shape and np.array_equal(got, want), (
+            f"cache_mask(start={start.tolist()}, n_new={n_new.tolist()}, T={T}, S={S}) should be "
+            f"{want.astype(int).tolist()}, got {np.asarray(got).astype(int).tolist()}: query t "
+            "of row b sees slots s <= start[b] + t and s < start[b] + n_new[b]"
+        )
+
+    def check_rows(steps, seed):
+        """A sequence of updates (each: the real tokens per row, or None for all T, and T)
+        against each row's list of keys kept by hand: lengths, and the first lengths[b]
+        slots of row b returned in order."""
+        rng = np.random.default_rng(seed)
+        cache, held = TinyKvFullCache(), None
+        for n_new, T in steps:
+            B = len(n_new) if n_new is not None else len(held)
+            k, v = rng.standard_normal((2, B, 2, T, 3)).astype(np.float32)
+            if n_new is not None:
+                cache.reserve(n_new)
+            n_new = [T] * B if n_new is None else n_new
+            held = [[] for _ in range(B)] if held is None else held
+            for b in range(B):
+                held[b] += [(k[b, :, t], v[b, :, t]) for t in range(n_new[b])]
+            K, V = cache.update(Tensor(k), Tensor(v))
+            lengths = [len(h) for h in held]
+            assert list(np.asarray(cache.lengths)) == lengths, (
+                f"after these updates lengths should be {lengths}, got "
+                f"{np.asarray(cache.lengths).tolist()}: each row advances by its own n_new"
+            )
+            assert K.shape == (B, 2, max(lengths), 3), (
+                f"update should return (B, H_kv, S, D) = {(B, 2, max(lengths), 3)}, got {K.shape}"
+            )
+            for b, h in enumerate(held):
+                if h:
+                    assert np.array_equal(K.data[b, :, :len(h)], np.stack([a for a, _ in h], 1)) \
+                        and np.array_equal(V.data[b, :, :len(h)], np.stack([a for _, a in h], 1)), (
+                        f"row {b}'s keys and values should be the {len(h)} stored so far, in order"
+                    )
+
+    def check_decoding(kind, overrides, batch, prefill, total, seed):
+        """Prefill `prefill` tokens, then decode one at a time with the dense cache: the logits
+        equal the full forward's."""
+        config = tiny_config(kind, **overrides)
+        model = ModelForCausalLM(config, random_weights(config, seed=seed))
+        ids = np.random.default_rng(seed).integers(0, config.vocab_size, size=(batch, total))
+        cache = model.create_kv_cache("dense")
+        steps = [model(ids[:, :prefill], offset=0, cache=cache)]
+        steps += [model(ids[:, t:t + 1], offset=t, cache=cache) for t in range(prefill, total)]
+        err = np.abs(np.concatenate(steps, axis=1) - model(ids)).max()
+        assert err < 1e-4, (
+            f"{kind}: decoding with the dense cache (prefill {prefill}, then one token at a time) "
+            f"differs from the full forward by {err:.3g}"
+        )
+
+    def check_ragged(kind, lengths, seed):
+        """Prompts of `lengths` right-padded in one forward with lengths=, then one token more
+        per row: each row's logits equal its sequence's full forward alone."""
+        config = tiny_config(kind)
+        model = ModelForCausalLM(config, random_weights(config, seed=seed))
+        rng = np.random.default_rng(seed)
+        seqs = [rng.integers(0, config.vocab_size, size=n + 1) for n in lengths]
+        padded = np.zeros((len(lengths), max(lengths)), dtype=np.int64)
+        for b, n in enumerate(lengths):
+            padded[b, :n] = seqs[b][:n]
+        cache = model.create_kv_cache("dense")
+        first = model(padded, cache=cache, lengths=lengths)
+        nxt = model(np.array([[q[-1]] for q in seqs]), cache=cache)
+        for b, (n, q) in enumerate(zip(lengths, seqs)):
+            alone = model(q[None])[0]
+            err = max(np.abs(first[b, :n] - alone[:n]).max(), np.abs(nxt[b, 0] - alone[n]).max())
+            assert err < 1e-4, (
+                f"{kind}: row {b} (a prompt of {n} in a batch of {lengths}) differs from its "
+                f"sequence alone by {err:.3g}: padding must not be stored or attended, and each "
+                "row's positions continue from its own length"
+            )
+
+    check_mask([0, 2], [3, 1], 3, 4)
+    check_rows([([4, 2], 4), (None, 1)], 0)
+    check_decoding("llama", {}, 2, 4, 9, 8)
+    check_ragged("llama", [4, 2], 9)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_mask, {
+        "every row empty": ([0, 0, 0], [2, 2, 2], 2, 2),
+        "a row with no new tokens": ([3, 1], [0, 2], 2, 3),
+        "one query per row": ([4, 0, 2], [1, 1, 1], 1, 5),
+        "a padded width wider than every row": ([1, 2], [1, 2], 4, 4),
+        "more slots than any row reaches": ([0, 1], [2, 1], 2, 6),
+    })
+    hidden_cases(check_rows, {
+        "three rows over several steps": ([([3, 1, 2], 3), ([1, 2, 2], 2), (None, 1)], 1),
+        "a row that waits with no tokens": ([([2, 0], 2), ([0, 3], 3), (None, 1)], 2),
+        "one row, one token at a time": ([([1], 1), (None, 1), (None, 1)], 3),
+        "all rows the same length": ([([4, 4], 4), (None, 2)], 4),
+    })
+    hidden_cases(check_decoding, {
+        "per-head norms from the first token": ("qwen3", {}, 1, 1, 6, 41),
+        "learned positions after a long prefill": ("gpt2", {}, 2, 7, 9, 42),
+        "a batch of three with one key and value head": ("qwen2", {"num_key_value_heads": 1},
+                                                         3, 2, 6, 43),
+        "experts with a dense layer": ("qwen2_moe", {"mlp_only_layers": [1]}, 2, 3, 6, 44),
+    })
+    hidden_cases(check_ragged, {
+        "three unequal prompts": ("llama", [5, 2, 7], 51),
+        "a one-token prompt beside a long one": ("qwen2", [1, 6], 52),
+        "learned positions in unequal prompts": ("gpt2", [3, 6], 53),
+        "equal prompts with per-head norms": ("qwen3", [4, 4], 54),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_dense_cache()
@@ -1725,6 +2079,107 @@ def test_unit_paged_cache():
     err = np.abs(np.stack(steps, 1) - full[:, 5:]).max()
     assert err < 1e-4, f"decoding with the paged cache differs from the full forward by {err:.3g}"
 
+    def check_pages(page_size, steps, seed):
+        """Updates (each: real tokens per row, or None for all T, and T) against each row's
+        keys kept by hand: ceil(length / page_size) pages per row, the pool's pages in use,
+        the keys and values gathered in order; release() returns every page and a new cache
+        reuses them before making more."""
+        rng = np.random.default_rng(seed)
+        pool = TinyKvPagedPool(page_size=page_size)
+        cache, held = TinyKvPagedCache(pool), None
+        for n_new, T in steps:
+            B = len(n_new) if n_new is not None else len(held)
+            k, v = rng.standard_normal((2, B, 2, T, 3)).astype(np.float32)
+            if n_new is not None:
+                cache.reserve(n_new)
+            n_new = [T] * B if n_new is None else n_new
+            held = [[] for _ in range(B)] if held is None else held
+            for b in range(B):
+                held[b] += [(k[b, :, t], v[b, :, t]) for t in range(n_new[b])]
+            K, V = cache.update(Tensor(k), Tensor(v))
+            pages = [-(-len(h) // page_size) for h in held]
+            assert [len(t) for t in cache.tables] == pages, (
+                f"rows holding {[len(h) for h in held]} tokens in pages of {page_size} need "
+                f"{pages} pages, got page tables {cache.tables}"
+            )
+            assert pool.pages_in_use == sum(pages), (
+                f"the pool should have {sum(pages)} pages in use, got {pool.pages_in_use}"
+            )
+            for b, h in enumerate(held):
+                if h:
+                    assert np.array_equal(K.data[b, :, :len(h)], np.stack([a for a, _ in h], 1)) \
+                        and np.array_equal(V.data[b, :, :len(h)], np.stack([a for _, a in h], 1)), (
+                        f"row {b}'s keys and values should be the {len(h)} stored so far, in "
+                        "order: slot s is slot s % page_size of page table[s // page_size]"
+                    )
+        made = len(pool.pages)
+        cache.release()
+        assert pool.pages_in_use == 0, "release() should return every page to the pool"
+        again = TinyKvPagedCache(pool)
+        again.update(*(Tensor(a) for a in np.zeros((2, 1, 2, made * page_size, 3), np.float32)))
+        assert len(pool.pages) == made, (
+            f"{made} released pages should serve the next {made * page_size} tokens; the pool "
+            f"made {len(pool.pages) - made} more: allocate() reuses released pages first"
+        )
+
+    def check_exhausted(page_size, max_pages, first, second):
+        """A pool of max_pages pages serves `first` tokens, then refuses `second` more in
+        another cache with a MemoryError saying how to fix it."""
+        from tinytorch.core.tensor import expect_error  # module 01's test helper
+
+        pool = TinyKvPagedPool(page_size=page_size, max_pages=max_pages)
+        TinyKvPagedCache(pool).update(*(Tensor(a) for a in np.zeros((2, 1, 1, first, 2),
+                                                                     np.float32)))
+        expect_error(f"a pool of {max_pages} pages of {page_size} holding {first} tokens, asked "
+                     f"for {second} more",
+                     lambda: TinyKvPagedCache(pool).update(*(Tensor(a) for a in np.zeros(
+                         (2, 1, 1, second, 2), np.float32))), MemoryError, ["max_pages"],
+                     "raise MemoryError once max_pages pages exist and none is free")
+
+    def check_paged_decoding(kind, overrides, page_size, prefill, total, seed):
+        """Prefill, then one token at a time with the paged cache: the logits equal the full
+        forward's; one pool per layer, shared by the model's paged caches."""
+        config = tiny_config(kind, **overrides)
+        model = ModelForCausalLM(config, random_weights(config, seed=seed))
+        ids = np.random.default_rng(seed).integers(0, config.vocab_size, size=(2, total))
+        cache = model.create_kv_cache("paged", page_size=page_size)
+        pools = [c.pool for c in cache]
+        assert len({id(p) for p in pools}) == len(pools) == config.num_hidden_layers, (
+            "create_kv_cache('paged') should give one cache per layer, each on its own pool"
+        )
+        steps = [model(ids[:, :prefill], cache=cache)]
+        steps += [model(ids[:, t:t + 1], offset=t, cache=cache) for t in range(prefill, total)]
+        err = np.abs(np.concatenate(steps, axis=1) - model(ids)).max()
+        assert err < 1e-4, (
+            f"{kind}: decoding with pages of {page_size} (prefill {prefill}) differs from the "
+            f"full forward by {err:.3g}"
+        )
+
+    check_pages(4, [([6, 3], 6), (None, 1)], 1)
+    check_exhausted(4, 5, 20, 1)
+    check_paged_decoding("qwen2", {}, 4, 5, 11, 8)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_pages, {
+        "pages of one slot": (1, [([3, 1], 3), (None, 2)], 11),
+        "a page larger than every sequence": (64, [([5, 9, 1], 9), (None, 1)], 12),
+        "tokens landing on page boundaries": (3, [([3, 6], 6), (None, 3), ([0, 1], 1)], 13),
+        "three rows of unequal growth": (2, [([1, 4, 2], 4), ([3, 0, 1], 3), (None, 2)], 14),
+    })
+    hidden_cases(check_exhausted, {
+        "a pool of one page": (8, 1, 8, 1),
+        "a second sequence that does not fit": (2, 4, 7, 3),
+        "a full pool of single slots": (1, 6, 6, 1),
+    })
+    hidden_cases(check_paged_decoding, {
+        "pages of one slot": ("llama", {}, 1, 3, 7, 21),
+        "learned positions in small pages": ("gpt2", {}, 3, 4, 9, 22),
+        "experts with pages larger than the text": ("qwen3_moe", {}, 32, 2, 6, 23),
+        "a prompt that fills its pages exactly": ("qwen3", {}, 4, 8, 10, 24),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_paged_cache()
 
@@ -1872,6 +2327,97 @@ def test_unit_generate():
     a = generate(model, prompt, 8, temperature=1.0, top_k=20, seed=3, stop_ids=())
     b = generate(model, prompt, 8, temperature=1.0, top_k=20, seed=3, stop_ids=())
     assert list(a) == list(b), "the same seed should give the same sample"
+
+    models = {}
+
+    def model_of(kind, overrides=()):
+        if (kind, overrides) not in models:
+            config = tiny_config(kind, **dict(overrides))
+            models[kind, overrides] = ModelForCausalLM(config, random_weights(config, seed=10))
+        return models[kind, overrides]
+
+    def greedy_by_hand(model, prompt, n):
+        ids = list(prompt)
+        for _ in range(n):  # the full forward, argmax of the last row
+            ids.append(int(model(np.asarray(ids))[0, -1].argmax()))
+        return ids
+
+    def check_greedy(kind, prompt, n, mode, page_size):
+        """Greedy generate with cache=mode equals the argmax loop on full forwards."""
+        model = model_of(kind)
+        want = greedy_by_hand(model, prompt, n)
+        out = generate(model, prompt, n, temperature=0, cache=mode, page_size=page_size,
+                       stop_ids=())
+        assert isinstance(out, np.ndarray) and out.tolist() == want, (
+            f"{kind}: greedy generate (cache={mode!r}, pages of {page_size}) of {prompt} gave "
+            f"{np.asarray(out).tolist()}, expected {want}"
+        )
+        if mode == "paged":
+            assert all(p.pages_in_use == 0 for p in model._page_pools[page_size]), (
+                "generate with a paged cache should give every page back at the end"
+            )
+
+    def check_batch(kind, batch, n, mode, page_size):
+        """A batch of prompts: each row equals that prompt alone (a 2-D array when the
+        outputs have one length, a list of arrays otherwise)."""
+        model = model_of(kind)
+        outs = generate(model, batch, n, temperature=0, cache=mode, page_size=page_size,
+                        stop_ids=())
+        alone = [greedy_by_hand(model, p, n) for p in batch]
+        assert len(outs) == len(batch) and [list(o) for o in outs] == alone, (
+            f"{kind}, cache={mode!r}: the batch {batch} gave "
+            f"{[np.asarray(o).tolist() for o in outs]}, alone {alone}: padding must not be stored "
+            "or attended, and each row's positions continue from its own length"
+        )
+        if len({len(p) for p in batch}) == 1:
+            assert isinstance(outs, np.ndarray) and outs.shape == (len(batch), len(batch[0]) + n), (
+                "prompts of one length give a 2-D array (B, prompt + new)"
+            )
+
+    def check_stop(kind, batch, n, mode, stops):
+        """Each row stops right after the first of `stops` it emits (kept), the others go on;
+        stop ids found only in a prompt stop nothing."""
+        model = model_of(kind)
+        outs = generate(model, batch, n, temperature=0, cache=mode, stop_ids=stops)
+        for p, o in zip(batch, outs):
+            full = greedy_by_hand(model, p, n)
+            new = full[len(p):]
+            cut = next((i for i, t in enumerate(new) if t in stops), len(new) - 1)
+            assert list(o) == full[:len(p) + cut + 1], (
+                f"{kind}, cache={mode!r}, stop_ids={stops}: prompt {p} should give "
+                f"{full[:len(p) + cut + 1]} (the stop token kept, nothing after it), got "
+                f"{np.asarray(o).tolist()}"
+            )
+
+    check_greedy("qwen2", prompt, 6, "paged", 3)
+    check_batch("qwen2", batch, 5, "dense", 2)
+    check_stop("qwen2", [prompt], 6, "dense", [stop])
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    qwen = model_of("qwen2")
+    after = greedy_by_hand(qwen, [7, 7, 1], 6)[3:]  # what the second batch row will emit
+    hidden_cases(check_greedy, {
+        "learned positions in pages of one slot": ("gpt2", [3, 9, 27, 81], 5, "paged", 1),
+        "a one-token prompt": ("llama", [42], 6, "dense", 128),
+        "experts without a cache": ("qwen3_moe", [5, 6, 7], 4, None, 128),
+        "a long prompt in large pages": ("qwen3", list(range(10, 40)), 3, "paged", 16),
+    })
+    hidden_cases(check_batch, {
+        "equal prompts give a matrix": ("llama", [[1, 2, 3], [4, 5, 6]], 4, "paged", 2),
+        "learned positions and unequal prompts": ("gpt2", [[8], [9, 10, 11, 12], [13, 14]], 3,
+                                                  "dense", 128),
+        "single tokens in pages of one slot": ("qwen3", [[60], [61, 62]], 4, "paged", 1),
+        "unequal prompts without a cache": ("qwen2", [[5, 4, 3, 2, 1], [6]], 3, None, 128),
+    })
+    hidden_cases(check_stop, {
+        "a stop id emitted first": ("qwen2", [[7, 7, 1]], 6, "dense", [after[0]]),
+        "one row stops early in a batch": ("qwen2", [[5, 17, 3, 88], [7, 7, 1]], 6, "paged",
+                                           [after[1]]),
+        "several stop ids": ("qwen2", [[7, 7, 1]], 6, None, [after[3], after[2]]),
+        "a stop id only the prompt holds": ("qwen2", [[7, 7, 1]], 6, "dense", [7, 1]),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_generate()
@@ -2119,6 +2665,70 @@ def test_unit_engine():
         )
     else:
         raise AssertionError("a request needing more pages than the pool holds must be refused")
+
+    def check_engine(kind, sizes, news, stops, settings, seed):
+        """Requests (prompt lengths `sizes`, `news` new tokens, stop ids `stops`, None for none)
+        served by Engine(model, **settings), step by step: each gets exactly its greedy tokens
+        alone (worked with full forwards), cut after its stop id; the batch never exceeds
+        max_batch; every page comes back to the pools."""
+        config = tiny_config(kind)
+        model = ModelForCausalLM(config, random_weights(config, seed=seed))
+        rng = np.random.default_rng(seed)
+        prompts = [rng.integers(0, config.vocab_size, size=n).tolist() for n in sizes]
+        engine = Engine(model, **settings)
+        rids = [engine.add_request(p, max_new_tokens=n, stop_ids=s or ())
+                for p, n, s in zip(prompts, news, stops)]
+        emitted = {rid: [] for rid in rids}
+        while engine.waiting or engine.active:
+            for rid, token in engine.step():
+                emitted[rid].append(int(token))
+            assert len(engine.active) <= engine.max_batch, (
+                f"{len(engine.active)} requests active with max_batch={engine.max_batch}"
+            )
+        for rid, p, n, stop in zip(rids, prompts, news, stops):
+            ids = list(p)
+            for _ in range(n):
+                ids.append(int(model(np.asarray(ids))[0, -1].argmax()))
+                if stop and ids[-1] in stop:
+                    break
+            assert emitted[rid] == ids[len(p):], (
+                f"{kind}: request {rid} (a prompt of {len(p)}, {n} new tokens, stop ids {stop}) "
+                f"gave {emitted[rid]} in the batch, {ids[len(p):]} alone, with {settings}: each "
+                "row's positions continue from its own length and its keys go to its own pages"
+            )
+        assert all(pool.pages_in_use == 0 for pool in engine.pools), (
+            f"every finished request must give its pages back: pages still in use per layer "
+            f"{[pool.pages_in_use for pool in engine.pools]}"
+        )
+
+    check_engine("llama", (5, 1, 9, 3, 12), news, [None] * 5,
+                 {"max_batch": 2, "page_size": 4, "prefill_chunk": 4, "max_pages": 12}, 12)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_engine, {
+        "one request at a time": ("llama", (4, 2, 6), (3, 5, 2), [None] * 3,
+                                  {"max_batch": 1, "page_size": 4}, 61),
+        "prompts read a token at a time": ("qwen2", (6, 3, 1), (2, 4, 3), [None] * 3,
+                                           {"max_batch": 3, "page_size": 2, "prefill_chunk": 1},
+                                           62),
+        "a batch larger than the requests": ("qwen3", (7, 1, 4), (4, 4, 2), [None] * 3,
+                                             {"max_batch": 8, "page_size": 16}, 63),
+        "a small pool that makes requests wait": ("llama", (6, 5, 7, 2), (6, 3, 4, 5),
+                                                  [None] * 4,
+                                                  {"max_batch": 4, "page_size": 2,
+                                                   "prefill_chunk": 3, "max_pages": 7}, 64),
+        "a model with learned positions served": ("gpt2", (3, 8, 1), (5, 2, 4), [None] * 3,
+                         {"max_batch": 2, "page_size": 3, "prefill_chunk": 5}, 65),
+        "experts served": ("qwen2_moe", (4, 4), (3, 3), [None] * 2,
+                           {"max_batch": 2, "page_size": 2}, 66),
+        "requests with stop ids": ("llama", (5, 2, 3), (8, 8, 8),
+                                   [list(range(0, 97, 3)), None, list(range(1, 97, 2))],
+                                   {"max_batch": 2, "page_size": 4}, 67),
+        "single tokens in and out": ("qwen2", (1, 1, 1, 1), (1, 1, 1, 1), [None] * 4,
+                                     {"max_batch": 3, "page_size": 1}, 68),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_engine()
