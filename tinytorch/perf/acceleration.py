@@ -2,7 +2,7 @@
 # Do not edit: change the lesson and export again.
 """Module 17 (Acceleration): Vectorization, memory layout, BLAS threads, allocation reuse and fused kernels, plugged into your framework through its kernel table and measured."""
 
-__all__ = ['set_blas_threads', 'blas_threads', 'keep_freed_memory', 'gelu_backward_inplace', 'cross_entropy_backward_inplace', 'row_sums', 'attention_probs_fast', 'AttentionKeepFunction', 'attention_keep_backward', 'FusedAdamW', 'GELUTanhKernel', 'gelu_tanh_kernel_backward', 'LayerNormKernel', 'layer_norm_kernel_backward', 'add_backward_bias_blas', 'FASTMATH', 'PARALLEL_MIN', 'compiled', 'chunks', 'set_threads', 'layer_norm_rows', 'layer_norm_rows_backward', 'LayerNormCompiled', 'layer_norm_compiled_backward', 'fast_exp', 'fast_tanh', 'exp_rows', 'tanh_rows', 'softmax_rows', 'softmax_rows_backward', 'AttentionCompiled', 'attention_compiled_backward', 'gelu_tanh_rows', 'gelu_tanh_rows_backward', 'GELUCompiled', 'gelu_compiled_backward', 'cross_entropy_rows', 'cross_entropy_rows_backward', 'CrossEntropyCompiled', 'cross_entropy_compiled_backward', 'adamw_rows', 'CompiledAdamW', 'FAST_KERNELS', 'COMPILED_KERNELS', 'ALL_KERNELS', 'kernel_set', 'active_kernels', 'use_fast_kernels', 'fast_kernels']
+__all__ = ['set_blas_threads', 'blas_threads', 'keep_freed_memory', 'gelu_backward_inplace', 'cross_entropy_backward_inplace', 'row_sums', 'attention_probs_fast', 'AttentionKeepFunction', 'attention_keep_backward', 'FusedAdamW', 'GELUTanhKernel', 'gelu_tanh_kernel_backward', 'LayerNormKernel', 'layer_norm_kernel_backward', 'add_backward_bias_blas', 'FASTMATH', 'PARALLEL_MIN', 'compiled', 'chunks', 'set_threads', 'layer_norm_rows', 'layer_norm_rows_backward', 'LayerNormCompiled', 'layer_norm_compiled_backward', 'fast_exp', 'exp_rows', 'softmax_rows', 'softmax_rows_backward', 'AttentionCompiled', 'attention_compiled_backward', 'gelu_tanh_rows', 'gelu_tanh_rows_backward', 'GELUCompiled', 'gelu_compiled_backward', 'cross_entropy_rows', 'cross_entropy_rows_backward', 'CrossEntropyCompiled', 'cross_entropy_compiled_backward', 'adamw_rows', 'CompiledAdamW', 'FAST_KERNELS', 'COMPILED_KERNELS', 'ALL_KERNELS', 'kernel_set', 'active_kernels', 'use_fast_kernels', 'fast_kernels']
 
 import contextlib
 import ctypes
@@ -501,18 +501,22 @@ def _float32_from_bits(typingctx, bits):
     return types.float32(bits), codegen
 
 
-_LN2 = math.log(2.0)
-_LOG2E = 1.0 / _LN2
+_LOG2E = 1.0 / math.log(2.0)
+_LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4  # ln 2 = HI + LO; n * HI is exact in float32
 
 
 @numba.njit(inline="always")
 def _exp32(x):
     """exp(x) for a float32, in operations that vectorize: 2^n * exp(r), x = n ln 2 + r."""
-    clamped = min(max(x, np.float32(-87.0)), np.float32(88.8))
-    f = clamped * np.float32(_LOG2E) + np.float32(0.5)
-    n = np.int32(f)  # toward zero; the next line makes it floor(f) = round(x / ln 2)
-    n -= np.int32(f < np.float32(n))
-    r = np.float32(np.float64(clamped) - np.float64(n) * _LN2)  # |r| <= ln(2) / 2, exact
+    low, high = np.float32(-87.0), np.float32(88.8)
+    clamped = x if x > low else low
+    clamped = clamped if clamped < high else high
+    t = clamped * np.float32(_LOG2E)
+    n = np.int32(t + np.float32(0.5) if t >= np.float32(0) else t - np.float32(0.5))  # round
+    nf = np.float32(n)
+    # r = x - n ln 2 in two steps, ln 2's high part first (its product with n is exact). This
+    # relies on FASTMATH having no "nsz": with it LLVM may merge the steps into n * ln(2).
+    r = (clamped - nf * np.float32(_LN2_HI)) - nf * np.float32(_LN2_LO)  # |r| <= ln(2) / 2
     p = np.float32(1 / 5040) + r * np.float32(1 / 40320)  # Taylor series of exp(r), Horner
     p = np.float32(1 / 720) + r * p
     p = np.float32(1 / 120) + r * p
@@ -527,41 +531,16 @@ def _exp32(x):
     return x if x != x else y  # NaN stays NaN
 
 
-@numba.njit(inline="always")
-def _tanh32(u):
-    """tanh(u) for a float32 from _exp32; an odd series where (1 - e) / (1 + e) loses digits."""
-    a = abs(u)
-    e = _exp32(np.float32(-2) * a)
-    far = (np.float32(1) - e) / (np.float32(1) + e)
-    u2 = u * u
-    near = a * (np.float32(1) + u2 * (np.float32(-1 / 3) + u2 * (np.float32(2 / 15) + u2 * (
-        np.float32(-17 / 315) + u2 * np.float32(62 / 2835)))))  # error below 3e-9 for a < 0.25
-    t = near if a < np.float32(0.25) else far
-    return t if u >= np.float32(0) else -t
-
-
 def fast_exp(x):
     """exp(x) inside compiled kernels: float32 without a library call, float64 exactly."""
     return math.exp(x)
 
 
-def fast_tanh(x):
-    """tanh(x) inside compiled kernels: float32 without a library call, float64 exactly."""
-    return math.tanh(x)
-
-
-@overload(fast_exp)
+@overload(fast_exp, inline="always")  # inlined: a call would stop SIMD
 def _fast_exp_kernel(x):
     if x == types.float32:
         return lambda x: _exp32(x)
     return lambda x: math.exp(x)
-
-
-@overload(fast_tanh)
-def _fast_tanh_kernel(x):
-    if x == types.float32:
-        return lambda x: _tanh32(x)
-    return lambda x: math.tanh(x)
 
 
 @compiled
@@ -569,17 +548,10 @@ def exp_rows(x, out, parts):
     """out = fast_exp(x), element by element (x, out flat): fast_exp from Python"""
     n = x.shape[0]
     for p in prange(parts):
-        for i in range(p * n // parts, (p + 1) * n // parts):
-            out[i] = fast_exp(x[i])
-
-
-@compiled
-def tanh_rows(x, out, parts):
-    """out = fast_tanh(x), element by element (x, out flat): fast_tanh from Python"""
-    n = x.shape[0]
-    for p in prange(parts):
-        for i in range(p * n // parts, (p + 1) * n // parts):
-            out[i] = fast_tanh(x[i])
+        lo, hi = p * n // parts, (p + 1) * n // parts
+        xs, outs = x[lo:hi], out[lo:hi]
+        for i in range(xs.shape[0]):
+            outs[i] = fast_exp(xs[i])
 
 
 @compiled
@@ -673,28 +645,33 @@ def attention_compiled_backward(ctx, grad):
 
 @compiled
 def gelu_tanh_rows(x, out, parts):
-    """out = 0.5 x (1 + tanh(c (x + k x^3))), element by element (x, out flat)"""
+    """out = 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = c (x + k x^3), element by element"""
     n = x.shape[0]
     T = x.dtype.type
-    c, k, half, one = T(math.sqrt(2 / math.pi)), T(0.044715), T(0.5), T(1)
+    c2, k, one = T(-2 * math.sqrt(2 / math.pi)), T(0.044715), T(1)
     for p in prange(parts):
-        for i in range(p * n // parts, (p + 1) * n // parts):
-            a = x[i]
-            out[i] = half * a * (one + fast_tanh(c * (a + k * a * a * a)))
+        lo, hi = p * n // parts, (p + 1) * n // parts
+        xs, outs = x[lo:hi], out[lo:hi]
+        for i in range(xs.shape[0]):  # from 0, on a slice: LLVM sees contiguous, SIMD-able loads
+            a = xs[i]
+            outs[i] = a / (one + fast_exp(c2 * (a + k * a * a * a)))
 
 
 @compiled
 def gelu_tanh_rows_backward(x, grad, out, parts):
-    """out = grad * (0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 k x^2)), t = tanh(u), recomputed"""
+    """out = grad * (s + 2 x s (1 - s) u'), s = 1 / (1 + e), e = exp(-2u), 1 - s = e s"""
     n = x.shape[0]
     T = x.dtype.type
-    c, k, half, one, three = T(math.sqrt(2 / math.pi)), T(0.044715), T(0.5), T(1), T(3)
+    c, k, one, two, three = T(math.sqrt(2 / math.pi)), T(0.044715), T(1), T(2), T(3)
     for p in prange(parts):
-        for i in range(p * n // parts, (p + 1) * n // parts):
-            a = x[i]
-            t = fast_tanh(c * (a + k * a * a * a))
-            slope = half * (one + t) + half * a * (one - t * t) * c * (one + three * k * a * a)
-            out[i] = grad[i] * slope
+        lo, hi = p * n // parts, (p + 1) * n // parts
+        xs, gs, outs = x[lo:hi], grad[lo:hi], out[lo:hi]
+        for i in range(xs.shape[0]):
+            a = xs[i]
+            e = fast_exp(-two * c * (a + k * a * a * a))
+            s = one / (one + e)
+            rest = e * s if e < one else one - s  # 1 - s, never a cancellation (nor inf * 0)
+            outs[i] = gs[i] * (s + two * a * s * rest * c * (one + three * k * a * a))
 
 
 class GELUCompiled(GELUFunction):
@@ -712,7 +689,7 @@ class GELUCompiled(GELUFunction):
 
 @derivative(GELUCompiled)
 def gelu_compiled_backward(ctx, grad):
-    """the tanh form from the compiled kernel (tanh recomputed); the erf form: module 06's rule"""
+    """the tanh form from the compiled kernel (exp recomputed); the erf form: module 06's rule"""
     if ctx.params.get("approximate", "none") != "tanh":
         return plain_gelu_backward(ctx, grad)
     x = np.ascontiguousarray(ctx.inputs[0]).reshape(-1)
@@ -818,11 +795,12 @@ def adamw_rows(params, grads, exp_avgs, exp_avg_sqs, settings, work):
     sqrt(1 - beta2^t), eps, lr / (1 - beta1^t)); work rows (parameter, start, stop)"""
     for w in prange(work.shape[0]):
         i, lo, hi = work[w, 0], work[w, 1], work[w, 2]
-        param, grad, m, v, s = params[i], grads[i], exp_avgs[i], exp_avg_sqs[i], settings[i]
+        param, grad = params[i][lo:hi], grads[i][lo:hi]
+        m, v, s = exp_avgs[i][lo:hi], exp_avg_sqs[i][lo:hi], settings[i]
         T = param.dtype.type
         decay, beta1, one_m_beta1, beta2 = T(s[0]), T(s[1]), T(s[2]), T(s[3])
         one_m_beta2, bias2, eps, step = T(s[4]), T(s[5]), T(s[6]), T(s[7])
-        for j in range(lo, hi):  # Part 8's operations, in Part 8's order
+        for j in range(hi - lo):  # Part 8's operations, in Part 8's order
             g = grad[j]
             p = param[j] * decay
             m[j] = m[j] * beta1 + g * one_m_beta1
