@@ -76,9 +76,9 @@
 #| export
 import numpy as np
 
-from tinytorch.core.autograd import no_grad
+from tinytorch.core.autograd import derivative, no_grad
 from tinytorch.core.layers import Linear, Module, Parameter, Sequential
-from tinytorch.core.tensor import ShapeError, Tensor
+from tinytorch.core.tensor import Function, ShapeError, Tensor
 
 # %% [markdown]
 # The lesson itself (tests and measurements, not the package) also uses:
@@ -126,6 +126,15 @@ from tinytorch.models.transformer import GPT, GPTConfig
 # up in a sum over thousands of weights; PyTorch rounds to even, and so must you to match it
 # bit for bit.
 #
+# **Divide, or multiply by the reciprocal?** On paper `w / s` and `w * (1 / s)` are the
+# same number; in float32 each rounds, and near a rounding half the two land on different
+# sides of it. PyTorch computes `inv = 1 / s` once per scale, in float32, and rounds
+# `w * inv` (cheaper: one division per scale, a multiplication per weight). So do that:
+# `inv = np.float32(1) / scale`, `q = rint(w * inv)`. The difference is rare (about 1
+# weight in 4 million standard-normal ones lands one step away) but it is the difference
+# between "equal to PyTorch" and "equal except sometimes". The zero point is computed as
+# PyTorch's observers do, with a division: `z = -128 - rint(min / s)`.
+#
 # **Edge cases.** A row of zeros has $a = 0$; a scale of zero would divide by zero. Clamp the
 # scale from below by float32's machine epsilon (`np.finfo(np.float32).eps`), as PyTorch's
 # observers do. Keep everything float32: `a / 127` with a Python int is float32, but
@@ -164,13 +173,15 @@ def quantize_int8(w, axis=None, symmetric=True):
         amax = _reduce(np.abs(w), np.max, axis)
         scale = np.maximum(amax / np.float32(127), INT8_EPS)
         zero_point = np.zeros(scale.shape, dtype=np.int32)
-        q = np.clip(np.rint(w / _broadcast(scale, w, axis)), -127, 127)
+        inv = np.float32(1) / scale  # PyTorch's order: w * (1 / s), see "Divide, or ..."
+        q = np.clip(np.rint(w * _broadcast(inv, w, axis)), -127, 127)
     else:
         lo = np.minimum(_reduce(w, np.min, axis), np.float32(0))
         hi = np.maximum(_reduce(w, np.max, axis), np.float32(0))
         scale = np.maximum((hi - lo) / np.float32(255), INT8_EPS)
         zero_point = np.clip(-128 - np.rint(lo / scale), -128, 127).astype(np.int32)
-        shifted = np.rint(w / _broadcast(scale, w, axis)) + _broadcast(zero_point, w, axis)
+        inv = np.float32(1) / scale
+        shifted = np.rint(w * _broadcast(inv, w, axis)) + _broadcast(zero_point, w, axis)
         q = np.clip(shifted, -128, 127)
     return q.astype(np.int8), scale, zero_point
     ### END SOLUTION
@@ -207,6 +218,12 @@ def test_unit_int8():
     assert ties.tolist() == [0, 2, 2, -2, 127], (
         f"ties 0.5, 1.5, 2.5, -2.5 (scale 1) gave {ties.tolist()[:4]}, expected [0, 2, 2, -2]: "
         "round half to even with np.rint, not np.floor(x + 0.5) or np.round(x) + ...")
+    near = quantize_int8(np.array([[1.0, -0.94094485]], dtype=np.float32), axis=0)[0]
+    assert near.tolist() == [[127, -119]], (
+        f"[1.0, -0.94094485] per channel gave {near.tolist()}, expected [[127, -119]] as "
+        "PyTorch: -0.94094485 / s is just past -119.5 but -0.94094485 * (1 / s) is just "
+        "before it. Multiply by the float32 reciprocal, inv = np.float32(1) / scale, as "
+        "PyTorch does, instead of dividing")
     qc, sc, _ = quantize_int8(w, axis=0)
     assert sc.shape == (2,) and sc.dtype == np.float32, (
         f"per-channel scales should have shape (2,) float32 (one per row), got {sc.shape} "
@@ -318,7 +335,8 @@ def quantize_int4(w, group_size=32):
     groups = w.reshape(out_f, in_f // group_size, group_size)  # (out, G, g)
     amax = np.abs(groups).max(axis=-1)  # (out, G)
     scales = np.maximum(amax / np.float32(7), INT8_EPS)
-    q = np.clip(np.rint(groups / scales[..., None]), -7, 7).reshape(out_f, in_f)
+    inv = np.float32(1) / scales  # (out, G): as int8, multiply by the reciprocal
+    q = np.clip(np.rint(groups * inv[..., None]), -7, 7).reshape(out_f, in_f)
     return pack_int4(q), scales
     ### END SOLUTION
 
@@ -399,8 +417,15 @@ test_unit_int4_errors()
 #
 # **Weight-only forward.** `y = x @ deq(W).T + b`: dequantize, then multiply in float32.
 # That is exactly the float model with rounded weights, so its accuracy is the accuracy of
-# the storage. (Real kernels dequantize a tile at a time inside the matrix product and never
-# build the whole float matrix; NumPy builds it, for the duration of one call.)
+# the storage. It is one operation, `QuantizedMatMul` (a `Function`, module 01), whose
+# inputs are `x` and whose parameters are the stored integers and scales: you write its
+# forward, `x @ deq(W).T`, and its derivative rule (given) sends `grad @ deq(W)` to `x`, so
+# a quantized layer can sit inside a model that is still trained elsewhere. Being one
+# operation is what lets module 17 swap in a compiled kernel through the kernel table
+# (`KERNELS[QuantizedMatMul]`) without touching this lesson. (Real kernels never build the
+# whole float matrix: they read the integers and convert a few at a time inside the
+# product. NumPy builds it, for the duration of one call, which is why this forward is
+# *slower* than float32's; measured at the end of the lesson.)
 #
 # **int8 activations (W8A8).** Quantize the input too, per tensor and symmetric, with a
 # scale $s_x$ fixed in advance; then
@@ -421,6 +446,33 @@ test_unit_int4_errors()
 # other values a finer grid. `calibrate` sets `layer.observed = []` on every `QuantizedLinear`,
 # the forward appends `|x|` while the list exists, and `calibrate` turns the record into
 # `input_scale` and removes it.
+
+# %% nbgrader={"grade": false, "grade_id": "quantized-matmul", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| exporti
+class QuantizedMatMul(Function):
+    """x @ deq(W).T for W stored as int8 rows (bits=8) or packed int4 groups (bits=4)"""
+
+    @staticmethod
+    def forward(x, qweight, scale, bits, group_size):
+        ### BEGIN SOLUTION
+        if bits == 8:
+            w = dequantize_int8(qweight, scale, 0, axis=0)  # (out, in), a temporary
+        else:
+            w = dequantize_int4(qweight, scale, group_size)
+        return np.matmul(x, w.T.astype(x.dtype, copy=False))  # (..., out)
+        ### END SOLUTION
+
+
+@derivative(QuantizedMatMul)
+def quantized_matmul_backward(ctx, grad):
+    """d(x @ deq(W).T) / dx = grad @ deq(W); the stored integers are constants"""
+    p = ctx.params
+    if p["bits"] == 8:
+        w = dequantize_int8(p["qweight"], p["scale"], 0, axis=0)
+    else:
+        w = dequantize_int4(p["qweight"], p["scale"], p["group_size"])
+    return (np.matmul(grad, w.astype(grad.dtype, copy=False)),)
+
 
 # %% nbgrader={"grade": false, "grade_id": "quantized-linear", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
@@ -475,7 +527,8 @@ class QuantizedLinear(Module):
         if self.input_scale is not None:
             return self._int8_forward(x)
         ### BEGIN SOLUTION
-        y = x @ Tensor(self.dequantized_weight()).T  # (..., out)
+        y = QuantizedMatMul.apply(x, qweight=self.qweight, scale=self.scale, bits=self.bits,
+                                  group_size=self.group_size)  # (..., out)
         return y + self.bias if self.bias is not None else y
         ### END SOLUTION
 
