@@ -290,7 +290,7 @@ MODULES: tuple[Module, ...] = (
     Module(17, "acceleration", "Acceleration", "optimization",
            "Vectorization, memory layout, BLAS threads, allocation reuse and fused kernels, "
            "plugged into your framework through its kernel table and measured.",
-           "perf.acceleration", (13, 14), (),
+           "perf.acceleration", (13, 14, 15), (),
            hours="6-8", difficulty=4,
            needs_to_know=(
                "Your autograd's derivative table (06), attention (12), the GPT (13) and "
