@@ -2,7 +2,7 @@
 # Do not edit: change the lesson and export again.
 """Module 17 (Acceleration): Vectorization, memory layout, BLAS threads, allocation reuse and fused kernels, plugged into your framework through its kernel table and measured."""
 
-__all__ = ['set_blas_threads', 'blas_threads', 'keep_freed_memory', 'gelu_backward_inplace', 'cross_entropy_backward_inplace', 'row_sums', 'attention_probs_fast', 'AttentionKeepFunction', 'attention_keep_backward', 'FusedAdamW', 'GELUTanhKernel', 'gelu_tanh_kernel_backward', 'LayerNormKernel', 'layer_norm_kernel_backward', 'add_backward_bias_blas', 'FASTMATH', 'PARALLEL_MIN', 'compiled', 'chunks', 'set_threads', 'layer_norm_rows', 'layer_norm_rows_backward', 'LayerNormCompiled', 'layer_norm_compiled_backward', 'fast_exp', 'exp_rows', 'softmax_rows', 'softmax_rows_backward', 'AttentionCompiled', 'attention_compiled_backward', 'gelu_tanh_rows', 'gelu_tanh_rows_backward', 'GELUCompiled', 'gelu_compiled_backward', 'cross_entropy_rows', 'cross_entropy_rows_backward', 'CrossEntropyCompiled', 'cross_entropy_compiled_backward', 'adamw_rows', 'CompiledAdamW', 'FAST_KERNELS', 'COMPILED_KERNELS', 'ALL_KERNELS', 'kernel_set', 'active_kernels', 'use_fast_kernels', 'fast_kernels']
+__all__ = ['set_blas_threads', 'blas_threads', 'keep_freed_memory', 'gelu_backward_inplace', 'cross_entropy_backward_inplace', 'row_sums', 'attention_probs_fast', 'AttentionKeepFunction', 'attention_keep_backward', 'FusedAdamW', 'GELUTanhKernel', 'gelu_tanh_kernel_backward', 'LayerNormKernel', 'layer_norm_kernel_backward', 'add_backward_bias_blas', 'FASTMATH', 'PARALLEL_MIN', 'compiled', 'chunks', 'set_threads', 'layer_norm_rows', 'layer_norm_rows_backward', 'LayerNormCompiled', 'layer_norm_compiled_backward', 'fast_exp', 'exp_rows', 'softmax_rows', 'softmax_rows_backward', 'AttentionCompiled', 'attention_compiled_backward', 'gelu_tanh_rows', 'gelu_tanh_rows_backward', 'GELUCompiled', 'gelu_compiled_backward', 'cross_entropy_rows', 'cross_entropy_rows_backward', 'CrossEntropyCompiled', 'cross_entropy_compiled_backward', 'adamw_rows', 'CompiledAdamW', 'int8_matmul_rows', 'SMALL_ROWS', 'TILE_ELEMENTS', 'int4_matmul_rows', 'dequantize_rows', 'QuantizedMatMulCompiled', 'quantized_matmul_compiled_backward', 'rms_norm_rows', 'rms_norm_rows_backward', 'RMSNormCompiled', 'rms_norm_compiled_backward', 'rotary_rows', 'RotaryCompiled', 'rotary_compiled_backward', 'silu_rows', 'silu_rows_backward', 'SiLUCompiled', 'silu_compiled_backward', 'swiglu_rows', 'FAST_KERNELS', 'COMPILED_KERNELS', 'ALL_KERNELS', 'kernel_set', 'active_kernels', 'use_fast_kernels', 'fast_kernels']
 
 import contextlib
 import ctypes
@@ -17,14 +17,16 @@ from llvmlite import ir
 from numba import prange, types
 from numba.extending import intrinsic, overload
 
-from tinytorch.core.activations import GELUFunction
+from tinytorch.core.activations import GELUFunction, SiLUFunction
 from tinytorch.core.attention import AttentionFunction, _attention_probs
 from tinytorch.core.autograd import DERIVATIVES, KERNELS, derivative
 from tinytorch.core.autograd import gelu_backward as plain_gelu_backward
+from tinytorch.core.embeddings import RotaryFunction, rotary_backward
 from tinytorch.core.losses import CrossEntropyFunction
 from tinytorch.core.optimizers import AdamW, _grad_array
 from tinytorch.core.tensor import Add
-from tinytorch.models.transformer import LayerNormFunction
+from tinytorch.models.transformer import LayerNormFunction, RMSNormFunction
+from tinytorch.perf.quantization import QuantizedMatMul, quantized_matmul_backward
 
 
 _BLAS_SETTERS = ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_",
@@ -371,16 +373,20 @@ PARALLEL_MIN = 1 << 14  # elements below which a kernel runs on one thread (meas
 
 
 def compiled(fn=None, *, fastmath=FASTMATH):
-    """fn compiled by numba: prange loops on all threads, the given fast-math flags (False:
-    none, every float operation in Python's order), no GIL, cached on disk when fn has a file.
+    """fn compiled by numba with the given fast-math flags (False: none, every float operation
+    in Python's order) and no GIL. Defined in a file (your package): prange loops on all
+    threads, machine code cached on disk. Defined in a notebook cell (no file to cache
+    beside): the serial twin, prange run as range, which compiles in about half the time.
     """
     if fn is None:
         return lambda f: compiled(f, fastmath=fastmath)
-    options = dict(parallel=True, fastmath=set(fastmath) if fastmath else False, nogil=True)
-    try:
-        return numba.njit(cache=True, **options)(fn)
-    except RuntimeError:  # defined in a notebook cell: no file to keep the machine code beside
+    options = dict(fastmath=set(fastmath) if fastmath else False, nogil=True)
+    if not os.path.isfile(fn.__code__.co_filename):
         return numba.njit(**options)(fn)
+    try:
+        return numba.njit(cache=True, parallel=True, **options)(fn)
+    except RuntimeError:  # numba found nowhere to write its cache
+        return numba.njit(parallel=True, **options)(fn)
 
 
 def chunks(rows, row_size=1):
@@ -850,6 +856,286 @@ class CompiledAdamW(FusedAdamW):
         return self._work_rows
 
 
+@compiled
+def int8_matmul_rows(x, q, scale, out, parts):
+    """out[n, o] = scale[o] * sum_k x[n, k] q[o, k], the int8 weights read as they are"""
+    n_rows, n_k = x.shape
+    n_out = q.shape[0]
+    T = x.dtype.type
+    for p in prange(parts):
+        for o in range(p * n_out // parts, (p + 1) * n_out // parts):
+            w = q[o]
+            for r in range(n_rows):
+                xr = x[r]
+                total = T(0)
+                for k in range(n_k):
+                    total += xr[k] * T(w[k])
+                out[r, o] = total * scale[o]
+
+
+SMALL_ROWS = 8  # up to this many rows, the integer kernels; more, float32 tiles and BLAS
+TILE_ELEMENTS = 1 << 16  # weights per dequantized tile: 256 KiB of float32, kept in cache
+
+
+@compiled
+def int4_matmul_rows(x_even, x_odd, packed, scales, out, parts):
+    """out[n, o] = sum over groups g of scales[o, g] * sum_j (x[2j] lo_j + x[2j+1] hi_j),
+    lo_j, hi_j the two 4-bit halves of byte j, minus 8 each"""
+    n_rows = x_even.shape[0]
+    n_out, n_bytes = packed.shape
+    groups = scales.shape[1]
+    group_bytes = n_bytes // groups
+    T = x_even.dtype.type
+    for p in prange(parts):
+        for o in range(p * n_out // parts, (p + 1) * n_out // parts):
+            for r in range(n_rows):
+                total = T(0)
+                for g in range(groups):
+                    lo, hi = g * group_bytes, (g + 1) * group_bytes
+                    w, xe, xo = packed[o, lo:hi], x_even[r, lo:hi], x_odd[r, lo:hi]
+                    acc = T(0)
+                    for j in range(group_bytes):
+                        b = np.int32(w[j])
+                        acc += xe[j] * T((b & 15) - 8) + xo[j] * T((b >> 4) - 8)
+                    total += acc * scales[o, g]
+                out[r, o] = total
+
+
+@compiled
+def dequantize_rows(q, scales, first, out, parts):
+    """out = the float32 weights of rows first .. first + len(out) of int8 q (scales (M,)) or
+    packed int4 q (scales (M, groups)), row by row"""
+    n_out, n_k = out.shape
+    T = out.dtype.type
+    for p in prange(parts):
+        for i in range(p * n_out // parts, (p + 1) * n_out // parts):
+            o, row = first + i, out[i]
+            if scales.ndim == 1:  # int8, one scale per row
+                for k in range(n_k):
+                    row[k] = T(q[o, k]) * scales[o]
+            else:  # int4: two values per byte, one scale per group
+                group = n_k // scales.shape[1]
+                for k in range(n_k // 2):
+                    b = np.int32(q[o, k])
+                    s = scales[o, (2 * k) // group]
+                    row[2 * k] = T((b & 15) - 8) * s
+                    row[2 * k + 1] = T((b >> 4) - 8) * s
+
+
+class QuantizedMatMulCompiled(QuantizedMatMul):
+    """Module 15's x @ deq(W).T from the stored integers: kernels for a few rows, tiles of
+    dequantized rows and BLAS for many; the float32 matrix is never made."""
+
+    @staticmethod
+    def forward(x, qweight, scale, bits, group_size):
+        if x.dtype != np.float32:
+            return QuantizedMatMul.forward(x, qweight, scale, bits, group_size)
+        n_in = x.shape[-1]
+        rows = np.ascontiguousarray(x).reshape(-1, n_in)  # (N, K)
+        n, n_out = rows.shape[0], qweight.shape[0]
+        out = np.empty((n, n_out), np.float32)
+        if n <= SMALL_ROWS:
+            parts = chunks(n_out, n_in * n)
+            if bits == 8:
+                int8_matmul_rows(rows, qweight, scale, out, parts)
+            else:
+                int4_matmul_rows(np.ascontiguousarray(rows[:, 0::2]),
+                                 np.ascontiguousarray(rows[:, 1::2]), qweight, scale, out, parts)
+        else:
+            tile = max(16, TILE_ELEMENTS // n_in)
+            buffer = np.empty((min(tile, n_out), n_in), np.float32)
+            for first in range(0, n_out, tile):
+                w = buffer[:min(tile, n_out - first)]  # (tile, K), overwritten per tile
+                dequantize_rows(qweight, scale, first, w, chunks(w.shape[0], n_in))
+                out[:, first:first + w.shape[0]] = rows @ w.T
+        return out.reshape(x.shape[:-1] + (n_out,))
+
+
+@derivative(QuantizedMatMulCompiled)
+def quantized_matmul_compiled_backward(ctx, grad):
+    """module 15's rule: grad @ deq(W) to x"""
+    return quantized_matmul_backward(ctx, grad)
+
+
+@compiled
+def rms_norm_rows(x, weight, eps, out, rstd, parts):
+    """out = x * rstd * weight for each row of x (N, C), rstd = 1 / sqrt(mean(x^2) + eps)"""
+    n, c = x.shape
+    T = x.dtype.type
+    inv_c = T(1.0 / c)
+    for p in prange(parts):
+        for i in range(p * n // parts, (p + 1) * n // parts):
+            total = T(0)
+            for j in range(c):
+                total += x[i, j] * x[i, j]
+            r = T(1) / math.sqrt(total * inv_c + eps)
+            for j in range(c):
+                out[i, j] = x[i, j] * r * weight[j]
+            rstd[i] = r
+
+
+@compiled
+def rms_norm_rows_backward(grad, x, weight, rstd, dx, dweight, parts):
+    """dx = rstd (g_hat - x_hat mean(g_hat x_hat)), g_hat = grad * weight; dweight (parts, C)"""
+    n, c = x.shape
+    T = x.dtype.type
+    inv_c = T(1.0 / c)
+    for p in prange(parts):
+        for i in range(p * n // parts, (p + 1) * n // parts):
+            r = rstd[i]
+            sum_gx = T(0)
+            for j in range(c):
+                x_hat = x[i, j] * r
+                sum_gx += grad[i, j] * weight[j] * x_hat
+                dweight[p, j] += grad[i, j] * x_hat
+            sum_gx *= inv_c
+            for j in range(c):
+                dx[i, j] = r * (grad[i, j] * weight[j] - x[i, j] * r * sum_gx)
+
+
+class RMSNormCompiled(RMSNormFunction):
+    """Module 13's RMSNorm as one compiled pass per row; keeps rstd per row."""
+
+    saves_for_backward = True  # forward returns (out, (rows, rstd))
+
+    @staticmethod
+    def forward(x, weight, eps=1e-6):
+        c = x.shape[-1]
+        rows = np.ascontiguousarray(x).reshape(-1, c)
+        out, rstd = np.empty_like(rows), np.empty(rows.shape[0], x.dtype)
+        rms_norm_rows(rows, np.ascontiguousarray(weight, dtype=x.dtype), x.dtype.type(eps), out,
+                      rstd, chunks(rows.shape[0], c))
+        return out.reshape(x.shape), (rows, rstd)
+
+
+@derivative(RMSNormCompiled)
+def rms_norm_compiled_backward(ctx, grad):
+    """module 13's rule from the compiled kernel"""
+    rows, rstd = ctx.saved
+    n, c = rows.shape
+    parts = chunks(n, c)
+    dx, dweight = np.empty_like(rows), np.zeros((parts, c), rows.dtype)
+    rms_norm_rows_backward(np.ascontiguousarray(grad).reshape(n, c), rows,
+                           np.ascontiguousarray(ctx.inputs[1], dtype=rows.dtype), rstd, dx,
+                           dweight, parts)
+    grad_weight = dweight.sum(axis=0) if ctx.parents[1].requires_grad else None
+    return dx.reshape(ctx.inputs[0].shape), grad_weight
+
+
+@compiled
+def rotary_rows(x, cos, sin, backward, out, parts):
+    """out = x cos + rotate_half(x) sin (backward: g cos - rotate_half(g sin)), rotate_half(x)
+    = [-x2 | x1], for x (R, T, d) and cos, sin (T or 1, d)"""
+    n_r, n_t, d = x.shape
+    half = d // 2
+    rows = n_r * n_t
+    for p in prange(parts):
+        for row in range(p * rows // parts, (p + 1) * rows // parts):
+            t = row % n_t if cos.shape[0] > 1 else 0
+            a, o, c, s = x[row // n_t, row % n_t], out[row // n_t, row % n_t], cos[t], sin[t]
+            for j in range(half):
+                x1, x2 = a[j], a[j + half]
+                if backward:
+                    o[j] = x1 * c[j] + x2 * s[j + half]
+                    o[j + half] = x2 * c[j + half] - x1 * s[j]
+                else:
+                    o[j] = x1 * c[j] - x2 * s[j]
+                    o[j + half] = x2 * c[j + half] + x1 * s[j + half]
+
+
+def _rotary_fits(x, cos):
+    return x.ndim >= 2 and cos.ndim == 2 and cos.shape[0] in (1, x.shape[-2]) and (
+        x.shape[-1] % 2 == 0)
+
+
+def _rotary(x, cos, sin, backward):
+    rows = np.ascontiguousarray(x).reshape((-1,) + x.shape[-2:])  # (R, T, d)
+    out = np.empty_like(rows)
+    rotary_rows(rows, np.ascontiguousarray(cos, dtype=x.dtype),
+                np.ascontiguousarray(sin, dtype=x.dtype), backward, out,
+                chunks(rows.shape[0] * rows.shape[1], rows.shape[2]))
+    return out.reshape(x.shape)
+
+
+class RotaryCompiled(RotaryFunction):
+    """Module 11's RoPE as one compiled pass per row (tables (T, d) or (1, d))."""
+
+    @staticmethod
+    def forward(x, cos, sin):
+        if not _rotary_fits(x, cos):
+            return RotaryFunction.forward(x, cos, sin)
+        return _rotary(x, cos, sin, False)
+
+
+@derivative(RotaryCompiled)
+def rotary_compiled_backward(ctx, grad):
+    """module 11's rule, grad cos - rotate_half(grad sin), in one pass"""
+    x, cos, sin = ctx.inputs[0], ctx.params["cos"], ctx.params["sin"]
+    if not _rotary_fits(x, cos):
+        return rotary_backward(ctx, grad)
+    return (_rotary(np.asarray(grad, dtype=x.dtype), cos, sin, True),)
+
+
+@compiled
+def silu_rows(x, out, parts):
+    """out = x * sigmoid(x) = x / (1 + exp(-x)), element by element (x, out flat)"""
+    n = x.shape[0]
+    one = x.dtype.type(1)
+    for p in prange(parts):
+        lo, hi = p * n // parts, (p + 1) * n // parts
+        xs, outs = x[lo:hi], out[lo:hi]
+        for i in range(xs.shape[0]):
+            outs[i] = xs[i] / (one + fast_exp(-xs[i]))
+
+
+@compiled
+def silu_rows_backward(x, grad, out, parts):
+    """out = grad * s (1 + x (1 - s)), s = sigmoid(x), 1 - s = e s with e = exp(-x)"""
+    n = x.shape[0]
+    one = x.dtype.type(1)
+    for p in prange(parts):
+        lo, hi = p * n // parts, (p + 1) * n // parts
+        xs, gs, outs = x[lo:hi], grad[lo:hi], out[lo:hi]
+        for i in range(xs.shape[0]):
+            e = fast_exp(-xs[i])
+            s = one / (one + e)
+            rest = e * s if e < one else one - s
+            outs[i] = gs[i] * s * (one + xs[i] * rest)
+
+
+class SiLUCompiled(SiLUFunction):
+    """Module 02's SiLU as one compiled pass."""
+
+    @staticmethod
+    def forward(x):
+        flat = np.ascontiguousarray(x).reshape(-1)
+        out = np.empty_like(flat)
+        silu_rows(flat, out, chunks(flat.size))
+        return out.reshape(x.shape)
+
+
+@derivative(SiLUCompiled)
+def silu_compiled_backward(ctx, grad):
+    """d silu = s (1 + x (1 - s)), from the compiled kernel"""
+    x = np.ascontiguousarray(ctx.inputs[0]).reshape(-1)
+    out = np.empty_like(x)
+    silu_rows_backward(x, np.ascontiguousarray(grad, dtype=x.dtype).reshape(-1), out,
+                       chunks(x.size))
+    return (out.reshape(ctx.inputs[0].shape),)
+
+
+@compiled
+def swiglu_rows(gate, up, out, parts):
+    """out = silu(gate) * up in one pass, no temporary (gate, up, out flat)"""
+    n = gate.shape[0]
+    one = gate.dtype.type(1)
+    for p in prange(parts):
+        lo, hi = p * n // parts, (p + 1) * n // parts
+        gs, us, outs = gate[lo:hi], up[lo:hi], out[lo:hi]
+        for i in range(gs.shape[0]):
+            outs[i] = gs[i] / (one + fast_exp(-gs[i])) * us[i]
+
+
 FAST_KERNELS = (
     # (name, table, key, fast entry): switching on sets table[key] = fast entry
     ("gelu_backward_inplace", DERIVATIVES, GELUFunction, gelu_backward_inplace),
@@ -865,6 +1151,10 @@ COMPILED_KERNELS = (
     ("gelu_compiled", KERNELS, GELUFunction, GELUCompiled),
     ("attention_compiled", KERNELS, AttentionFunction, AttentionCompiled),
     ("cross_entropy_compiled", KERNELS, CrossEntropyFunction, CrossEntropyCompiled),
+    ("quantized_matmul_compiled", KERNELS, QuantizedMatMul, QuantizedMatMulCompiled),
+    ("rms_norm_compiled", KERNELS, RMSNormFunction, RMSNormCompiled),
+    ("rotary_compiled", KERNELS, RotaryFunction, RotaryCompiled),
+    ("silu_compiled", KERNELS, SiLUFunction, SiLUCompiled),
 )
 ALL_KERNELS = FAST_KERNELS + COMPILED_KERNELS
 _PLAIN_ENTRIES = {}  # name -> the table entry the fast kernel replaced (None: there was none)
