@@ -32,6 +32,14 @@
 # you can always read off the tables what runs, and switch every fast kernel off again with
 # `use_fast_kernels(False)` to measure what it bought.
 #
+# It goes in two stages. Parts 1 to 9 take every win NumPy allows: fewer temporaries,
+# in-place updates, BLAS where a reduction was, keeping instead of recomputing. Then NumPy
+# itself is the limit: each of its calls is a full pass over memory, on one core, and no
+# arrangement of calls fuses five passes into one. Parts 10 to 12 compile the loops with
+# numba: a layer norm, an attention softmax, GELU, cross-entropy and AdamW that each make
+# one pass and use every core; and quantized weights (module 15) that are read as the small
+# integers they are, which is what finally makes them decode faster than float32.
+#
 # ## Learning objectives
 #
 # - Measure what vectorization buys: a Python loop against one NumPy call.
@@ -45,6 +53,13 @@
 # - Measure the trade of keeping against recomputing: milliseconds against bytes.
 # - Swap an operation's forward without touching the lesson that applies it, through the
 #   kernel table that `Function.apply` reads.
+# - Count the memory passes of a NumPy computation, and write the compiled loop that makes
+#   one: numba's types, `prange` and the size below which threads do not pay, compile time
+#   and its cache, the fast-math flags that keep infinities.
+# - Compute `exp` from operations that vectorize, and check a compiled kernel in ulps, against
+#   the plain operation and by float64 central differences.
+# - Explain, with the bytes, why int8 weights are slower than float32 in NumPy and faster in
+#   a compiled kernel.
 #
 # ## What you build
 #
@@ -53,17 +68,23 @@
 # - `row_sums(a)` and `AttentionKeepFunction`: attention whose forward keeps the
 #   probabilities, so its backward does not recompute them.
 # - `FusedAdamW`: AdamW's update with no temporaries, state for state the same optimizer.
-# - Given: `set_blas_threads(n)`, `blas_threads()`, `keep_freed_memory()`; three more
-#   kernels to read, `GELUTanhKernel` (GELU's forward and backward as a pair),
-#   `LayerNormKernel` (layer norm with BLAS row sums) and `add_backward_bias_blas` (a bias
-#   gradient as one BLAS product); the table of fast kernels `FAST_KERNELS`,
-#   `use_fast_kernels(on)`, `fast_kernels(on)` and `active_kernels()`.
+# - Compiled: `layer_norm_rows` and `layer_norm_rows_backward` (layer norm, one pass per
+#   row), `softmax_rows` and `softmax_rows_backward` (attention's masked softmax and its
+#   gradient), `int8_matmul_rows` (int8 weights times a few rows, read as bytes).
+# - Given: `set_blas_threads(n)`, `blas_threads()`, `keep_freed_memory()`; three more NumPy
+#   kernels to read, `GELUTanhKernel`, `LayerNormKernel` and `add_backward_bias_blas`;
+#   `compiled`, `chunks`, `set_threads` and `fast_exp`; the compiled GELU, cross-entropy,
+#   `CompiledAdamW`, int4, RMSNorm, rotary and SiLU kernels and the `Function` around each;
+#   the tables `FAST_KERNELS` and `COMPILED_KERNELS`, `use_fast_kernels(on, compiled)`,
+#   `fast_kernels(on, compiled)` and `active_kernels()`.
 #
 # ## What you are not building yet
 #
-# - **Compiled kernels.** Everything here is NumPy; a C or Numba kernel would fuse a whole
-#   GELU into one pass, and a GPU is another course. The point is to find where the time
-#   goes and to take the wins NumPy allows.
+# - **Compiled matrix products.** BLAS stays the tool for products of two float32 matrices:
+#   it runs them near the processor's peak, and a loop written here would not. What is
+#   compiled is everything around the products.
+# - **A GPU.** Another course; the ideas (fused kernels, memory passes, keep or recompute)
+#   carry over unchanged.
 # - **Flash attention's tiling.** You keep or recompute the whole `(T, T)` matrix; tiling it
 #   so that it never exists at once matters at long contexts, not at 64.
 # - **Benchmark statistics.** Module 19 builds the harness (repeats, confidence intervals,
@@ -2700,18 +2721,19 @@ def step_report(rounds=3):
     manual_seed(0)
     model = GPT(GPTConfig(vocab_size=65, block_size=64, n_layer=2, n_head=4, n_embd=64))
     ids = rng(1).integers(0, 65, (4, 65))
-    times = {False: [], True: []}
-    for _ in range(rounds):
-        for on in (False, True):
-            with fast_kernels(on) as names:
+    modes = {"plain": (False, False), "NumPy kernels": (True, False), "compiled": (True, True)}
+    times = {mode: [] for mode in modes}
+    for _ in range(rounds):  # interleaved, so that a busy neighbour slows all alike
+        for mode, (on, compiled_too) in modes.items():
+            with fast_kernels(on, compiled=compiled_too):
                 t0 = time.perf_counter()
                 _, loss = model(ids[:, :-1], ids[:, 1:])
                 loss.backward()
-                times[on].append(time.perf_counter() - t0)
-    plain, fast = min(times[False]), min(times[True])
-    print(f"GPT step (2 layers, 64 wide, 4 x 64 tokens), forward+backward: plain "
-          f"{plain * 1e3:.1f} ms, fast kernels {fast * 1e3:.1f} ms ({plain / fast:.2f}x); "
-          f"kernels: {', '.join(names)}")
+                times[mode].append(time.perf_counter() - t0)
+    best = {mode: min(t) for mode, t in times.items()}
+    print("GPT step (2 layers, 64 wide, 4 x 64 tokens), forward+backward, one thread: "
+          + ", ".join(f"{mode} {t * 1e3:.1f} ms ({best['plain'] / t:.2f}x)"
+                      for mode, t in best.items()))
 
 
 with one_blas_thread():
