@@ -53,8 +53,9 @@ def quantize_int8(w, axis=None, symmetric=True):
 
 def dequantize_int8(q, scale, zero_point, axis=None):
     """scale * (q - zero_point), float32, broadcast along `axis`."""
-    centered = q.astype(np.int32) - _broadcast(np.asarray(zero_point), q, axis)
-    return (centered * _broadcast(np.asarray(scale), q, axis)).astype(np.float32)
+    zero = _broadcast(np.asarray(zero_point, dtype=np.float32), q, axis)
+    centered = q.astype(np.float32) - zero  # small integers: exact in float32
+    return centered * _broadcast(np.asarray(scale, dtype=np.float32), q, axis)  # float32
 
 
 def pack_int4(q):
