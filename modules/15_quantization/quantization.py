@@ -61,8 +61,10 @@
 # ## What you are not building yet
 #
 # - **Fast integer kernels.** NumPy has no int8 BLAS: the int8 x int8 product here is exact
-#   but slower than float32 on a CPU, and the int4 forward unpacks to float32 each call.
-#   Module 17 (acceleration) is about kernels; here the subject is storage and accuracy.
+#   but slower than float32 on a CPU, and the weight-only forward turns the integers back
+#   into a float32 matrix on every call. Here the subject is storage and accuracy; module 17
+#   compiles the kernels that read the integers as they are (measured at the end of this
+#   lesson).
 # - **Quantization-aware training or error-correcting methods** (GPTQ, AWQ). Everything here
 #   is round-to-nearest, applied once to a trained model. Where a target needs more, the
 #   benchmark says so.
@@ -845,8 +847,30 @@ bytes_report()
 # biases) stays float32. The time column is not a speed-up to expect: the quantized forward
 # does *more* work (it unpacks and rescales every weight on every call, then runs the same
 # float32 matrix product), and on a small batch the difference is within the noise of a
-# shared machine. Fused integer kernels (module 17) make the small format fast as well; the
-# bytes read per token are what decoding speed depends on (module 18).
+# shared machine.
+#
+# **Why this forward is slower, and what makes it faster.** Count the bytes for one token,
+# one row `x` times a weight matrix. Float32: BLAS reads each weight once, 4 bytes. This
+# lesson's int8 forward reads the int8 weight (1 byte), writes its float32 copy (4 bytes),
+# and BLAS reads the copy back (4 bytes): 9 bytes of memory traffic per weight, plus the
+# arithmetic of the conversion, so it is several times *slower* than float32, although it
+# stores a quarter of the bytes. Module 17 registers a compiled kernel for
+# `QuantizedMatMul` that reads each int8 weight once, converts it in a register and
+# multiplies it there: 1 byte per weight (half a byte for int4), which is why it is faster
+# than float32. Measured with `benchmarks/quantization.py --speed-only`, one token through
+# a Qwen2.5-0.5B-sized MLP weight of (896, 4864), one thread each (a shared machine,
+# load 5-7 from other work):
+#
+# ```
+# format                          ms/token   vs float32
+# float32 BLAS                       1.31      1.00x
+# int8, this lesson (NumPy)         14.4      10.9x slower
+# int8, module 17 (compiled)         0.51      2.6x faster
+# int4 g128, this lesson (NumPy)    25.2      19x slower
+# int4 g128, module 17 (compiled)    1.02      1.3x faster
+# ```
+#
+# The bytes read per token are what decoding speed depends on (module 18).
 #
 # **On a trained TinyGPT** (the checkpoint of `tito milestone run tinygpt`), the benchmark
 # measures the exact validation loss over the whole split and the bytes held:
