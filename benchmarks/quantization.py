@@ -153,10 +153,10 @@ def speed_table(shapes, repeats=20):
         x = tt.Tensor(rng.standard_normal((1, in_f)).astype(np.float32))
         q8, s8 = quantize_int8(w, axis=0)[:2]
         q4, s4 = quantize_int4(w, 128)
-        entries = [("float32 BLAS", w.nbytes, lambda: x.data @ w.T)]
+        entries = [("float32 BLAS", w.nbytes, lambda x=x, w=w: x.data @ w.T)]
         for label, (qw, sc, bits, group) in (("int8", (q8, s8, 8, None)),
                                              ("int4 g128", (q4, s4, 4, 128))):
-            def op(qw=qw, sc=sc, bits=bits, group=group):
+            def op(x=x, qw=qw, sc=sc, bits=bits, group=group):
                 return QuantizedMatMul.apply(x, qweight=qw, scale=sc, bits=bits, group_size=group)
 
             def compiled(op=op):
@@ -175,7 +175,6 @@ def speed_table(shapes, repeats=20):
             base = base or m.median
             rows.append({"shape": [out_f, in_f], "format": label, "bytes": nbytes,
                          "seconds": m.median, "iqr": m.iqr, "vs_float32": m.median / base})
-        del w, q8, q4
     return rows
 
 
@@ -185,7 +184,7 @@ def print_speed(rows):
     print(f"  {'weight (out, in)':18s} {'format':28s} {'weight MiB':>10s} {'ms/token':>9s} "
           f"{'vs float32':>10s} {'GB/s':>6s}")
     for r in rows:
-        print(f"  {str(tuple(r['shape'])):18s} {r['format']:28s} {r['bytes'] / 2**20:10.1f} "
+        print(f"  {tuple(r['shape'])!s:18s} {r['format']:28s} {r['bytes'] / 2**20:10.1f} "
               f"{r['seconds'] * 1e3:9.3f} {r['vs_float32']:9.2f}x "
               f"{r['bytes'] / r['seconds'] / 1e9:6.1f}")
 

@@ -371,10 +371,11 @@ if (os.cpu_count() or 1) >= 2:
 # next kernel comes. A Python thread cannot wait that way: spinning in Python holds the GIL
 # that the main thread needs.
 #
-# So the kernels below make each pass cheaper on one core instead, and two threads stay
-# BLAS's. The measurement also says what that leaves on the table: on one thread each,
-# this module's step is at or below PyTorch's; on two, PyTorch's element-wise kernels use
-# the second core and these do not.
+# So Parts 5 to 9 make each NumPy pass cheaper on one core instead, and two threads stay
+# BLAS's. What that leaves on the table is PyTorch's second core for the element-wise work.
+# Parts 10 to 12 take it back the way PyTorch does: compiled loops whose rows numba splits
+# among its own threads, an OpenMP pool (where the system has `libgomp`) whose threads spin
+# between kernels, with no GIL in the way.
 
 # %% [markdown]
 # ## Part 4: allocation reuse
@@ -566,6 +567,7 @@ def with_rule(table, key, rule, call):
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_gelu_inplace", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_gelu_inplace():
+    """The in-place GELU backward equals module 06's rule, in at most 60% of its memory."""
     x = Tensor(f32(768, 512, seed=3, scale=2.0), requires_grad=True)
     grad = f32(768, 512, seed=4)
     x_before, grad_before = x.data.copy(), grad.copy()
@@ -645,6 +647,7 @@ def cross_entropy_backward_inplace(ctx, grad):
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_cross_entropy_inplace", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_cross_entropy_inplace():
+    """The fused cross-entropy backward equals module 06's rule with one (N, V) array."""
     from tinytorch.core.autograd import cross_entropy_backward as plain_rule
 
     n, v = 768, 512
@@ -804,6 +807,7 @@ def attention_keep_backward(ctx, grad):
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_row_sums", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 def test_unit_row_sums():
+    """row_sums equals a.sum(axis=-1, keepdims=True), float32, shape (..., T, 1)."""
     a = np.abs(f32(12, 4, 64, 64, seed=10))
     got = row_sums(a)
     assert got.shape == (12, 4, 64, 1) and got.dtype == np.float32, (
@@ -828,6 +832,7 @@ def run_attention(fn, q, k, v, keep=None, drop=None):
 
 
 def test_unit_attention_keep():
+    """Attention that keeps P equals module 12's, forward and gradients, keeping one P."""
     q, k, v = f32(2, 3, 6, 4, seed=12), f32(2, 3, 6, 4, seed=13), f32(2, 3, 6, 4, seed=14)
     causal = np.tril(np.ones((6, 6), dtype=bool))
     keep = causal & (rng(15).random((2, 1, 6, 6)) > 0.2)
@@ -928,6 +933,7 @@ class FusedAdamW(AdamW):
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_fused_adamw", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_fused_adamw():
+    """FusedAdamW equals AdamW to the bit, state included, with almost no new memory."""
     from tinytorch.core.layers import Parameter
 
     def run(cls):
@@ -1249,7 +1255,7 @@ def compiled(fn=None, *, fastmath=FASTMATH):
     """
     if fn is None:
         return lambda f: compiled(f, fastmath=fastmath)
-    options = dict(fastmath=set(fastmath) if fastmath else False, nogil=True)
+    options = {"fastmath": set(fastmath) if fastmath else False, "nogil": True}
     if not os.path.isfile(fn.__code__.co_filename):
         return numba.njit(**options)(fn)
     try:
@@ -2628,6 +2634,7 @@ def gpt_step_grads(fast, seed=0, optimizer=None):
 
 
 def test_unit_fast_kernels():
+    """A GPT step with every fast kernel on equals the plain step; the switches restore."""
     assert active_kernels() == (), (
         f"kernels {active_kernels()} are on before the test: a `with fast_kernels()` block "
         "should restore the previous state")

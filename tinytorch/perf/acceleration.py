@@ -380,7 +380,7 @@ def compiled(fn=None, *, fastmath=FASTMATH):
     """
     if fn is None:
         return lambda f: compiled(f, fastmath=fastmath)
-    options = dict(fastmath=set(fastmath) if fastmath else False, nogil=True)
+    options = {"fastmath": set(fastmath) if fastmath else False, "nogil": True}
     if not os.path.isfile(fn.__code__.co_filename):
         return numba.njit(**options)(fn)
     try:
