@@ -373,20 +373,19 @@ PARALLEL_MIN = 1 << 14  # elements below which a kernel runs on one thread (meas
 
 
 def compiled(fn=None, *, fastmath=FASTMATH):
-    """fn compiled by numba with the given fast-math flags (False: none, every float operation
-    in Python's order) and no GIL. Defined in a file (your package): prange loops on all
-    threads, machine code cached on disk. Defined in a notebook cell (no file to cache
-    beside): the serial twin, prange run as range, which compiles in about half the time.
-    """
+    """fn compiled by numba: prange loops on all threads, the given fast-math flags (False:
+    none, every float operation in Python's order), no GIL, and the machine code cached on
+    disk when fn is defined in a file (your package; a notebook cell has none)."""
     if fn is None:
         return lambda f: compiled(f, fastmath=fastmath)
-    options = {"fastmath": set(fastmath) if fastmath else False, "nogil": True}
+    options = {"parallel": True, "fastmath": set(fastmath) if fastmath else False,
+               "nogil": True}
     if not os.path.isfile(fn.__code__.co_filename):
         return numba.njit(**options)(fn)
     try:
-        return numba.njit(cache=True, parallel=True, **options)(fn)
+        return numba.njit(cache=True, **options)(fn)
     except RuntimeError:  # numba found nowhere to write its cache
-        return numba.njit(parallel=True, **options)(fn)
+        return numba.njit(**options)(fn)
 
 
 def chunks(rows, row_size=1):
