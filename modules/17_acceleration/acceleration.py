@@ -2719,20 +2719,24 @@ with one_blas_thread():
 #   recomputes, and why the choice is a measured trade, not a rule.
 # - **The fused layer norm** records one graph node instead of nine and is faster forward
 #   and backward (about 1.5x here): fewer passes over memory, fewer temporaries, one rule
-#   instead of nine. Part 9's kernel takes only a little more off it (its row means become
-#   BLAS products); GELU's pair, which drops a `tanh` from backward, takes about half.
+#   instead of nine. Part 9's NumPy kernel takes only a little more off it; Part 10's
+#   compiled one takes most of what is left (one pass per row).
 # - **The step** gets faster by a modest factor, not by 2x: matrix products are most of a
-#   step, and BLAS already runs them near the machine's peak. The kernels win back the
-#   element-wise passes and the recompute. On the milestone's model,
-#   `python benchmarks/gpt_step.py` prints the plain framework's ratio to PyTorch eager and
-#   the accelerated one's, side by side in one run. Measured while writing this lesson, on
-#   two idle cores (`--threads 1 --clock cpu`, three runs): the plain framework 1.04-1.21x
-#   PyTorch's step, with this module 0.91-0.99x (two runs faster, one within noise),
-#   14-22% faster than plain; peak training memory 48 MiB against PyTorch's 61-63. With
-#   two threads (wall clock) it is 1.20-1.21x: PyTorch spreads its element-wise work over
-#   both cores, NumPy does not, and Part 3 showed why a Python helper thread does not buy
-#   it back. About 70% of the one-thread step is BLAS.
-#
+#   step, and BLAS already runs them near the machine's peak; the kernels win back the
+#   element-wise passes, the recompute and the optimizer's temporaries. On the milestone's
+#   model, `python benchmarks/gpt_step.py --numpy-kernels` prints the plain framework, the
+#   NumPy kernels and the compiled ones against PyTorch eager, side by side in one run.
+#   Measured while writing Parts 10-12 (`--threads 1 --clock cpu`, a machine shared with
+#   other work, load 4-5): plain 148.5 ms, NumPy kernels 122.3 ms, compiled 104.2 ms,
+#   PyTorch 91.9 ms a step, so compiling took the step from 1.33x to 1.13x PyTorch's and
+#   made it 1.43x faster than plain; peak training memory 48.8 MiB against PyTorch's 48.0.
+#   Where the rest goes, profiled on both sides: the matrix products cost the same in both
+#   frameworks (about 60% of the step); GELU and attention cost about the same or less here
+#   than PyTorch's own kernels; what remains is Python: each of the step's ~100 operations
+#   and ~100 derivative rules costs microseconds of bookkeeping that PyTorch does in C++.
+#   On two threads, a machine busy with other work makes every parallel loop wait for its
+#   slowest thread, for both frameworks: measure that on idle cores.
+
 # ## What comes next
 #
 # - **Module 18 (KV caching)** makes generation fast: the keys and values of the prompt are
