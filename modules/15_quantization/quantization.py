@@ -857,18 +857,23 @@ bytes_report()
 # stores a quarter of the bytes. Module 17 registers a compiled kernel for
 # `QuantizedMatMul` that reads each int8 weight once, converts it in a register and
 # multiplies it there: 1 byte per weight (half a byte for int4), which is why it is faster
-# than float32. Measured with `benchmarks/quantization.py --speed-only`, one token through
-# a Qwen2.5-0.5B-sized MLP weight of (896, 4864), one thread each (a shared machine,
-# load 5-7 from other work):
+# than float32. Measured with `benchmarks/quantization.py --speed-only --lm-head`, one
+# token through single weights of a Qwen2.5-0.5B-sized model, one thread each (a machine
+# shared with other work, load 3-4):
 #
 # ```
-# format                          ms/token   vs float32
-# float32 BLAS                       1.31      1.00x
-# int8, this lesson (NumPy)         14.4      10.9x slower
-# int8, module 17 (compiled)         0.51      2.6x faster
-# int4 g128, this lesson (NumPy)    25.2      19x slower
-# int4 g128, module 17 (compiled)    1.02      1.3x faster
+# ms per token                  MLP (896, 4864)   LM head (151936, 896)
+# float32 BLAS                       1.13               43.1
+# int8, this lesson (NumPy)          9.70  (8.6x)      570    (13x slower)
+# int8, module 17 (compiled)         0.49  (0.44x)      19.8  (2.2x faster)
+# int4 g128, this lesson (NumPy)    12.9   (11x)       609    (14x slower)
+# int4 g128, module 17 (compiled)    0.98  (0.87x)      31.1  (1.4x faster)
 # ```
+#
+# int8 in module 17 reads its bytes at about 9 GB/s, float32 BLAS at 13-15 GB/s: each int8
+# weight also needs a conversion, so the kernel does not quite reach memory's limit, and
+# int4, with two conversions and two shifts per byte, is limited by that arithmetic rather
+# than by its half a byte.
 #
 # The bytes read per token are what decoding speed depends on (module 18).
 #
