@@ -2717,8 +2717,9 @@ with one_blas_thread():
 #   PyTorch 91.9 ms a step, so compiling took the step from 1.33x to 1.13x PyTorch's and
 #   made it 1.43x faster than plain; peak training memory 48.8 MiB against PyTorch's 48.0.
 #   Where the rest goes, profiled on both sides: the matrix products cost the same in both
-#   frameworks (about 60% of the step); GELU and attention cost about the same or less here
-#   than PyTorch's own kernels; what remains is Python: each of the step's ~100 operations
+#   frameworks (about 60% of the step); the compiled GELU costs less than PyTorch's own,
+#   layer norm and AdamW about the same, attention (many small BLAS products) somewhat more;
+#   what remains is Python: each of the step's ~100 operations
 #   and ~100 derivative rules costs microseconds of bookkeeping that PyTorch does in C++.
 #   On two threads, a machine busy with other work makes every parallel loop wait for its
 #   slowest thread, for both frameworks: measure that on idle cores.
