@@ -16,8 +16,16 @@ on the first `--act-windows` validation windows (NumPy's integer matrix product 
 so the whole split would take minutes), against float32 on the same windows. A size-vs-loss
 plot is written to `--plot`.
 
+Last, speed: one token (one row) through single layers of a Qwen2.5-0.5B-sized model (its
+MLP's (4864, 896) and (896, 4864) weights; `--lm-head` adds the 151,936 x 896 LM head),
+timed with module 19's harness: float32 BLAS against module 15's NumPy forward (dequantize,
+then multiply) and module 17's compiled kernels (QuantizedMatMulCompiled, reading the int8
+or packed int4 weights as they are), in int8 per-channel and int4 group 128. Module 17's
+kernels compile on first use (numba's cache keeps them); that first call is not timed.
+
     .venv/bin/python benchmarks/quantization.py --checkpoint runs/tinygpt
     .venv/bin/python benchmarks/quantization.py --quick     # untrained model, 24 windows (tests)
+    .venv/bin/python benchmarks/quantization.py --speed-only --lm-head   # the speed table only
 """
 
 from __future__ import annotations
@@ -124,6 +132,63 @@ def plot(rows, path):
     plt.close(fig)
 
 
+SPEED_SHAPES = ((4864, 896), (896, 4864))  # Qwen2.5-0.5B's MLP: gate/up, and down
+LM_HEAD = (151_936, 896)
+
+
+def speed_table(shapes, repeats=20):
+    """Seconds per token (one row) of x @ W.T for each weight shape and format."""
+    import numpy as np
+
+    from tinytorch.core.autograd import KERNELS
+    from tinytorch.perf.acceleration import QuantizedMatMulCompiled
+    from tinytorch.perf.benchmarking import Benchmark
+    from tinytorch.perf.quantization import QuantizedMatMul, quantize_int4, quantize_int8
+
+    rng = np.random.default_rng(0)
+    bench = Benchmark(warmup=2, repeats=repeats)
+    rows = []
+    for out_f, in_f in shapes:
+        w = (rng.standard_normal((out_f, in_f)) * 0.02).astype(np.float32)
+        x = tt.Tensor(rng.standard_normal((1, in_f)).astype(np.float32))
+        q8, s8 = quantize_int8(w, axis=0)[:2]
+        q4, s4 = quantize_int4(w, 128)
+        entries = [("float32 BLAS", w.nbytes, lambda x=x, w=w: x.data @ w.T)]
+        for label, (qw, sc, bits, group) in (("int8", (q8, s8, 8, None)),
+                                             ("int4 g128", (q4, s4, 4, 128))):
+            def op(x=x, qw=qw, sc=sc, bits=bits, group=group):
+                return QuantizedMatMul.apply(x, qweight=qw, scale=sc, bits=bits, group_size=group)
+
+            def compiled(op=op):
+                KERNELS[QuantizedMatMul] = QuantizedMatMulCompiled
+                try:
+                    return op()
+                finally:
+                    KERNELS.pop(QuantizedMatMul, None)
+
+            held = qw.nbytes + sc.nbytes
+            entries += [(f"{label} NumPy (module 15)", held, op),
+                        (f"{label} compiled (module 17)", held, compiled)]
+        base = None
+        for label, nbytes, fn in entries:
+            m = bench.run(fn)
+            base = base or m.median
+            rows.append({"shape": [out_f, in_f], "format": label, "bytes": nbytes,
+                         "seconds": m.median, "iqr": m.iqr, "vs_float32": m.median / base})
+    return rows
+
+
+def print_speed(rows):
+    print("\none token (one row) through one layer, x @ W.T, median of module 19's harness "
+          "(lower is faster; the ratio is against float32 BLAS on the same shape):")
+    print(f"  {'weight (out, in)':18s} {'format':28s} {'weight MiB':>10s} {'ms/token':>9s} "
+          f"{'vs float32':>10s} {'GB/s':>6s}")
+    for r in rows:
+        print(f"  {tuple(r['shape'])!s:18s} {r['format']:28s} {r['bytes'] / 2**20:10.1f} "
+              f"{r['seconds'] * 1e3:9.3f} {r['vs_float32']:9.2f}x "
+              f"{r['bytes'] / r['seconds'] / 1e9:6.1f}")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", default=str(ROOT / "runs" / "tinygpt"),
@@ -135,8 +200,20 @@ def main() -> int:
     p.add_argument("--plot", default=str(ROOT / "runs" / "quantization" / "size_vs_loss.png"))
     p.add_argument("--quick", action="store_true",
                    help="an untrained model and 24 windows: a smoke test")
+    p.add_argument("--speed-only", action="store_true",
+                   help="only the one-token speed table (no checkpoint needed)")
+    p.add_argument("--lm-head", action="store_true",
+                   help="add the 151,936 x 896 LM head to the speed table (about 1 GB of RAM)")
     args = p.parse_args()
     keep_freed_memory()
+    shapes = SPEED_SHAPES + ((LM_HEAD,) if args.lm_head else ())
+    if args.quick:
+        shapes = ((512, 128), (128, 512))
+    if args.speed_only:
+        speed = speed_table(shapes)
+        print_speed(speed)
+        print("RESULT " + json.dumps({"speed": speed}))
+        return 0
 
     with tempfile.TemporaryDirectory() as tmp:
         path = open_checkpoint(args, tmp)
@@ -238,9 +315,11 @@ def main() -> int:
 
         plot(rows + [mixed], args.plot)
         print(f"\nsize-vs-loss plot: {args.plot}")
+        speed = speed_table(shapes, repeats=5 if args.quick else 20)
+        print_speed(speed)
         result = {"rows": [{k: v for k, v in r.items() if k != "target"} for r in rows],
                   "targets_met": verdicts, "activations": act, "sensitivity": sensitivity,
-                  "mixed": mixed}
+                  "mixed": mixed, "speed": speed}
         print("RESULT " + json.dumps(result))
     return 0
 

@@ -99,13 +99,15 @@ def speed_setup(args):
         why = "--plain" if args.plain else "module 17 (acceleration) not completed"
         return AdamW, (), f"plain framework ({why}): the lessons' own kernels, AdamW"
     accel.keep_freed_memory()
-    if args.threads and not accel.set_blas_threads(args.threads):
-        console.print("[yellow]note:[/] could not find NumPy's OpenBLAS; --threads ignored "
-                      "(set OPENBLAS_NUM_THREADS instead)")
+    if args.threads:
+        if accel.blas_threads() is None:
+            console.print("[yellow]note:[/] could not find NumPy's OpenBLAS; --threads sets the "
+                          "compiled kernels' threads only (set OPENBLAS_NUM_THREADS too)")
+        accel.set_threads(args.threads)
     kernels = accel.use_fast_kernels(True)
-    return accel.FusedAdamW, kernels, (
-        f"module 17 (acceleration): kernels {', '.join(kernels)}; FusedAdamW; freed memory kept "
-        "for reuse (--plain turns all of it off)")
+    return accel.CompiledAdamW, kernels, (
+        f"module 17 (acceleration): kernels {', '.join(kernels)}; CompiledAdamW; freed memory "
+        "kept for reuse (--plain turns all of it off)")
 
 
 def arguments():
@@ -122,7 +124,8 @@ def arguments():
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None,
                        help=f"model size (default {default}; with --sample-only, the checkpoint's)")
     p.add_argument("--threads", type=int, default=None,
-                   help="threads for NumPy's matrix products (default: all cores); 1 is often "
+                   help="threads for NumPy's matrix products and module 17's compiled kernels "
+                        "(default: all cores); 1 is often "
                         "faster on a machine busy with other work (needs module 17)")
     p.add_argument("--plain", action="store_true",
                    help="do not use module 17's fast kernels, FusedAdamW and malloc settings")

@@ -8,9 +8,11 @@ import pytest
 from tinytorch.core.layers import Linear, Sequential
 from tinytorch.core.tensor import Tensor, manual_seed
 from tinytorch.models.transformer import GPT, GPTConfig
+from tinytorch.core.autograd import gradcheck
 from tinytorch.perf.quantization import (
-    QuantizedLinear, calibrate, dequantize_int4, dequantize_int8, linear_weight_nbytes,
-    model_nbytes, pack_int4, quantize_int4, quantize_int8, quantize_model, unpack_int4)
+    QuantizedLinear, QuantizedMatMul, calibrate, dequantize_int4, dequantize_int8,
+    linear_weight_nbytes, model_nbytes, pack_int4, quantize_int4, quantize_int8, quantize_model,
+    unpack_int4)
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.filterwarnings("ignore:torch.quantize_per:UserWarning")
@@ -45,6 +47,77 @@ def test_int8_per_channel_equals_torch(symmetric):
     np.testing.assert_array_equal(zero, t_zero.numpy())
     np.testing.assert_array_equal(q, t_q.int_repr().numpy())
     np.testing.assert_array_equal(dequantize_int8(q, scale, zero, axis=0), t_q.dequantize().numpy())
+
+
+def near_halves(rows=64, cols=256, seed=0):
+    """Rows whose values sit within a few float32 steps of a rounding half of w / s.
+
+    Each row's largest magnitude is 1.0 (its own scale s = 1 / 127 symmetric); the other
+    values are (k + 1/2) s nudged by -3..3 ulps, where w / s and w * (1 / s) disagree most.
+    """
+    rng = np.random.default_rng(seed)
+    s = np.float32(1) / np.float32(127)
+    k = rng.integers(-126, 126, (rows, cols)).astype(np.float32)
+    w = ((k + np.float32(0.5)) * s).astype(np.float32)
+    for _ in range(3):  # nudge each value by up to 3 ulps either way
+        step = rng.integers(-1, 2, w.shape)
+        w = np.where(step > 0, np.nextafter(w, np.float32(np.inf)),
+                     np.where(step < 0, np.nextafter(w, np.float32(-np.inf)), w))
+    w[:, 0] = 1.0
+    return w.astype(np.float32)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_int8_near_rounding_halves_equals_torch(symmetric):
+    """Issue 25: quantize_int8 rounds w * (1 / s), as PyTorch does, so values near a half land
+    on PyTorch's side of it; w / s lands on the other side for some of them."""
+    w = near_halves()
+    if symmetric:
+        observer = torch.ao.quantization.PerChannelMinMaxObserver(
+            ch_axis=0, dtype=torch.qint8, qscheme=torch.per_channel_symmetric,
+            quant_min=-127, quant_max=127)
+    else:
+        observer = torch.ao.quantization.PerChannelMinMaxObserver(
+            ch_axis=0, dtype=torch.qint8, qscheme=torch.per_channel_affine)
+    tw = torch.from_numpy(w)
+    observer(tw)
+    t_scale, t_zero = observer.calculate_qparams()
+    want = torch.quantize_per_channel(tw, t_scale, t_zero, 0, torch.qint8).int_repr().numpy()
+    q, scale, zero = quantize_int8(w, axis=0, symmetric=symmetric)
+    np.testing.assert_array_equal(scale, t_scale.numpy())
+    np.testing.assert_array_equal(q, want)
+    if symmetric:  # the test can fail: dividing gives other integers on these values
+        divided = np.clip(np.rint(w / scale[:, None]), -127, 127)
+        assert (divided != want).sum() > 0
+    # per tensor, affine
+    flat = w.reshape(-1)
+    observer = torch.ao.quantization.MinMaxObserver(dtype=torch.qint8,
+                                                    qscheme=torch.per_tensor_affine)
+    observer(torch.from_numpy(flat))
+    t_scale, t_zero = observer.calculate_qparams()
+    want = torch.quantize_per_tensor(torch.from_numpy(flat), float(t_scale), int(t_zero),
+                                     torch.qint8).int_repr().numpy()
+    q, scale, zero = quantize_int8(flat, symmetric=False)
+    assert float(scale) == float(t_scale) and int(zero) == int(t_zero)
+    np.testing.assert_array_equal(q, want)
+
+
+def test_the_issue_25_reproducer():
+    """[[1.0, -0.94094485]] per channel: -119 as PyTorch, where dividing gives -120."""
+    q, scale, _ = quantize_int8(np.array([[1.0, -0.94094485]], dtype=np.float32), axis=0)
+    assert q.tolist() == [[127, -119]]
+    assert np.rint(np.float32(-0.94094485) / scale[0]) == -120
+
+
+def test_quantized_matmul_gradient_to_the_input():
+    """QuantizedMatMul's rule sends grad @ deq(W) to x: float64 gradcheck, both formats."""
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((6, 8)).astype(np.float32)
+    for bits, (qw, sc), gs in ((8, quantize_int8(w, axis=0)[:2], None),
+                               (4, quantize_int4(w, 4), 4)):
+        x = Tensor(rng.standard_normal((3, 8)), dtype=np.float64, requires_grad=True)
+        gradcheck(lambda t: QuantizedMatMul.apply(t, qweight=qw, scale=sc, bits=bits,
+                                                  group_size=gs), [x])
 
 
 def test_int8_per_tensor_equals_torch():

@@ -878,6 +878,16 @@ test_unit_shape_errors()
 #
 # Check the inner sizes yourself and raise `ShapeError` with both shapes: NumPy's own
 # message ("mismatch in its core dimension 0") does not teach.
+#
+# **One BLAS call, not one per batch.** The most common product in this course is
+# `(..., n, k) @ (k, m)`: a `Linear` layer applied to `(B, T, C)` activations. `np.matmul`
+# runs it as one small BLAS call per leading index (`B` calls of `(T, k) @ (k, m)`). The
+# same numbers come out of one big call: fold the leading axes into the rows,
+# `a.reshape(-1, k) @ b` on `(B*T, k)` rows, then reshape the result back to
+# `(..., n, m)`. BLAS is fastest on one large product (it can split and tile it as it
+# likes), so do that whenever `a` has more than two axes and `b` has exactly two; keep
+# `np.matmul(a, b)` for everything else. Measured for `(12, 64, 128) @ (128, 384)` on one
+# thread: 0.99 ms in 12 calls, 0.43 ms in one.
 
 # %% nbgrader={"grade": false, "grade_id": "matmul", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| exporti

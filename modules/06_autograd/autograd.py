@@ -871,8 +871,12 @@ test_unit_topological_order()
 #    gradients of several backward calls accumulate until an optimizer sets them back to
 #    `None` (module 07). Store a copy, not the array a rule returned: that array may be a
 #    read-only broadcast view, or shared with another leaf, and optimizers change `.grad`
-#    in place. Interior nodes get no `.grad`: nobody needs it, and it would keep memory
-#    alive.
+#    in place. Make the copy C-ordered, `np.array(g, dtype=..., order="C")`: the gradient of
+#    a weight used as `W.T` arrives as a transposed view (Fortran order), and the
+#    optimizer's element-wise updates, which read the parameter, its gradient and its state
+#    together, run about half as fast when one of them is laid out the other way round
+#    (measured on a `(384, 128)` AdamW-style update: 0.22 ms against 0.12 ms). Interior
+#    nodes get no `.grad`: nobody needs it, and it would keep memory alive.
 # 5. **Free the graph.** The records hold every intermediate array of the forward pass:
 #    for a GPT that is most of the memory of a training step. Once a node's rule has run,
 #    empty its record (set `ctx.parents`, `ctx.inputs`, `ctx.output`, `ctx.saved` and
@@ -1408,7 +1412,13 @@ test_unit_backward_errors()
 # one way to combine `grad` with the other input into the input's shape. Batched inputs
 # (`(B, n, k) @ (k, m)`) work the same with `np.swapaxes(b, -1, -2)` for the transpose; the
 # batch axes of `b`'s gradient, which was broadcast over the batch, are summed by
-# `unbroadcast`. One-dimensional inputs follow `np.matmul`'s rules: a vector `a` (k,) acts
+# `unbroadcast`. The most common batched case, a `Linear` layer on `(B, T, C)` (a 3-D or
+# larger `a` times a 2-D `b`), deserves module 01's trick: fold the leading axes into rows,
+# `g2 = grad.reshape(-1, m)`, then `grad_a = (g2 @ b.T).reshape(a.shape)` and `grad_b =
+# a.reshape(-1, k).T @ g2`. `grad_b` is then one `(k, B*T) @ (B*T, m)` product, the sum over
+# the batch done inside BLAS, instead of `B` products written into a `(B, k, m)` array that
+# `unbroadcast` sums afterwards (measured for `(12, 64, 128) @ (128, 384)`: 1.3 ms against
+# 1.6 ms on a busy machine, and no `(B, k, m)` temporary). One-dimensional inputs follow `np.matmul`'s rules: a vector `a` (k,) acts
 # as a (1, k) matrix and that axis is removed from the result (likewise (k,) -> (k, 1) for
 # `b`). Put the axis back into `grad` and the vector back into a matrix, apply the
 # formulas, and remove it again from the gradient. Backward costs two matrix products for

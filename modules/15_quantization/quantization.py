@@ -61,8 +61,10 @@
 # ## What you are not building yet
 #
 # - **Fast integer kernels.** NumPy has no int8 BLAS: the int8 x int8 product here is exact
-#   but slower than float32 on a CPU, and the int4 forward unpacks to float32 each call.
-#   Module 17 (acceleration) is about kernels; here the subject is storage and accuracy.
+#   but slower than float32 on a CPU, and the weight-only forward turns the integers back
+#   into a float32 matrix on every call. Here the subject is storage and accuracy; module 17
+#   compiles the kernels that read the integers as they are (measured at the end of this
+#   lesson).
 # - **Quantization-aware training or error-correcting methods** (GPTQ, AWQ). Everything here
 #   is round-to-nearest, applied once to a trained model. Where a target needs more, the
 #   benchmark says so.
@@ -76,9 +78,9 @@
 #| export
 import numpy as np
 
-from tinytorch.core.autograd import no_grad
+from tinytorch.core.autograd import derivative, no_grad
 from tinytorch.core.layers import Linear, Module, Parameter, Sequential
-from tinytorch.core.tensor import ShapeError, Tensor
+from tinytorch.core.tensor import Function, ShapeError, Tensor
 
 # %% [markdown]
 # The lesson itself (tests and measurements, not the package) also uses:
@@ -126,6 +128,15 @@ from tinytorch.models.transformer import GPT, GPTConfig
 # up in a sum over thousands of weights; PyTorch rounds to even, and so must you to match it
 # bit for bit.
 #
+# **Divide, or multiply by the reciprocal?** On paper `w / s` and `w * (1 / s)` are the
+# same number; in float32 each rounds, and near a rounding half the two land on different
+# sides of it. PyTorch computes `inv = 1 / s` once per scale, in float32, and rounds
+# `w * inv` (cheaper: one division per scale, a multiplication per weight). So do that:
+# `inv = np.float32(1) / scale`, `q = rint(w * inv)`. The difference is rare (about 1
+# weight in 4 million standard-normal ones lands one step away) but it is the difference
+# between "equal to PyTorch" and "equal except sometimes". The zero point is computed as
+# PyTorch's observers do, with a division: `z = -128 - rint(min / s)`.
+#
 # **Edge cases.** A row of zeros has $a = 0$; a scale of zero would divide by zero. Clamp the
 # scale from below by float32's machine epsilon (`np.finfo(np.float32).eps`), as PyTorch's
 # observers do. Keep everything float32: `a / 127` with a Python int is float32, but
@@ -164,13 +175,15 @@ def quantize_int8(w, axis=None, symmetric=True):
         amax = _reduce(np.abs(w), np.max, axis)
         scale = np.maximum(amax / np.float32(127), INT8_EPS)
         zero_point = np.zeros(scale.shape, dtype=np.int32)
-        q = np.clip(np.rint(w / _broadcast(scale, w, axis)), -127, 127)
+        inv = np.float32(1) / scale  # PyTorch's order: w * (1 / s), see "Divide, or ..."
+        q = np.clip(np.rint(w * _broadcast(inv, w, axis)), -127, 127)
     else:
         lo = np.minimum(_reduce(w, np.min, axis), np.float32(0))
         hi = np.maximum(_reduce(w, np.max, axis), np.float32(0))
         scale = np.maximum((hi - lo) / np.float32(255), INT8_EPS)
         zero_point = np.clip(-128 - np.rint(lo / scale), -128, 127).astype(np.int32)
-        shifted = np.rint(w / _broadcast(scale, w, axis)) + _broadcast(zero_point, w, axis)
+        inv = np.float32(1) / scale
+        shifted = np.rint(w * _broadcast(inv, w, axis)) + _broadcast(zero_point, w, axis)
         q = np.clip(shifted, -128, 127)
     return q.astype(np.int8), scale, zero_point
     ### END SOLUTION
@@ -179,8 +192,9 @@ def quantize_int8(w, axis=None, symmetric=True):
 def dequantize_int8(q, scale, zero_point, axis=None):
     """scale * (q - zero_point), float32, broadcast along `axis`."""
     ### BEGIN SOLUTION
-    centered = q.astype(np.int32) - _broadcast(np.asarray(zero_point), q, axis)
-    return (centered * _broadcast(np.asarray(scale), q, axis)).astype(np.float32)
+    zero = _broadcast(np.asarray(zero_point, dtype=np.float32), q, axis)
+    centered = q.astype(np.float32) - zero  # small integers: exact in float32
+    return centered * _broadcast(np.asarray(scale, dtype=np.float32), q, axis)  # float32
     ### END SOLUTION
 
 
@@ -207,6 +221,12 @@ def test_unit_int8():
     assert ties.tolist() == [0, 2, 2, -2, 127], (
         f"ties 0.5, 1.5, 2.5, -2.5 (scale 1) gave {ties.tolist()[:4]}, expected [0, 2, 2, -2]: "
         "round half to even with np.rint, not np.floor(x + 0.5) or np.round(x) + ...")
+    near = quantize_int8(np.array([[1.0, -0.94094485]], dtype=np.float32), axis=0)[0]
+    assert near.tolist() == [[127, -119]], (
+        f"[1.0, -0.94094485] per channel gave {near.tolist()}, expected [[127, -119]] as "
+        "PyTorch: -0.94094485 / s is just past -119.5 but -0.94094485 * (1 / s) is just "
+        "before it. Multiply by the float32 reciprocal, inv = np.float32(1) / scale, as "
+        "PyTorch does, instead of dividing")
     qc, sc, _ = quantize_int8(w, axis=0)
     assert sc.shape == (2,) and sc.dtype == np.float32, (
         f"per-channel scales should have shape (2,) float32 (one per row), got {sc.shape} "
@@ -318,7 +338,8 @@ def quantize_int4(w, group_size=32):
     groups = w.reshape(out_f, in_f // group_size, group_size)  # (out, G, g)
     amax = np.abs(groups).max(axis=-1)  # (out, G)
     scales = np.maximum(amax / np.float32(7), INT8_EPS)
-    q = np.clip(np.rint(groups / scales[..., None]), -7, 7).reshape(out_f, in_f)
+    inv = np.float32(1) / scales  # (out, G): as int8, multiply by the reciprocal
+    q = np.clip(np.rint(groups * inv[..., None]), -7, 7).reshape(out_f, in_f)
     return pack_int4(q), scales
     ### END SOLUTION
 
@@ -399,8 +420,15 @@ test_unit_int4_errors()
 #
 # **Weight-only forward.** `y = x @ deq(W).T + b`: dequantize, then multiply in float32.
 # That is exactly the float model with rounded weights, so its accuracy is the accuracy of
-# the storage. (Real kernels dequantize a tile at a time inside the matrix product and never
-# build the whole float matrix; NumPy builds it, for the duration of one call.)
+# the storage. It is one operation, `QuantizedMatMul` (a `Function`, module 01), whose
+# inputs are `x` and whose parameters are the stored integers and scales: you write its
+# forward, `x @ deq(W).T`, and its derivative rule (given) sends `grad @ deq(W)` to `x`, so
+# a quantized layer can sit inside a model that is still trained elsewhere. Being one
+# operation is what lets module 17 swap in a compiled kernel through the kernel table
+# (`KERNELS[QuantizedMatMul]`) without touching this lesson. (Real kernels never build the
+# whole float matrix: they read the integers and convert a few at a time inside the
+# product. NumPy builds it, for the duration of one call, which is why this forward is
+# *slower* than float32's; measured at the end of the lesson.)
 #
 # **int8 activations (W8A8).** Quantize the input too, per tensor and symmetric, with a
 # scale $s_x$ fixed in advance; then
@@ -421,6 +449,33 @@ test_unit_int4_errors()
 # other values a finer grid. `calibrate` sets `layer.observed = []` on every `QuantizedLinear`,
 # the forward appends `|x|` while the list exists, and `calibrate` turns the record into
 # `input_scale` and removes it.
+
+# %% nbgrader={"grade": false, "grade_id": "quantized-matmul", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| exporti
+class QuantizedMatMul(Function):
+    """x @ deq(W).T for W stored as int8 rows (bits=8) or packed int4 groups (bits=4)"""
+
+    @staticmethod
+    def forward(x, qweight, scale, bits, group_size):
+        ### BEGIN SOLUTION
+        if bits == 8:
+            w = dequantize_int8(qweight, scale, 0, axis=0)  # (out, in), a temporary
+        else:
+            w = dequantize_int4(qweight, scale, group_size)
+        return np.matmul(x, w.T.astype(x.dtype, copy=False))  # (..., out)
+        ### END SOLUTION
+
+
+@derivative(QuantizedMatMul)
+def quantized_matmul_backward(ctx, grad):
+    """d(x @ deq(W).T) / dx = grad @ deq(W); the stored integers are constants"""
+    p = ctx.params
+    if p["bits"] == 8:
+        w = dequantize_int8(p["qweight"], p["scale"], 0, axis=0)
+    else:
+        w = dequantize_int4(p["qweight"], p["scale"], p["group_size"])
+    return (np.matmul(grad, w.astype(grad.dtype, copy=False)),)
+
 
 # %% nbgrader={"grade": false, "grade_id": "quantized-linear", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
@@ -475,7 +530,8 @@ class QuantizedLinear(Module):
         if self.input_scale is not None:
             return self._int8_forward(x)
         ### BEGIN SOLUTION
-        y = x @ Tensor(self.dequantized_weight()).T  # (..., out)
+        y = QuantizedMatMul.apply(x, qweight=self.qweight, scale=self.scale, bits=self.bits,
+                                  group_size=self.group_size)  # (..., out)
         return y + self.bias if self.bias is not None else y
         ### END SOLUTION
 
@@ -791,8 +847,35 @@ bytes_report()
 # biases) stays float32. The time column is not a speed-up to expect: the quantized forward
 # does *more* work (it unpacks and rescales every weight on every call, then runs the same
 # float32 matrix product), and on a small batch the difference is within the noise of a
-# shared machine. Fused integer kernels (module 17) make the small format fast as well; the
-# bytes read per token are what decoding speed depends on (module 18).
+# shared machine.
+#
+# **Why this forward is slower, and what makes it faster.** Count the bytes for one token,
+# one row `x` times a weight matrix. Float32: BLAS reads each weight once, 4 bytes. This
+# lesson's int8 forward reads the int8 weight (1 byte), writes its float32 copy (4 bytes),
+# and BLAS reads the copy back (4 bytes): 9 bytes of memory traffic per weight, plus the
+# arithmetic of the conversion, so it is several times *slower* than float32, although it
+# stores a quarter of the bytes. Module 17 registers a compiled kernel for
+# `QuantizedMatMul` that reads each int8 weight once, converts it in a register and
+# multiplies it there: 1 byte per weight (half a byte for int4), which is why it is faster
+# than float32. Measured with `benchmarks/quantization.py --speed-only --lm-head`, one
+# token through single weights of a Qwen2.5-0.5B-sized model, one thread each (a machine
+# shared with other work, load 3-4):
+#
+# ```
+# ms per token                  MLP (896, 4864)   LM head (151936, 896)
+# float32 BLAS                       1.13               43.1
+# int8, this lesson (NumPy)          9.70  (8.6x)      570    (13x slower)
+# int8, module 17 (compiled)         0.49  (0.44x)      19.8  (2.2x faster)
+# int4 g128, this lesson (NumPy)    12.9   (11x)       609    (14x slower)
+# int4 g128, module 17 (compiled)    0.98  (0.87x)      31.1  (1.4x faster)
+# ```
+#
+# int8 in module 17 reads its bytes at about 9 GB/s, float32 BLAS at 13-15 GB/s: each int8
+# weight also needs a conversion, so the kernel does not quite reach memory's limit, and
+# int4, with two conversions and two shifts per byte, is limited by that arithmetic rather
+# than by its half a byte.
+#
+# The bytes read per token are what decoding speed depends on (module 18).
 #
 # **On a trained TinyGPT** (the checkpoint of `tito milestone run tinygpt`), the benchmark
 # measures the exact validation loss over the whole split and the bytes held:

@@ -32,6 +32,14 @@
 # you can always read off the tables what runs, and switch every fast kernel off again with
 # `use_fast_kernels(False)` to measure what it bought.
 #
+# It goes in two stages. Parts 1 to 9 take every win NumPy allows: fewer temporaries,
+# in-place updates, BLAS where a reduction was, keeping instead of recomputing. Then NumPy
+# itself is the limit: each of its calls is a full pass over memory, on one core, and no
+# arrangement of calls fuses five passes into one. Parts 10 to 12 compile the loops with
+# numba: a layer norm, an attention softmax, GELU, cross-entropy and AdamW that each make
+# one pass and use every core; and quantized weights (module 15) that are read as the small
+# integers they are, which is what finally makes them decode faster than float32.
+#
 # ## Learning objectives
 #
 # - Measure what vectorization buys: a Python loop against one NumPy call.
@@ -45,6 +53,13 @@
 # - Measure the trade of keeping against recomputing: milliseconds against bytes.
 # - Swap an operation's forward without touching the lesson that applies it, through the
 #   kernel table that `Function.apply` reads.
+# - Count the memory passes of a NumPy computation, and write the compiled loop that makes
+#   one: numba's types, `prange` and the size below which threads do not pay, compile time
+#   and its cache, the fast-math flags that keep infinities.
+# - Compute `exp` from operations that vectorize, and check a compiled kernel in ulps, against
+#   the plain operation and by float64 central differences.
+# - Explain, with the bytes, why int8 weights are slower than float32 in NumPy and faster in
+#   a compiled kernel.
 #
 # ## What you build
 #
@@ -53,17 +68,23 @@
 # - `row_sums(a)` and `AttentionKeepFunction`: attention whose forward keeps the
 #   probabilities, so its backward does not recompute them.
 # - `FusedAdamW`: AdamW's update with no temporaries, state for state the same optimizer.
-# - Given: `set_blas_threads(n)`, `blas_threads()`, `keep_freed_memory()`; three more
-#   kernels to read, `GELUTanhKernel` (GELU's forward and backward as a pair),
-#   `LayerNormKernel` (layer norm with BLAS row sums) and `add_backward_bias_blas` (a bias
-#   gradient as one BLAS product); the table of fast kernels `FAST_KERNELS`,
-#   `use_fast_kernels(on)`, `fast_kernels(on)` and `active_kernels()`.
+# - Compiled: `layer_norm_rows` and `layer_norm_rows_backward` (layer norm, one pass per
+#   row), `softmax_rows` and `softmax_rows_backward` (attention's masked softmax and its
+#   gradient), `int8_matmul_rows` (int8 weights times a few rows, read as bytes).
+# - Given: `set_blas_threads(n)`, `blas_threads()`, `keep_freed_memory()`; three more NumPy
+#   kernels to read, `GELUTanhKernel`, `LayerNormKernel` and `add_backward_bias_blas`;
+#   `compiled`, `chunks`, `set_threads` and `fast_exp`; the compiled GELU, cross-entropy,
+#   `CompiledAdamW`, int4, RMSNorm, rotary and SiLU kernels and the `Function` around each;
+#   the tables `FAST_KERNELS` and `COMPILED_KERNELS`, `use_fast_kernels(on, compiled)`,
+#   `fast_kernels(on, compiled)` and `active_kernels()`.
 #
 # ## What you are not building yet
 #
-# - **Compiled kernels.** Everything here is NumPy; a C or Numba kernel would fuse a whole
-#   GELU into one pass, and a GPU is another course. The point is to find where the time
-#   goes and to take the wins NumPy allows.
+# - **Compiled matrix products.** BLAS stays the tool for products of two float32 matrices:
+#   it runs them near the processor's peak, and a loop written here would not. What is
+#   compiled is everything around the products.
+# - **A GPU.** Another course; the ideas (fused kernels, memory passes, keep or recompute)
+#   carry over unchanged.
 # - **Flash attention's tiling.** You keep or recompute the whole `(T, T)` matrix; tiling it
 #   so that it never exists at once matters at long contexts, not at 64.
 # - **Benchmark statistics.** Module 19 builds the harness (repeats, confidence intervals,
@@ -79,16 +100,22 @@ import math
 import os
 import sys
 
+import numba
 import numpy as np
+from llvmlite import ir
+from numba import prange, types
+from numba.extending import intrinsic, overload
 
-from tinytorch.core.activations import GELUFunction
+from tinytorch.core.activations import GELUFunction, SiLUFunction
 from tinytorch.core.attention import AttentionFunction, _attention_probs
 from tinytorch.core.autograd import DERIVATIVES, KERNELS, derivative
 from tinytorch.core.autograd import gelu_backward as plain_gelu_backward
+from tinytorch.core.embeddings import RotaryFunction, rotary_backward
 from tinytorch.core.losses import CrossEntropyFunction
-from tinytorch.core.optimizers import AdamW
+from tinytorch.core.optimizers import AdamW, _grad_array
 from tinytorch.core.tensor import Add
-from tinytorch.models.transformer import LayerNormFunction
+from tinytorch.models.transformer import LayerNormFunction, RMSNormFunction
+from tinytorch.perf.quantization import QuantizedMatMul, quantized_matmul_backward
 
 # %% nbgrader={"grade": false, "grade_id": "lesson-imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import time
@@ -100,6 +127,7 @@ from tinytorch.core.autograd import gradcheck
 from tinytorch.core.losses import cross_entropy
 from tinytorch.core.tensor import Tensor, best_time, manual_seed
 from tinytorch.models.transformer import GPT, GPTConfig, layer_norm, layer_norm_composed
+from tinytorch.perf.quantization import dequantize_int8, quantize_int8
 
 
 def rng(seed=0):
@@ -343,10 +371,11 @@ if (os.cpu_count() or 1) >= 2:
 # next kernel comes. A Python thread cannot wait that way: spinning in Python holds the GIL
 # that the main thread needs.
 #
-# So the kernels below make each pass cheaper on one core instead, and two threads stay
-# BLAS's. The measurement also says what that leaves on the table: on one thread each,
-# this module's step is at or below PyTorch's; on two, PyTorch's element-wise kernels use
-# the second core and these do not.
+# So Parts 5 to 9 make each NumPy pass cheaper on one core instead, and two threads stay
+# BLAS's. What that leaves on the table is PyTorch's second core for the element-wise work.
+# Parts 10 to 12 take it back the way PyTorch does: compiled loops whose rows numba splits
+# among its own threads, an OpenMP pool (where the system has `libgomp`) whose threads spin
+# between kernels, with no GIL in the way.
 
 # %% [markdown]
 # ## Part 4: allocation reuse
@@ -538,6 +567,7 @@ def with_rule(table, key, rule, call):
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_gelu_inplace", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_gelu_inplace():
+    """The in-place GELU backward equals module 06's rule, in at most 60% of its memory."""
     x = Tensor(f32(768, 512, seed=3, scale=2.0), requires_grad=True)
     grad = f32(768, 512, seed=4)
     x_before, grad_before = x.data.copy(), grad.copy()
@@ -617,6 +647,7 @@ def cross_entropy_backward_inplace(ctx, grad):
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_cross_entropy_inplace", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_cross_entropy_inplace():
+    """The fused cross-entropy backward equals module 06's rule with one (N, V) array."""
     from tinytorch.core.autograd import cross_entropy_backward as plain_rule
 
     n, v = 768, 512
@@ -692,7 +723,7 @@ test_unit_cross_entropy_inplace()
 #   of inputs that do not require them.
 #
 # `AttentionKeepFunction` subclasses `AttentionFunction`, so code that asks "is this
-# attention?" still says yes; the registry (Part 10) puts it in `KERNELS` under
+# attention?" still says yes; the registry (Part 13) puts it in `KERNELS` under
 # `AttentionFunction`, where `Function.apply` finds it when module 12's attention runs.
 
 # %% nbgrader={"grade": false, "grade_id": "row-sums", "locked": false, "schema_version": 3, "solution": true, "task": false}
@@ -776,6 +807,7 @@ def attention_keep_backward(ctx, grad):
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_row_sums", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 def test_unit_row_sums():
+    """row_sums equals a.sum(axis=-1, keepdims=True), float32, shape (..., T, 1)."""
     a = np.abs(f32(12, 4, 64, 64, seed=10))
     got = row_sums(a)
     assert got.shape == (12, 4, 64, 1) and got.dtype == np.float32, (
@@ -800,6 +832,7 @@ def run_attention(fn, q, k, v, keep=None, drop=None):
 
 
 def test_unit_attention_keep():
+    """Attention that keeps P equals module 12's, forward and gradients, keeping one P."""
     q, k, v = f32(2, 3, 6, 4, seed=12), f32(2, 3, 6, 4, seed=13), f32(2, 3, 6, 4, seed=14)
     causal = np.tril(np.ones((6, 6), dtype=bool))
     keep = causal & (rng(15).random((2, 1, 6, 6)) > 0.2)
@@ -865,15 +898,19 @@ class FusedAdamW(AdamW):
             self._scratch = np.empty(like.size, dtype=like.dtype)
         return self._scratch[: like.size].reshape(like.shape)
 
-    def update(self, param, grad, state):
-        beta1, beta2 = self.betas
+    def _next_step(self, param, state):
+        """AdamW's state of `param` (made on its first step), its step count advanced:
+        (t, exp_avg, exp_avg_sq)."""
         if not state:
             state["step"] = 0
             state["exp_avg"] = np.zeros_like(param)
             state["exp_avg_sq"] = np.zeros_like(param)
         state["step"] += 1
-        t = state["step"]
-        m, v = state["exp_avg"], state["exp_avg_sq"]
+        return state["step"], state["exp_avg"], state["exp_avg_sq"]
+
+    def update(self, param, grad, state):
+        beta1, beta2 = self.betas
+        t, m, v = self._next_step(param, state)
         tmp = self._buffer(param)
         ### BEGIN SOLUTION
         if self.weight_decay:
@@ -896,6 +933,7 @@ class FusedAdamW(AdamW):
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_fused_adamw", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_fused_adamw():
+    """FusedAdamW equals AdamW to the bit, state included, with almost no new memory."""
     from tinytorch.core.layers import Parameter
 
     def run(cls):
@@ -1136,7 +1174,1279 @@ with one_blas_thread():
 
 
 # %% [markdown]
-# ## Part 10: plugging the kernels in
+# ## Part 10: when NumPy is the limit, compile the loop
+#
+# Every kernel so far is a sequence of NumPy calls, and each call is a **pass**: it reads
+# its whole input arrays from memory and writes a whole output array back. Module 13's
+# layer norm forward, for example, makes these passes over the `(N, C)` rows:
+#
+# | call | reads | writes |
+# | --- | --- | --- |
+# | `np.add.reduce(x, axis=-1)` (the mean) | x | |
+# | `x - mean` | x | x_hat |
+# | `einsum` of `x_hat` with itself (the variance) | x_hat | |
+# | `x_hat *= rstd` | x_hat | x_hat |
+# | `x_hat * weight` | x_hat | out |
+# | `out += bias` | out | out |
+#
+# Six reads and four writes of `N * C` floats, plus four small `(N, 1)` ones. A loop that
+# takes one row at a time does it all in one pass: it reads the row (128 floats, 512 bytes,
+# which then sit in the fastest cache), sums it, sums the squared deviations, and writes the
+# normalized row, once. Memory traffic drops from ten arrays to two, and nothing is
+# allocated but the output. NumPy cannot express "do these five things to each row before
+# moving on"; a loop can, but a Python loop costs 50 ns an element (Part 1).
+#
+# **numba** compiles such a loop. `numba.njit(fn)` reads `fn`'s Python bytecode, infers the
+# type of every variable from the types of the arguments of the first call (float32 arrays
+# give float32 arithmetic), and hands the result to LLVM, the compiler behind clang, which
+# turns it into machine code with SIMD instructions. The function then runs at C speed,
+# on NumPy arrays, with no Python in the loop. Only a subset of Python compiles: loops,
+# arithmetic, `math`, NumPy arrays and a good part of NumPy's functions; no Python objects,
+# no `Tensor`s. The kernels take arrays and write their results into arrays they are given.
+#
+# Four things to know before writing one:
+#
+# - **Types come from the first call.** `x.dtype.type` works inside a kernel as in NumPy,
+#   and is how a kernel stays float32 for float32 arrays and float64 for the float64
+#   gradient checks. Beware Python literals: in numba `x[i] * 2` with a float32 `x` is
+#   **float64** (an integer literal is int64, and int64 times float32 is float64 in NumPy's
+#   rules); write `T(2)` with `T = x.dtype.type`.
+# - **Compiling takes time, once.** The first call with new argument types compiles (a
+#   second or so); every later call runs the machine code. `compiled` (given below) asks
+#   numba to keep the machine code on disk, `cache=True`: it writes it next to the file
+#   that defines the kernel, in `__pycache__` (for your package,
+#   `tinytorch/perf/__pycache__/acceleration.*.nbi` and `.nbc`), or in your user cache
+#   folder when that one is read-only, so the next process loads it in milliseconds. A
+#   notebook cell has no file, so in this notebook each kernel compiles once per session
+#   (the lesson compiles about twenty: budget half a minute). Benchmarks report the compile
+#   time apart and never count it in step times.
+# - **`prange` splits a loop over threads.** With `parallel=True`, a `for` loop over
+#   `numba.prange(n)` is divided among numba's threads (as many as cores, by default);
+#   without it, `prange` is `range`. Each iteration
+#   must be independent: two threads must never write the same element. The kernels here
+#   split their rows into `parts` contiguous pieces and loop `prange(parts)`;
+#   `chunks(rows, row_size)` (given) picks `parts`: one below `PARALLEL_MIN` elements,
+#   where waking a second thread costs more than it saves (measured below), else one per
+#   thread.
+# - **Fast math, but not all of it.** By default LLVM keeps the exact order of every float
+#   operation, which forbids SIMD sums (adding 8 numbers at once reorders the additions).
+#   `fastmath` flags allow it: `reassoc` (reorder sums), `contract` (fused multiply-add) and
+#   `arcp` (multiply by a reciprocal). The full set adds `nnan` and `ninf`, "assume no NaN
+#   and no infinity", and then LLVM may delete the very comparisons that a masked softmax
+#   (it adds `-inf`) or an overflow check rely on. `FASTMATH` is the three safe flags.
+#
+# A compiled kernel is checked like the NumPy ones: against the plain operation (forward
+# and every gradient) and by `gradcheck` in float64 through the kernel table. And when one
+# misbehaves, `kernel.py_func` is your plain Python function, uncompiled: call it on a
+# small array and add prints.
+
+# %% nbgrader={"grade": false, "grade_id": "compile-setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#| export
+FASTMATH = frozenset({"contract", "reassoc", "arcp"})  # no nnan/ninf: masks add -inf
+PARALLEL_MIN = 1 << 14  # elements below which a kernel runs on one thread (measured below)
+
+
+def compiled(fn=None, *, fastmath=FASTMATH):
+    """fn compiled by numba: prange loops on all threads, the given fast-math flags (False:
+    none, every float operation in Python's order), no GIL, and the machine code cached on
+    disk when fn is defined in a file (your package; a notebook cell has none)."""
+    if fn is None:
+        return lambda f: compiled(f, fastmath=fastmath)
+    options = {"parallel": True, "fastmath": set(fastmath) if fastmath else False,
+               "nogil": True}
+    if not os.path.isfile(fn.__code__.co_filename):
+        return numba.njit(**options)(fn)
+    try:
+        return numba.njit(cache=True, **options)(fn)
+    except RuntimeError:  # numba found nowhere to write its cache
+        return numba.njit(**options)(fn)
+
+
+def chunks(rows, row_size=1):
+    """How many pieces a kernel splits `rows` rows of `row_size` elements into: one per
+    thread, but one in all below PARALLEL_MIN elements."""
+    if rows * row_size < PARALLEL_MIN:
+        return 1
+    return max(1, min(numba.get_num_threads(), rows))
+
+
+def set_threads(n):
+    """Use n threads for NumPy's BLAS and for the compiled kernels (at most numba's pool)."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"set_threads(n): n must be a positive integer, got {n!r}")
+    set_blas_threads(int(n))
+    numba.set_num_threads(min(int(n), numba.config.NUMBA_NUM_THREADS))
+
+
+# %% [markdown]
+# ### Your first compiled kernel: layer norm, forward and backward, one row at a time
+#
+# Write `layer_norm_rows(x, weight, bias, eps, out, mean, rstd, parts)` for `x` of shape
+# `(N, C)`: for each row, its mean, its variance (the mean squared deviation), `rstd = 1 /
+# sqrt(var + eps)`, and `out[i, j] = (x[i, j] - mean) * rstd * weight[j] + bias[j]`; keep
+# `mean[i]` and `rstd[i]` for backward. The loop over the pieces and the rows of each piece
+# is given; write the body for row `i`: three loops over `j`, with the sums in `T`.
+#
+# Then `layer_norm_rows_backward(grad, x, weight, mean, rstd, dx, dweight, dbias, parts)`.
+# With `x_hat = (x - mean) * rstd` recomputed from the row (cheaper than keeping an
+# `(N, C)` array of it: one multiply-add against a read from memory) and `g_hat = grad *
+# weight`, module 13's rule is
+#
+# ```
+# dx[i, j] = rstd * (g_hat[j] - mean_j(g_hat) - x_hat[j] * mean_j(g_hat * x_hat))
+# dweight[j] = sum_i grad[i, j] * x_hat[i, j]      dbias[j] = sum_i grad[i, j]
+# ```
+#
+# The first needs two sums over the row, then a second loop to write it. The last two are
+# sums over **rows**, and rows belong to different threads: two threads adding into the
+# same `dweight[j]` would lose updates. So each piece `p` adds into its own row,
+# `dweight[p, j]` and `dbias[p, j]` (arrays of shape `(parts, C)`, zeros when they arrive),
+# and the caller sums the `parts` rows afterwards: a few hundred floats.
+
+# %% nbgrader={"grade": false, "grade_id": "layer-norm-rows", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
+@compiled
+def layer_norm_rows(x, weight, bias, eps, out, mean, rstd, parts):
+    """out = (x - mean) * rstd * weight + bias for each row of x (N, C); mean, rstd (N,) kept"""
+    n, c = x.shape
+    T = x.dtype.type
+    inv_c = T(1.0 / c)
+    for p in prange(parts):
+        for i in range(p * n // parts, (p + 1) * n // parts):
+            ### BEGIN SOLUTION
+            total = T(0)
+            for j in range(c):
+                total += x[i, j]
+            m = total * inv_c
+            var = T(0)
+            for j in range(c):
+                d = x[i, j] - m
+                var += d * d
+            r = T(1) / math.sqrt(var * inv_c + eps)
+            for j in range(c):
+                out[i, j] = (x[i, j] - m) * r * weight[j] + bias[j]
+            mean[i] = m
+            rstd[i] = r
+            ### END SOLUTION
+
+
+@compiled
+def layer_norm_rows_backward(grad, x, weight, mean, rstd, dx, dweight, dbias, parts):
+    """dx (N, C) of layer_norm_rows; dweight, dbias (parts, C): one partial sum per piece"""
+    n, c = x.shape
+    T = x.dtype.type
+    inv_c = T(1.0 / c)
+    for p in prange(parts):
+        for i in range(p * n // parts, (p + 1) * n // parts):
+            ### BEGIN SOLUTION
+            m, r = mean[i], rstd[i]
+            sum_g = T(0)
+            sum_gx = T(0)
+            for j in range(c):
+                x_hat = (x[i, j] - m) * r
+                g_hat = grad[i, j] * weight[j]
+                sum_g += g_hat
+                sum_gx += g_hat * x_hat
+                dweight[p, j] += grad[i, j] * x_hat
+                dbias[p, j] += grad[i, j]
+            sum_g *= inv_c
+            sum_gx *= inv_c
+            for j in range(c):
+                x_hat = (x[i, j] - m) * r
+                dx[i, j] = r * (grad[i, j] * weight[j] - sum_g - x_hat * sum_gx)
+            ### END SOLUTION
+
+
+# %% [markdown]
+# The `Function` around the two kernels is given. It keeps `(rows, mean, rstd)` for
+# backward: two floats per row instead of module 13's `x_hat`, a whole `(N, C)` array (the
+# input `x` is kept by the record anyway). A layer norm without bias gets a row of zeros, so
+# one kernel serves both.
+
+# %% nbgrader={"grade": false, "grade_id": "layer-norm-compiled", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#| export
+class LayerNormCompiled(LayerNormFunction):
+    """Module 13's layer norm as one compiled pass per row; keeps mean and rstd per row."""
+
+    saves_for_backward = True  # forward returns (out, (rows, mean, rstd))
+
+    @staticmethod
+    def forward(x, weight, *bias, eps=1e-5):
+        c = x.shape[-1]
+        rows = np.ascontiguousarray(x).reshape(-1, c)  # (N, C): a view when x is C-ordered
+        n = rows.shape[0]
+        out = np.empty_like(rows)
+        mean, rstd = np.empty(n, x.dtype), np.empty(n, x.dtype)
+        b = bias[0] if bias else _constant((c,), 0.0, x.dtype)
+        layer_norm_rows(rows, np.ascontiguousarray(weight), np.ascontiguousarray(b),
+                        x.dtype.type(eps), out, mean, rstd, chunks(n, c))
+        return out.reshape(x.shape), (rows, mean, rstd)
+
+
+@derivative(LayerNormCompiled)
+def layer_norm_compiled_backward(ctx, grad):
+    """module 13's rule, from the compiled kernel; the weight and bias sums per piece, added"""
+    rows, mean, rstd = ctx.saved
+    n, c = rows.shape
+    parts = chunks(n, c)
+    dx = np.empty_like(rows)
+    dweight = np.zeros((parts, c), rows.dtype)
+    dbias = np.zeros((parts, c), rows.dtype)
+    layer_norm_rows_backward(np.ascontiguousarray(grad).reshape(n, c), rows,
+                             np.ascontiguousarray(ctx.inputs[1]), mean, rstd, dx, dweight,
+                             dbias, parts)
+    grads = (dx.reshape(ctx.inputs[0].shape),
+             dweight.sum(axis=0) if ctx.parents[1].requires_grad else None)
+    if len(ctx.parents) == 3:
+        grads += (dbias.sum(axis=0) if ctx.parents[2].requires_grad else None,)
+    return grads
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_layer_norm_rows", "locked": true, "points": 6, "schema_version": 3, "solution": false, "task": false}
+def test_unit_layer_norm_rows():
+    """The compiled layer norm equals module 13's, forward and gradients; float64 gradcheck."""
+    x = Tensor(f32(96, 40, seed=80, scale=3.0) + 1, requires_grad=True)
+    w, b = (Tensor(f32(40, seed=s), requires_grad=True) for s in (81, 82))
+    weights = f32(96, 40, seed=83)
+    results = {}
+    for fast in (False, True):
+        for t in (x, w, b):
+            t.grad = None
+        run = lambda: layer_norm(x, w, b)  # noqa: E731
+        out = with_rule(KERNELS, LayerNormFunction, LayerNormCompiled, run) if fast else run()
+        (out * Tensor(weights)).sum().backward()
+        results[fast] = out.data, [t.grad.data for t in (x, w, b)]
+    (want, want_g), (got, got_g) = results[False], results[True]
+    assert got.dtype == np.float32 and np.allclose(got, want, atol=1e-5), (
+        f"layer_norm_rows differs from module 13's layer norm by {np.abs(got - want).max():.3g}"
+        ": the mean and the variance are over the row (j), var is the mean of (x - mean)^2, "
+        "rstd = 1 / sqrt(var + eps), and mean[i], rstd[i] must be written for backward")
+    for name, g1, g0 in zip(("dx", "dweight", "dbias"), got_g, want_g):
+        assert g1.dtype == np.float32 and np.allclose(g1, g0, atol=1e-4), (
+            f"{name} differs from module 13's rule by {np.abs(g1 - g0).max():.3g}: "
+            "dx = rstd (g_hat - mean(g_hat) - x_hat mean(g_hat x_hat)) with g_hat = grad * "
+            "weight; dweight[p, j] += grad * x_hat and dbias[p, j] += grad, into the row p "
+            "of the piece (the caller sums the rows)")
+    x64 = Tensor(rng(84).standard_normal((5, 6)) * 2, dtype=np.float64, requires_grad=True)
+    w64, b64 = (Tensor(rng(s).standard_normal(6), dtype=np.float64, requires_grad=True)
+                for s in (85, 86))
+    with_rule(KERNELS, LayerNormFunction, LayerNormCompiled,
+              lambda: gradcheck(lambda t, u, v: layer_norm(t, u, v), [x64, w64, b64]))
+
+
+test_unit_layer_norm_rows()
+
+# %% [markdown]
+# ### What compiling bought, and when threads pay
+#
+# The cell measures three things on your machine: what compiling your kernel cost (numba
+# records it) against a call afterwards; the NumPy layer norm against the compiled one at
+# the milestone's size `(768, 128)`, forward and backward; and the compiled forward on one
+# thread against all threads, at growing row counts, which is where `PARALLEL_MIN` comes
+# from. On a machine busy with other work, threads wait for each other (a parallel loop
+# ends when its slowest thread does, and that one may be waiting for a core): the sweep then
+# shows erratic times, and one thread is the honest measure.
+
+# %% nbgrader={"grade": false, "grade_id": "demo-compiled-layer-norm", "locked": false, "schema_version": 3, "solution": false, "task": false}
+def compiled_layer_norm_report():
+    x = f32(768, 128, seed=90)
+    w, b = f32(128, seed=91), f32(128, seed=92)
+    out, mean, rstd = np.empty_like(x), np.empty(768, np.float32), np.empty(768, np.float32)
+    eps = np.float32(1e-5)
+    # numba keeps what compiling cost, per compiled signature (the first was float32)
+    timers = layer_norm_rows.get_metadata(layer_norm_rows.signatures[0])["timers"]
+    again = best_time(lambda: layer_norm_rows(x[:2], w, b, eps, out[:2], mean[:2], rstd[:2],
+                                              1), repeat=20)
+    python = best_time(lambda: layer_norm_rows.py_func(x[:2], w, b, eps, out[:2], mean[:2],
+                                                       rstd[:2], 1), repeat=3)
+    print(f"compiling layer_norm_rows for float32 took {timers['compiler_lock']:.2f} s; a call "
+          f"then takes {again * 1e6:.1f} us; the same 2 rows in Python "
+          f"(layer_norm_rows.py_func): {python * 1e6:.0f} us")
+    xs = Tensor(x, requires_grad=True)
+    ws, bs = Tensor(w, requires_grad=True), Tensor(b, requires_grad=True)
+    grad = Tensor(f32(768, 128, seed=93))
+    times = {}
+    for fast in (False, True):
+        def forward():
+            return layer_norm(xs, ws, bs)
+
+        def both():
+            (forward() * grad).sum().backward()
+
+        run = ((lambda f: with_rule(KERNELS, LayerNormFunction, LayerNormCompiled, f)) if fast
+               else (lambda f: f()))
+        run(both)  # warm up (and compile the backward)
+        times[fast] = (best_time(lambda: run(forward), repeat=20),
+                       best_time(lambda: run(both), repeat=10))
+    (f0, b0), (f1, b1) = times[False], times[True]
+    print(f"layer norm (768, 128): module 13 forward {f0 * 1e6:.0f} us, forward+backward "
+          f"{b0 * 1e6:.0f} us; compiled {f1 * 1e6:.0f} us and {b1 * 1e6:.0f} us "
+          f"({f0 / f1:.1f}x, {b0 / b1:.1f}x)")
+    n_threads = numba.get_num_threads()
+    if n_threads < 2:
+        print("one thread for the compiled kernels here: nothing to split")
+        return
+    for rows in (16, 64, 256, 1024, 4096):
+        xr = f32(rows, 128, seed=94)
+        o, m, r = np.empty_like(xr), np.empty(rows, np.float32), np.empty(rows, np.float32)
+        one = best_time(lambda: layer_norm_rows(xr, w, b, eps, o, m, r, 1), repeat=30)
+        all_ = best_time(lambda: layer_norm_rows(xr, w, b, eps, o, m, r, n_threads), repeat=30)
+        print(f"  {rows:5d} rows x 128 ({rows * 128:>7,} elements): 1 thread {one * 1e6:6.1f} us, "
+              f"{n_threads} threads {all_ * 1e6:6.1f} us ({one / all_:.2f}x)")
+
+
+compiled_layer_norm_report()
+
+# %% [markdown]
+# What to look for: compiling costs about a second on the first call, then a call costs
+# microseconds, and the compiled kernel runs several times faster than NumPy's passes on
+# the same rows (about 3x forward at `(768, 128)` when this lesson was written). The thread
+# sweep shows the price of going parallel: at 16 rows a second thread only adds the cost of
+# waking it and waiting for it; the gain appears somewhere between a few thousand and a few
+# tens of thousands of elements, and grows with the size. `PARALLEL_MIN` (16,384 elements)
+# sits at that crossing on the machine where this lesson was measured; yours may differ.
+#
+# ## Part 11: exp without a library call; attention, GELU, cross-entropy and AdamW compiled
+#
+# Try the obvious compiled softmax or GELU, with `math.exp` or `math.tanh` in the loop, and
+# it is *slower* than NumPy: each `math.exp` is a call into the C math library, one number
+# at a time (5 to 25 ns, measured below), while NumPy's own `exp` and `tanh` work on 8 or 16
+# floats at once (SIMD). A loop that calls the library cannot be vectorized. The fix is to
+# compute `exp` from operations that vectorize, the way those SIMD routines do:
+#
+# - write `x = n ln 2 + r` with `n = round(x / ln 2)`, so that `|r| <= ln(2) / 2`
+#   (`r` is computed in two steps, `x - n * hi - n * lo` with `ln 2 = hi + lo` and `hi` so
+#   short that `n * hi` is exact: one step would lose `r`'s low digits);
+# - `exp(r)` on that small interval is a short polynomial: the Taylor series
+#   `1 + r + r^2/2 + ... + r^7/7!` is accurate to about one unit in the last place (ulp) of
+#   a float32 (the next term is below `6e-9`);
+# - `2^n` needs no arithmetic at all: a float32 is a sign bit, 8 exponent bits and 23
+#   mantissa bits, so the float whose bits are `(n + 127) << 23` *is* `2^n`. The given
+#   helper `_float32_from_bits` reinterprets an integer's 32 bits as a float (an LLVM
+#   `bitcast`: no instruction at all).
+#
+# Clamping the input keeps `n` in range: above about 88.7 the result is `inf`, as `np.exp`
+# gives; below about -87, where `exp` leaves float32's normal range (results under
+# `1.2e-38`, which only subnormal floats can hold), it is 0. No softmax or GELU notices.
+# `fast_exp(x)` uses this for float32 and the library's `exp` for float64, whose only job
+# here is the gradient checks. It is given, with a check of its accuracy in ulps.
+#
+# GELU needs `tanh`, but not really: `0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u))`, the sigmoid
+# of `2u` (multiply the top and bottom of `tanh`'s definition by `exp(-u)`). So
+# `gelu(x) = x * s` with `s = 1 / (1 + e)` and `e = exp(-2u)`: one `exp` and one division.
+# The backward gets better too. Module 06's slope `0.5 (1 + t) + 0.5 x (1 - t^2) u'` needs
+# `1 - t^2`, which cancels to nothing where `t` is near 1 or -1; with the sigmoid, `1 - t^2
+# = 4 s (1 - s)` and `1 - s = e s` is computed without a subtraction. The slope is
+# `s + 2 x s (1 - s) u'`.
+
+# %% nbgrader={"grade": false, "grade_id": "fast-exp", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#| export
+@intrinsic
+def _float32_from_bits(typingctx, bits):
+    """The float32 whose 32 bits are those of the integer `bits` (reinterpreted, not converted)."""
+    if not isinstance(bits, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        value = args[0]
+        if bits.bitwidth > 32:
+            value = builder.trunc(value, ir.IntType(32))
+        elif bits.bitwidth < 32:
+            value = builder.sext(value, ir.IntType(32))
+        return builder.bitcast(value, ir.FloatType())
+
+    return types.float32(bits), codegen
+
+
+_LOG2E = 1.0 / math.log(2.0)
+_LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4  # ln 2 = HI + LO; n * HI is exact in float32
+
+
+@numba.njit(inline="always")
+def _exp32(x):
+    """exp(x) for a float32, in operations that vectorize: 2^n * exp(r), x = n ln 2 + r."""
+    low, high = np.float32(-87.0), np.float32(88.8)
+    clamped = x if x > low else low
+    clamped = clamped if clamped < high else high
+    t = clamped * np.float32(_LOG2E)
+    n = np.int32(t + np.float32(0.5) if t >= np.float32(0) else t - np.float32(0.5))  # round
+    nf = np.float32(n)
+    # r = x - n ln 2 in two steps, ln 2's high part first (its product with n is exact). This
+    # relies on FASTMATH having no "nsz": with it LLVM may merge the steps into n * ln(2).
+    r = (clamped - nf * np.float32(_LN2_HI)) - nf * np.float32(_LN2_LO)  # |r| <= ln(2) / 2
+    p = np.float32(1 / 5040) + r * np.float32(1 / 40320)  # Taylor series of exp(r), Horner
+    p = np.float32(1 / 720) + r * p
+    p = np.float32(1 / 120) + r * p
+    p = np.float32(1 / 24) + r * p
+    p = np.float32(1 / 6) + r * p
+    p = np.float32(0.5) + r * p
+    p = np.float32(1) + r * p
+    p = np.float32(1) + r * p
+    # 2^n as 2^(n-1) * 2, so that n = 128 (results up to float32's max) stays representable
+    y = p * _float32_from_bits((n + np.int32(126)) << np.int32(23)) * np.float32(2)
+    y = np.float32(0) if x < np.float32(-86.5) else y  # below float32's normal range
+    return x if x != x else y  # NaN stays NaN
+
+
+def fast_exp(x):
+    """exp(x) inside compiled kernels: float32 without a library call, float64 exactly."""
+    return math.exp(x)
+
+
+@overload(fast_exp, inline="always")  # inlined: a call would stop SIMD
+def _fast_exp_kernel(x):
+    if x == types.float32:
+        return lambda x: _exp32(x)
+    return lambda x: math.exp(x)
+
+
+@compiled
+def exp_rows(x, out, parts):
+    """out = fast_exp(x), element by element (x, out flat): fast_exp from Python"""
+    n = x.shape[0]
+    for p in prange(parts):
+        lo, hi = p * n // parts, (p + 1) * n // parts
+        xs, outs = x[lo:hi], out[lo:hi]
+        for i in range(xs.shape[0]):
+            outs[i] = fast_exp(xs[i])
+
+
+# %% nbgrader={"grade": false, "grade_id": "check-fast-exp", "locked": true, "schema_version": 3, "solution": false, "task": false}
+def ulps(got, want):
+    """|got - want| in units in the last place of float32 at want (want in float64)."""
+    spacing = np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
+    return np.abs(got.astype(np.float64) - want) / spacing
+
+
+def check_fast_exp():
+    x = np.concatenate([np.linspace(-86, 88.7, 200_001, dtype=np.float32),
+                        f32(100_000, seed=95, scale=5.0)])
+    got = np.empty_like(x)
+    exp_rows(x, got, 1)
+    worst = ulps(got, np.exp(x.astype(np.float64))).max()
+    edges = np.array([-np.inf, -1000, -90, 89, 1000, np.inf, np.nan], dtype=np.float32)
+    out = np.empty_like(edges)
+    exp_rows(edges, out, 1)
+    with np.errstate(over="ignore", under="ignore"):
+        want = np.exp(edges)
+    want[np.abs(want) < np.finfo(np.float32).tiny] = 0  # below the normal range: flushed to 0
+    assert np.array_equal(out, want, equal_nan=True), f"fast_exp at the edges: {out}, not {want}"
+    assert worst <= 2, f"fast_exp is {worst:.1f} ulp away from exp"
+    fast = best_time(lambda: exp_rows(x, got, 1), repeat=10)
+    numpy = best_time(lambda: np.exp(x, out=got), repeat=10)
+    library_exp(x[:2], got[:2])  # compile first
+    library = best_time(lambda: library_exp(x, got), repeat=3)
+    print(f"fast_exp: at most {worst:.1f} ulp from exp. exp of {x.size:,} float32 on one "
+          f"thread: a compiled loop calling math.exp {library * 1e6:.0f} us, fast_exp "
+          f"{fast * 1e6:.0f} us, np.exp {numpy * 1e6:.0f} us")
+
+
+@numba.njit
+def library_exp(x, out):
+    for i in range(x.size):
+        out[i] = math.exp(x[i])  # one call into the C library per element
+
+
+check_fast_exp()
+
+# %% [markdown]
+# ### The attention softmax, compiled
+#
+# Attention's scores `(B, H, T, S)` come from a matrix product, and BLAS stays the right
+# tool for those. What follows the product is Part 7's softmax: scale, mask, max, `exp`,
+# row sum, divide, six passes in NumPy. Compiled, it is one visit per row of `S` floats,
+# while the row sits in the fastest cache:
+#
+# 1. the maximum of `scale * s[j]` over the kept entries (`keep[j]` True). A row with no
+#    kept entry becomes zeros, as in module 12;
+# 2. `e_j = fast_exp(scale * s[j] - max)` for kept entries, `0` for masked ones, written
+#    back into the row, and their sum;
+# 3. every entry times `1 / sum`.
+#
+# Write `softmax_rows(scores, keep, scale, parts)`, in place, for `scores` of shape
+# `(R, T, S)` (the caller folds `B` and `H` into `R`) and `keep` of the same shape, bool
+# (a broadcast view: a causal `(T, S)` mask costs no memory). The row loop is given:
+# `s = scores[r, t]` and `kept = keep[r, t]` are views of one row.
+#
+# Then `softmax_rows_backward(probs, d_probs, scale, parts)`: with `P` the row of
+# probabilities and `dP` the gradient of the probabilities (`dO @ V^T`, computed by BLAS),
+# the gradient of the scaled scores is Part 7's `dS = P * (dP - rowsum(P * dP))`; here the
+# kernel also multiplies by `scale`, so that `dQ = dS @ K` needs no further pass. In place,
+# into `d_probs`: one sum over the row, then one loop that writes it.
+
+# %% nbgrader={"grade": false, "grade_id": "softmax-rows", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
+@compiled
+def softmax_rows(scores, keep, scale, parts):
+    """In place: each row of scores (R, T, S) becomes softmax(scale * row) over its kept
+    entries (keep, bool, same shape); masked weights 0, a row with nothing kept all 0"""
+    n_r, n_t, n_s = scores.shape
+    rows = n_r * n_t
+    T = scores.dtype.type
+    for p in prange(parts):
+        for row in range(p * rows // parts, (p + 1) * rows // parts):
+            s, kept = scores[row // n_t, row % n_t], keep[row // n_t, row % n_t]
+            ### BEGIN SOLUTION
+            top = T(-np.inf)
+            for j in range(n_s):
+                if kept[j]:
+                    top = max(top, s[j] * scale)
+            if top == T(-np.inf):  # every key masked
+                for j in range(n_s):
+                    s[j] = T(0)
+                continue
+            total = T(0)
+            for j in range(n_s):
+                e = fast_exp(s[j] * scale - top) if kept[j] else T(0)
+                s[j] = e
+                total += e
+            inv = T(1) / total
+            for j in range(n_s):
+                s[j] *= inv
+            ### END SOLUTION
+
+
+@compiled
+def softmax_rows_backward(probs, d_probs, scale, parts):
+    """In place: d_probs (R, T, S) becomes scale * P * (dP - rowsum(P * dP)), row by row"""
+    n_r, n_t, n_s = probs.shape
+    rows = n_r * n_t
+    T = probs.dtype.type
+    for p in prange(parts):
+        for row in range(p * rows // parts, (p + 1) * rows // parts):
+            pr, dr = probs[row // n_t, row % n_t], d_probs[row // n_t, row % n_t]
+            ### BEGIN SOLUTION
+            dot = T(0)
+            for j in range(n_s):
+                dot += pr[j] * dr[j]
+            for j in range(n_s):
+                dr[j] = scale * pr[j] * (dr[j] - dot)
+            ### END SOLUTION
+
+
+# %% [markdown]
+# The `Function` is given, and it is Part 7's attention with the two kernels in place of
+# the NumPy softmax: `q @ k^T` by BLAS, `softmax_rows` in place, `P @ v` by BLAS; backward
+# `dV = P^T dO` and `dP = dO V^T` by BLAS, `softmax_rows_backward`, then `dQ = dS K` and
+# `dK = dS^T Q`. It keeps `P` as Part 7 does. With dropout it hands the call to Part 7's
+# NumPy kernel: the milestone trains without it, and one path for the rare case is enough.
+
+# %% nbgrader={"grade": false, "grade_id": "attention-compiled", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#| export
+_ALL_KEPT = np.ones((1, 1), dtype=bool)  # the mask of attention without a mask
+
+
+def _rows_of(a):
+    """(..., T, S) -> (R, T, S), a view when a is C-ordered (or a broadcast view)."""
+    return a.reshape((-1,) + a.shape[-2:])
+
+
+class AttentionCompiled(AttentionKeepFunction):
+    """Part 7's attention with the softmax and its gradient compiled; keeps P."""
+
+    saves_for_backward = True  # forward returns (out, (probs, dropped))
+
+    @staticmethod
+    def forward(q, k, v, keep=None, drop=None):
+        if drop is not None:
+            return AttentionKeepFunction.forward(q, k, v, keep, drop)
+        scores = np.matmul(q, np.swapaxes(k, -1, -2))  # (..., T, S), a new array
+        mask = np.broadcast_to(_ALL_KEPT if keep is None else keep, scores.shape)
+        probs = _rows_of(scores)  # (R, T, S) view
+        softmax_rows(probs, _rows_of(mask), q.dtype.type(1.0 / math.sqrt(q.shape[-1])),
+                     chunks(probs.shape[0] * probs.shape[1], probs.shape[2]))
+        return np.matmul(scores, v), (scores, scores)  # (..., T, Dv)
+
+
+@derivative(AttentionCompiled)
+def attention_compiled_backward(ctx, grad):
+    """Part 7's rule, dS from the compiled kernel (scale included); dropout: Part 7's own"""
+    if ctx.params.get("drop") is not None:
+        return attention_keep_backward(ctx, grad)
+    q, k, v = ctx.inputs
+    probs, _ = ctx.saved
+    needs = [p.requires_grad for p in ctx.parents]
+    grad_v = np.matmul(np.swapaxes(probs, -1, -2), grad) if needs[2] else None
+    if not (needs[0] or needs[1]):
+        return None, None, grad_v
+    d_probs = np.matmul(grad, np.swapaxes(v, -1, -2))  # (..., T, S), a new array
+    rows = _rows_of(d_probs)
+    softmax_rows_backward(_rows_of(probs), rows, q.dtype.type(1.0 / math.sqrt(q.shape[-1])),
+                          chunks(rows.shape[0] * rows.shape[1], rows.shape[2]))
+    grad_q = np.matmul(d_probs, k) if needs[0] else None
+    grad_k = np.matmul(np.swapaxes(d_probs, -1, -2), q) if needs[1] else None
+    return grad_q, grad_k, grad_v
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_softmax_rows", "locked": true, "points": 6, "schema_version": 3, "solution": false, "task": false}
+def test_unit_softmax_rows():
+    """The compiled attention equals module 12's with and without masks; float64 gradcheck."""
+    q, k, v = (f32(2, 3, 6, 4, seed=s, scale=2.0) for s in (100, 101, 102))
+    causal = np.tril(np.ones((6, 6), dtype=bool))
+    keep = causal & (rng(103).random((6, 6)) > 0.2)
+    keep[2] = False  # a fully masked row
+    for mask in (None, causal, keep):
+        want_out, want_grads = run_attention(AttentionFunction, q, k, v, mask)
+        got_out, got_grads = run_attention(AttentionCompiled, q, k, v, mask)
+        assert got_out.dtype == np.float32 and np.allclose(got_out, want_out, atol=1e-5), (
+            f"forward differs from module 12's by {np.abs(got_out - want_out).max():.3g} "
+            f"(mask: {mask is not None}): softmax_rows takes the max of scale * s over kept "
+            "entries, exp(scale * s - max) for kept entries and 0 for masked ones, then "
+            "divides by the sum; a row with nothing kept becomes zeros")
+        for name, got, want in zip("qkv", got_grads, want_grads):
+            assert np.allclose(got, want, atol=1e-4), (
+                f"d{name} differs from module 12's rule by {np.abs(got - want).max():.3g} "
+                f"(mask: {mask is not None}): softmax_rows_backward writes scale * P * (dP - "
+                "rowsum(P * dP)) into d_probs")
+    q64, k64, v64 = (Tensor(rng(s).standard_normal((1, 2, 5, 3)), dtype=np.float64,
+                            requires_grad=True) for s in (104, 105, 106))
+    with_rule(KERNELS, AttentionFunction, AttentionCompiled,
+              lambda: gradcheck(lambda a, b, c: scaled_dot_product_attention(
+                  a, b, c, is_causal=True), [q64, k64, v64]))
+
+
+test_unit_softmax_rows()
+
+# %% [markdown]
+# ### GELU, cross-entropy and AdamW: the same pattern, given
+#
+# Three more kernels complete the training step. Read them: they use nothing new.
+#
+# - **GELU (tanh form)**, forward and backward, element by element in the sigmoid form
+#   above. The backward recomputes `exp(-2u)` instead of keeping anything (Part 9 kept
+#   `tanh(u)`): recomputing is now cheaper than reading a kept array back from memory, and
+#   the record holds nothing. The erf form runs module 02's forward and module 06's rule.
+# - **Softmax-cross-entropy.** Forward: per row, the max, the sum of `exp`, the log-sum-exp
+#   `lse`, and the loss `lse - logits[target]` (0 for an ignored row); it keeps `lse` (one
+#   float per row). Backward: `exp(logits - lse) - onehot`, times each row's scale, written
+#   once. Anything unusual (a target out of range, a wrong shape, an unknown reduction) goes
+#   to module 04's forward, which raises its teaching error: a compiled kernel does not check
+#   its indices, and reading past an array is a crash, not an error.
+# - **AdamW in one pass per parameter.** `CompiledAdamW` is `FusedAdamW` (Part 8) whose
+#   `step` hands each parameter, its gradient and its two state arrays to one compiled loop
+#   that reads each element once and writes it once (Part 8 made eleven passes). One call
+#   for all parameters at once is possible too, with a tuple of arrays, but numba compiles
+#   a tuple of 27 arrays as 27 cases of every access: 36 seconds of compiling, again for
+#   each model size, to save 26 calls of a few microseconds. The kernel is compiled
+#   **without** fast-math flags: every float operation in Part 8's order, so the result is
+#   AdamW's to the bit, as Part 8's was.
+
+# %% nbgrader={"grade": false, "grade_id": "gelu-ce-adamw-compiled", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#| export
+@compiled
+def gelu_tanh_rows(x, out, parts):
+    """out = 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = c (x + k x^3), element by element"""
+    n = x.shape[0]
+    T = x.dtype.type
+    c2, k, one = T(-2 * math.sqrt(2 / math.pi)), T(0.044715), T(1)
+    for p in prange(parts):
+        lo, hi = p * n // parts, (p + 1) * n // parts
+        xs, outs = x[lo:hi], out[lo:hi]
+        for i in range(xs.shape[0]):  # from 0, on a slice: LLVM sees contiguous, SIMD-able loads
+            a = xs[i]
+            outs[i] = a / (one + fast_exp(c2 * (a + k * a * a * a)))
+
+
+@compiled
+def gelu_tanh_rows_backward(x, grad, out, parts):
+    """out = grad * (s + 2 x s (1 - s) u'), s = 1 / (1 + e), e = exp(-2u), 1 - s = e s"""
+    n = x.shape[0]
+    T = x.dtype.type
+    c, k, one, two, three = T(math.sqrt(2 / math.pi)), T(0.044715), T(1), T(2), T(3)
+    for p in prange(parts):
+        lo, hi = p * n // parts, (p + 1) * n // parts
+        xs, gs, outs = x[lo:hi], grad[lo:hi], out[lo:hi]
+        for i in range(xs.shape[0]):
+            a = xs[i]
+            e = fast_exp(-two * c * (a + k * a * a * a))
+            s = one / (one + e)
+            rest = e * s if e < one else one - s  # 1 - s, never a cancellation (nor inf * 0)
+            outs[i] = gs[i] * (s + two * a * s * rest * c * (one + three * k * a * a))
+
+
+class GELUCompiled(GELUFunction):
+    """GELU's tanh form as one compiled pass; the erf form is module 02's."""
+
+    @staticmethod
+    def forward(x, approximate):
+        if approximate != "tanh":
+            return GELUFunction.forward(x, approximate)
+        flat = np.ascontiguousarray(x).reshape(-1)
+        out = np.empty_like(flat)
+        gelu_tanh_rows(flat, out, chunks(flat.size))
+        return out.reshape(x.shape)
+
+
+@derivative(GELUCompiled)
+def gelu_compiled_backward(ctx, grad):
+    """the tanh form from the compiled kernel (exp recomputed); the erf form: module 06's rule"""
+    if ctx.params.get("approximate", "none") != "tanh":
+        return plain_gelu_backward(ctx, grad)
+    x = np.ascontiguousarray(ctx.inputs[0]).reshape(-1)
+    out = np.empty_like(x)
+    g = np.ascontiguousarray(grad, dtype=x.dtype).reshape(-1)
+    gelu_tanh_rows_backward(x, g, out, chunks(x.size))
+    return (out.reshape(ctx.inputs[0].shape),)
+
+
+@compiled
+def cross_entropy_rows(logits, target, ignore_index, losses, lse, parts):
+    """losses[i] = logsumexp(logits[i]) - logits[i, target[i]] (0 if ignored); lse[i] kept"""
+    n, v = logits.shape
+    T = logits.dtype.type
+    for p in prange(parts):
+        for i in range(p * n // parts, (p + 1) * n // parts):
+            top = logits[i, 0]
+            for j in range(1, v):
+                top = max(top, logits[i, j])
+            total = T(0)
+            for j in range(v):
+                total += fast_exp(logits[i, j] - top)
+            log_total = math.log(total)
+            lse[i] = top + log_total
+            t = target[i]  # (top - logit) first: no cancellation between two large numbers
+            losses[i] = (top - logits[i, t]) + log_total if t != ignore_index else T(0)
+
+
+@compiled
+def cross_entropy_rows_backward(logits, target, ignore_index, lse, scale, out, parts):
+    """out[i] = (exp(logits[i] - lse[i]) - onehot(target[i])) * scale[i], 0 for ignored rows"""
+    n, v = logits.shape
+    T = logits.dtype.type
+    for p in prange(parts):
+        for i in range(p * n // parts, (p + 1) * n // parts):
+            t = target[i]
+            if t == ignore_index:
+                for j in range(v):
+                    out[i, j] = T(0)
+                continue
+            for j in range(v):
+                out[i, j] = fast_exp(logits[i, j] - lse[i]) * scale[i]
+            out[i, t] -= scale[i]
+
+
+def _cross_entropy_fits(logits, target, ignore_index, reduction):
+    """True when the compiled kernel may run: the shapes, types and classes module 04 accepts."""
+    if (logits.ndim != 2 or target.shape != logits.shape[:1] or reduction not in
+            ("mean", "sum", "none") or not np.issubdtype(target.dtype, np.integer)):
+        return False
+    counted = target != ignore_index
+    return not (counted & ((target < 0) | (target >= logits.shape[1]))).any()
+
+
+class CrossEntropyCompiled(CrossEntropyFunction):
+    """Module 04's loss from one compiled pass per row; keeps each row's log-sum-exp."""
+
+    saves_for_backward = True  # forward returns (loss, lse); lse None from module 04's path
+
+    @staticmethod
+    def forward(logits, target, ignore_index, reduction):
+        if not _cross_entropy_fits(logits, target, ignore_index, reduction):
+            return CrossEntropyFunction.forward(logits, target, ignore_index, reduction), None
+        n = logits.shape[0]
+        rows = np.ascontiguousarray(logits)
+        losses, lse = np.empty(n, logits.dtype), np.empty(n, logits.dtype)
+        cross_entropy_rows(rows, np.ascontiguousarray(target), ignore_index, losses, lse,
+                           chunks(n, logits.shape[1]))
+        if reduction == "none":
+            return losses, lse
+        total = np.sum(losses)
+        if reduction == "sum":
+            return np.asarray(total), lse
+        count = int(np.count_nonzero(target != ignore_index))
+        if count == 0:
+            return np.asarray(np.nan, dtype=logits.dtype), lse  # 0 / 0, as in PyTorch
+        return np.asarray(total / logits.dtype.type(count)), lse
+
+
+@derivative(CrossEntropyCompiled)
+def cross_entropy_compiled_backward(ctx, grad):
+    """(softmax - onehot) * scale per row, from the kept log-sum-exp"""
+    lse = ctx.saved
+    if lse is None:
+        return cross_entropy_backward_inplace(ctx, grad)
+    logits = np.ascontiguousarray(ctx.inputs[0])
+    target = ctx.params["target"] if "target" in ctx.params else ctx.inputs[1]
+    ignore_index = ctx.params.get("ignore_index", -100)
+    keep = target != ignore_index
+    scale = np.asarray(grad, dtype=logits.dtype) * keep  # (N,) or one value times (N,)
+    if ctx.params.get("reduction", "mean") == "mean":
+        scale /= logits.dtype.type(max(int(keep.sum()), 1))
+    out = np.empty_like(logits)
+    cross_entropy_rows_backward(logits, np.ascontiguousarray(target), ignore_index, lse,
+                                np.ascontiguousarray(scale), out,
+                                chunks(logits.shape[0], logits.shape[1]))
+    return (out,) + (None,) * (len(ctx.inputs) - 1)
+
+
+@compiled(fastmath=False)
+def adamw_rows(param, grad, m, v, settings, parts):
+    """AdamW on one flat parameter, in place; settings = (decay, beta1, 1 - beta1, beta2,
+    1 - beta2, sqrt(1 - beta2^t), eps, lr / (1 - beta1^t))"""
+    n = param.shape[0]
+    T = param.dtype.type
+    decay, beta1, one_m_beta1, beta2 = (T(settings[0]), T(settings[1]), T(settings[2]),
+                                        T(settings[3]))
+    one_m_beta2, bias2, eps, step = (T(settings[4]), T(settings[5]), T(settings[6]),
+                                     T(settings[7]))
+    for p in prange(parts):
+        lo, hi = p * n // parts, (p + 1) * n // parts
+        ps, gs, ms, vs = param[lo:hi], grad[lo:hi], m[lo:hi], v[lo:hi]
+        for j in range(hi - lo):  # Part 8's operations, in Part 8's order
+            g = gs[j]
+            q = ps[j] * decay
+            ms[j] = ms[j] * beta1 + g * one_m_beta1
+            vs[j] = vs[j] * beta2 + (g * g) * one_m_beta2
+            ps[j] = q - ms[j] / (math.sqrt(vs[j]) / bias2 + eps) * step
+
+
+class CompiledAdamW(FusedAdamW):
+    """AdamW's numbers to the bit, each float32 parameter updated by one compiled pass."""
+
+    def step(self):
+        todo, plain = [], False
+        for p, state in self._each_param():
+            if p.grad is None:
+                continue
+            grad = _grad_array(p)
+            plain = plain or p.data.dtype != np.float32 or grad.dtype != np.float32 or not (
+                p.data.flags.c_contiguous)
+            todo.append((p, grad, state, self.lr, self.weight_decay, self.betas, self.eps))
+        if plain:  # a parameter the kernel does not take: Part 8's loop for all of them
+            return super().step()
+        self.steps += 1
+        for p, grad, state, lr, weight_decay, (beta1, beta2), eps in todo:
+            t, m, v = self._next_step(p.data, state)
+            decay = 1.0 - lr * weight_decay if weight_decay else 1.0
+            settings = np.array((decay, beta1, 1.0 - beta1, beta2, 1.0 - beta2,
+                                 math.sqrt(1.0 - beta2**t), eps, lr / (1.0 - beta1**t)))
+            adamw_rows(p.data.reshape(-1), np.ascontiguousarray(grad).reshape(-1),
+                       m.reshape(-1), v.reshape(-1), settings, chunks(p.data.size))
+
+
+# %% nbgrader={"grade": false, "grade_id": "check-gelu-ce-adamw", "locked": true, "schema_version": 3, "solution": false, "task": false}
+def check_gelu_ce_adamw():
+    x = Tensor(f32(64, 48, seed=110, scale=3.0), requires_grad=True)
+    weights = f32(64, 48, seed=111)
+    logits = Tensor(f32(64, 17, seed=112, scale=3.0), requires_grad=True)
+    target = rng(113).integers(0, 17, 64)
+    target[::5] = -100
+    for label, key, fast, fn, leaf in (
+            ("gelu", GELUFunction, GELUCompiled,
+             lambda: (gelu(x, approximate="tanh") * Tensor(weights)).sum(), x),
+            ("cross-entropy", CrossEntropyFunction, CrossEntropyCompiled,
+             lambda: cross_entropy(logits, target), logits)):
+        leaf.grad = None
+        want = fn()
+        want.backward()
+        want_g, leaf.grad = leaf.grad.data, None
+        got = with_rule(KERNELS, key, fast, fn)
+        with_rule(KERNELS, key, fast, got.backward)
+        assert np.allclose(got.data, want.data, rtol=1e-5), f"{label}: the value differs"
+        assert np.allclose(leaf.grad.data, want_g, atol=1e-5), f"{label}: the gradient differs"
+    from tinytorch.core.layers import Parameter
+
+    def train(cls):
+        params = [Parameter(f32(64, 32, seed=116)), Parameter(f32(32, seed=117))]
+        opt = cls([{"params": params[:1]}, {"params": params[1:], "weight_decay": 0.0}],
+                  lr=1e-2, betas=(0.9, 0.99), weight_decay=0.1)
+        for step in range(3):
+            for i, p in enumerate(params):
+                p.grad = Tensor(f32(*p.shape, seed=118 + 10 * step + i))
+            opt.step()
+        return params
+
+    for a, b in zip(train(CompiledAdamW), train(AdamW)):
+        assert np.array_equal(a.data, b.data), "CompiledAdamW differs from AdamW"
+    print("GELU, cross-entropy: same values and gradients as the plain ops (their float64 "
+          "gradchecks are in the course's tests, tests/test_compiled_kernels.py); "
+          "CompiledAdamW: AdamW's parameters to the bit")
+
+
+check_gelu_ce_adamw()
+
+
+# %% [markdown]
+# ## Part 12: quantized weights that decode faster, and kernels for one token
+#
+# Module 15 stored weights as int8 (one byte and a per-row scale) or int4 (half a byte and
+# a scale per group), and measured that its forward is *slower* than float32's. The reason
+# is in the bytes. Generating one token multiplies one row `x` by every weight matrix: each
+# weight is used once, so the time is the time to read the weights from memory. Module 15's
+# forward, `x @ deq(W).T`, first makes `deq(W)`: it reads every int8 weight (1 byte), writes
+# a float32 copy (4 bytes), and then BLAS reads that copy back (4 bytes): 9 bytes of memory
+# traffic per weight, against float32's 4. Quantization saved memory and cost time.
+#
+# A compiled kernel reads each int8 weight once, converts it to float32 in a register, and
+# multiplies it right there: 1 byte per weight, a quarter of float32's traffic, so up to four
+# times faster than float32 wherever reading memory is the limit. For int4 it is half a
+# byte: the kernel splits each byte into its two 4-bit halves (`b & 15` and `b >> 4`, minus
+# 8) and multiplies the two halves with the even and odd entries of `x`, summing one group
+# at a time and scaling each group's sum by its scale.
+#
+# With many rows at once (a prompt of hundreds of tokens, or training), each weight is used
+# by every row: the product is limited by arithmetic, not memory, and BLAS's float32
+# arithmetic beats anything written by hand. So above `SMALL_ROWS` rows, the kernel converts
+# a **tile** of weight rows at a time into a small float32 buffer (a few hundred kilobytes,
+# which stays in cache) and hands the tile to BLAS: the whole float32 matrix never exists.
+#
+# Write `int8_matmul_rows(x, q, scale, out, parts)`: for `x` of shape `(N, K)` (N small),
+# int8 `q` of shape `(M, K)` and float32 `scale` `(M,)`, `out[n, o] = scale[o] * sum_k x[n,
+# k] * q[o, k]`. Split the output rows `o` into pieces (each thread reads its own weight
+# rows); for each weight row, loop over the `N` input rows (the weight row stays in cache)
+# and sum in float32, converting each weight with `T(w[k])`.
+
+# %% nbgrader={"grade": false, "grade_id": "int8-matmul-rows", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
+@compiled
+def int8_matmul_rows(x, q, scale, out, parts):
+    """out[n, o] = scale[o] * sum_k x[n, k] q[o, k], the int8 weights read as they are"""
+    n_rows, n_k = x.shape
+    n_out = q.shape[0]
+    T = x.dtype.type
+    for p in prange(parts):
+        for o in range(p * n_out // parts, (p + 1) * n_out // parts):
+            w = q[o]
+            ### BEGIN SOLUTION
+            for r in range(n_rows):
+                xr = x[r]
+                total = T(0)
+                for k in range(n_k):
+                    total += xr[k] * T(w[k])
+                out[r, o] = total * scale[o]
+            ### END SOLUTION
+
+
+# %% [markdown]
+# The int4 kernel, the tiles for many rows and the `Function` are given. `QuantizedMatMul`
+# is module 15's operation; `QuantizedMatMulCompiled` is its kernel-table twin, with module
+# 15's derivative rule (the gradient to `x`, `grad @ deq(W)`, is rare: quantized layers are
+# for inference). Inputs that are not float32 go to module 15's forward.
+
+# %% nbgrader={"grade": false, "grade_id": "quantized-compiled", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#| export
+SMALL_ROWS = 8  # up to this many rows, the integer kernels; more, float32 tiles and BLAS
+TILE_ELEMENTS = 1 << 16  # weights per dequantized tile: 256 KiB of float32, kept in cache
+
+
+@compiled
+def int4_matmul_rows(x_even, x_odd, packed, scales, out, parts):
+    """out[n, o] = sum over groups g of scales[o, g] * sum_j (x[2j] lo_j + x[2j+1] hi_j),
+    lo_j, hi_j the two 4-bit halves of byte j, minus 8 each"""
+    n_rows = x_even.shape[0]
+    n_out, n_bytes = packed.shape
+    groups = scales.shape[1]
+    group_bytes = n_bytes // groups
+    T = x_even.dtype.type
+    for p in prange(parts):
+        for o in range(p * n_out // parts, (p + 1) * n_out // parts):
+            for r in range(n_rows):
+                total = T(0)
+                for g in range(groups):
+                    lo, hi = g * group_bytes, (g + 1) * group_bytes
+                    w, xe, xo = packed[o, lo:hi], x_even[r, lo:hi], x_odd[r, lo:hi]
+                    acc = T(0)
+                    for j in range(group_bytes):
+                        b = np.int32(w[j])
+                        acc += xe[j] * T((b & 15) - 8) + xo[j] * T((b >> 4) - 8)
+                    total += acc * scales[o, g]
+                out[r, o] = total
+
+
+@compiled
+def dequantize_rows(q, scales, first, out, parts):
+    """out = the float32 weights of rows first .. first + len(out) of int8 q (scales (M,)) or
+    packed int4 q (scales (M, groups)), row by row"""
+    n_out, n_k = out.shape
+    T = out.dtype.type
+    for p in prange(parts):
+        for i in range(p * n_out // parts, (p + 1) * n_out // parts):
+            o, row = first + i, out[i]
+            if scales.ndim == 1:  # int8, one scale per row
+                for k in range(n_k):
+                    row[k] = T(q[o, k]) * scales[o]
+            else:  # int4: two values per byte, one scale per group
+                group = n_k // scales.shape[1]
+                for k in range(n_k // 2):
+                    b = np.int32(q[o, k])
+                    s = scales[o, (2 * k) // group]
+                    row[2 * k] = T((b & 15) - 8) * s
+                    row[2 * k + 1] = T((b >> 4) - 8) * s
+
+
+class QuantizedMatMulCompiled(QuantizedMatMul):
+    """Module 15's x @ deq(W).T from the stored integers: kernels for a few rows, tiles of
+    dequantized rows and BLAS for many; the float32 matrix is never made."""
+
+    @staticmethod
+    def forward(x, qweight, scale, bits, group_size):
+        if x.dtype != np.float32:
+            return QuantizedMatMul.forward(x, qweight, scale, bits, group_size)
+        n_in = x.shape[-1]
+        rows = np.ascontiguousarray(x).reshape(-1, n_in)  # (N, K)
+        n, n_out = rows.shape[0], qweight.shape[0]
+        out = np.empty((n, n_out), np.float32)
+        if n <= SMALL_ROWS:
+            parts = chunks(n_out, n_in * n)
+            if bits == 8:
+                int8_matmul_rows(rows, qweight, scale, out, parts)
+            else:
+                int4_matmul_rows(np.ascontiguousarray(rows[:, 0::2]),
+                                 np.ascontiguousarray(rows[:, 1::2]), qweight, scale, out, parts)
+        else:
+            tile = max(16, TILE_ELEMENTS // n_in)
+            buffer = np.empty((min(tile, n_out), n_in), np.float32)
+            for first in range(0, n_out, tile):
+                w = buffer[:min(tile, n_out - first)]  # (tile, K), overwritten per tile
+                dequantize_rows(qweight, scale, first, w, chunks(w.shape[0], n_in))
+                out[:, first:first + w.shape[0]] = rows @ w.T
+        return out.reshape(x.shape[:-1] + (n_out,))
+
+
+@derivative(QuantizedMatMulCompiled)
+def quantized_matmul_compiled_backward(ctx, grad):
+    """module 15's rule: grad @ deq(W) to x"""
+    return quantized_matmul_backward(ctx, grad)
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_int8_matmul_rows", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
+def test_unit_int8_matmul_rows():
+    """The integer kernels equal module 15's dequantize-and-multiply, without its float32 copy."""
+    w = f32(96, 128, seed=120)
+    x = Tensor(f32(3, 128, seed=121))
+    q8, s8, _ = quantize_int8(w, axis=0)
+    got = np.empty((3, 96), np.float32)
+    int8_matmul_rows(x.data, q8, s8, got, 1)
+    want = x.data @ dequantize_int8(q8, s8, 0, axis=0).T
+    assert np.allclose(got, want, rtol=1e-5, atol=1e-4), (
+        f"int8_matmul_rows differs from x @ deq(W).T by {np.abs(got - want).max():.3g}: "
+        "out[r, o] = scale[o] * sum_k x[r, k] * T(q[o, k]), for every input row r and weight "
+        "row o of the piece")
+    for bits, args in ((8, (q8, s8, 8, None)),):  # int4: tests/test_compiled_kernels.py
+        for n in (1, 3, 40):  # the integer kernel, and the tiles for 40 rows
+            xs = Tensor(f32(n, 128, seed=122 + n))
+            plain = QuantizedMatMul.apply(xs, qweight=args[0], scale=args[1], bits=bits,
+                                          group_size=args[3]).data
+            fast = with_rule(KERNELS, QuantizedMatMul, QuantizedMatMulCompiled,
+                             lambda: QuantizedMatMul.apply(xs, qweight=args[0], scale=args[1],
+                                                           bits=bits, group_size=args[3])).data
+            assert fast.dtype == np.float32 and np.allclose(fast, plain, rtol=1e-5, atol=1e-4), (
+                f"int{bits}, {n} rows: the compiled product differs from module 15's by "
+                f"{np.abs(fast - plain).max():.3g}")
+    big = f32(512, 1024, seed=130)
+    qb, sb, _ = quantize_int8(big, axis=0)
+    one = f32(1, 1024, seed=131)
+    out = np.empty((1, 512), np.float32)
+    int8_matmul_rows(one, qb, sb, out, 1)
+    held = peak_bytes(lambda: int8_matmul_rows(one, qb, sb, out, 1))
+    assert held < big.nbytes // 10, (
+        f"int8_matmul_rows allocated {held:,} bytes: it must read the int8 weights as they "
+        f"are, not build float32 ones ({big.nbytes:,} bytes)")
+
+
+test_unit_int8_matmul_rows()
+
+# %% [markdown]
+# ### Kernels for one token: RMSNorm, rotary embeddings, SiLU and SwiGLU
+#
+# Decoding a token runs every layer on one row. Module 13's RMSNorm and module 11's rotary
+# embedding are each one operation already, but each makes several NumPy passes and
+# temporaries; for one row of 896 floats the passes cost little and the calls' overhead
+# most. The compiled twins below do each in one pass (RMSNorm forward and backward, like
+# Part 10's layer norm without the mean; rotary, each pair `(x_j, x_{j+d/2})` rotated by
+# its angle; SiLU `x * sigmoid(x)` with `fast_exp`), and are registered in the kernel table
+# like the others, so an engine that switches the table on runs them.
+#
+# SwiGLU's `silu(gate) * up` is two operations in module 13, and the kernel table swaps
+# operations, it does not merge them: `swiglu_rows` below is the fused kernel (one pass,
+# no temporary), for a lesson that applies `silu(gate) * up` as one operation to plug in.
+# These kernels are checked like the others (values, every gradient, float64 gradcheck,
+# PyTorch) in the course's tests, `tests/test_compiled_kernels.py`, rather than here: each
+# kernel a notebook compiles costs it a second.
+
+# %% nbgrader={"grade": false, "grade_id": "decode-kernels", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#| export
+@compiled
+def rms_norm_rows(x, weight, eps, out, rstd, parts):
+    """out = x * rstd * weight for each row of x (N, C), rstd = 1 / sqrt(mean(x^2) + eps)"""
+    n, c = x.shape
+    T = x.dtype.type
+    inv_c = T(1.0 / c)
+    for p in prange(parts):
+        for i in range(p * n // parts, (p + 1) * n // parts):
+            total = T(0)
+            for j in range(c):
+                total += x[i, j] * x[i, j]
+            r = T(1) / math.sqrt(total * inv_c + eps)
+            for j in range(c):
+                out[i, j] = x[i, j] * r * weight[j]
+            rstd[i] = r
+
+
+@compiled
+def rms_norm_rows_backward(grad, x, weight, rstd, dx, dweight, parts):
+    """dx = rstd (g_hat - x_hat mean(g_hat x_hat)), g_hat = grad * weight; dweight (parts, C)"""
+    n, c = x.shape
+    T = x.dtype.type
+    inv_c = T(1.0 / c)
+    for p in prange(parts):
+        for i in range(p * n // parts, (p + 1) * n // parts):
+            r = rstd[i]
+            sum_gx = T(0)
+            for j in range(c):
+                x_hat = x[i, j] * r
+                sum_gx += grad[i, j] * weight[j] * x_hat
+                dweight[p, j] += grad[i, j] * x_hat
+            sum_gx *= inv_c
+            for j in range(c):
+                dx[i, j] = r * (grad[i, j] * weight[j] - x[i, j] * r * sum_gx)
+
+
+class RMSNormCompiled(RMSNormFunction):
+    """Module 13's RMSNorm as one compiled pass per row; keeps rstd per row."""
+
+    saves_for_backward = True  # forward returns (out, (rows, rstd))
+
+    @staticmethod
+    def forward(x, weight, eps=1e-6):
+        c = x.shape[-1]
+        rows = np.ascontiguousarray(x).reshape(-1, c)
+        out, rstd = np.empty_like(rows), np.empty(rows.shape[0], x.dtype)
+        rms_norm_rows(rows, np.ascontiguousarray(weight, dtype=x.dtype), x.dtype.type(eps), out,
+                      rstd, chunks(rows.shape[0], c))
+        return out.reshape(x.shape), (rows, rstd)
+
+
+@derivative(RMSNormCompiled)
+def rms_norm_compiled_backward(ctx, grad):
+    """module 13's rule from the compiled kernel"""
+    rows, rstd = ctx.saved
+    n, c = rows.shape
+    parts = chunks(n, c)
+    dx, dweight = np.empty_like(rows), np.zeros((parts, c), rows.dtype)
+    rms_norm_rows_backward(np.ascontiguousarray(grad).reshape(n, c), rows,
+                           np.ascontiguousarray(ctx.inputs[1], dtype=rows.dtype), rstd, dx,
+                           dweight, parts)
+    grad_weight = dweight.sum(axis=0) if ctx.parents[1].requires_grad else None
+    return dx.reshape(ctx.inputs[0].shape), grad_weight
+
+
+@compiled
+def rotary_rows(x, cos, sin, backward, out, parts):
+    """out = x cos + rotate_half(x) sin (backward: g cos - rotate_half(g sin)), rotate_half(x)
+    = [-x2 | x1], for x (R, T, d) and cos, sin (T or 1, d)"""
+    n_r, n_t, d = x.shape
+    half = d // 2
+    rows = n_r * n_t
+    for p in prange(parts):
+        for row in range(p * rows // parts, (p + 1) * rows // parts):
+            t = row % n_t if cos.shape[0] > 1 else 0
+            a, o, c, s = x[row // n_t, row % n_t], out[row // n_t, row % n_t], cos[t], sin[t]
+            for j in range(half):
+                x1, x2 = a[j], a[j + half]
+                if backward:
+                    o[j] = x1 * c[j] + x2 * s[j + half]
+                    o[j + half] = x2 * c[j + half] - x1 * s[j]
+                else:
+                    o[j] = x1 * c[j] - x2 * s[j]
+                    o[j + half] = x2 * c[j + half] + x1 * s[j + half]
+
+
+def _rotary_fits(x, cos):
+    return x.ndim >= 2 and cos.ndim == 2 and cos.shape[0] in (1, x.shape[-2]) and (
+        x.shape[-1] % 2 == 0)
+
+
+def _rotary(x, cos, sin, backward):
+    rows = np.ascontiguousarray(x).reshape((-1,) + x.shape[-2:])  # (R, T, d)
+    out = np.empty_like(rows)
+    rotary_rows(rows, np.ascontiguousarray(cos, dtype=x.dtype),
+                np.ascontiguousarray(sin, dtype=x.dtype), backward, out,
+                chunks(rows.shape[0] * rows.shape[1], rows.shape[2]))
+    return out.reshape(x.shape)
+
+
+class RotaryCompiled(RotaryFunction):
+    """Module 11's RoPE as one compiled pass per row (tables (T, d) or (1, d))."""
+
+    @staticmethod
+    def forward(x, cos, sin):
+        if not _rotary_fits(x, cos):
+            return RotaryFunction.forward(x, cos, sin)
+        return _rotary(x, cos, sin, False)
+
+
+@derivative(RotaryCompiled)
+def rotary_compiled_backward(ctx, grad):
+    """module 11's rule, grad cos - rotate_half(grad sin), in one pass"""
+    x, cos, sin = ctx.inputs[0], ctx.params["cos"], ctx.params["sin"]
+    if not _rotary_fits(x, cos):
+        return rotary_backward(ctx, grad)
+    return (_rotary(np.asarray(grad, dtype=x.dtype), cos, sin, True),)
+
+
+@compiled
+def silu_rows(x, out, parts):
+    """out = x * sigmoid(x) = x / (1 + exp(-x)), element by element (x, out flat)"""
+    n = x.shape[0]
+    one = x.dtype.type(1)
+    for p in prange(parts):
+        lo, hi = p * n // parts, (p + 1) * n // parts
+        xs, outs = x[lo:hi], out[lo:hi]
+        for i in range(xs.shape[0]):
+            outs[i] = xs[i] / (one + fast_exp(-xs[i]))
+
+
+@compiled
+def silu_rows_backward(x, grad, out, parts):
+    """out = grad * s (1 + x (1 - s)), s = sigmoid(x), 1 - s = e s with e = exp(-x)"""
+    n = x.shape[0]
+    one = x.dtype.type(1)
+    for p in prange(parts):
+        lo, hi = p * n // parts, (p + 1) * n // parts
+        xs, gs, outs = x[lo:hi], grad[lo:hi], out[lo:hi]
+        for i in range(xs.shape[0]):
+            e = fast_exp(-xs[i])
+            s = one / (one + e)
+            rest = e * s if e < one else one - s
+            outs[i] = gs[i] * s * (one + xs[i] * rest)
+
+
+class SiLUCompiled(SiLUFunction):
+    """Module 02's SiLU as one compiled pass."""
+
+    @staticmethod
+    def forward(x):
+        flat = np.ascontiguousarray(x).reshape(-1)
+        out = np.empty_like(flat)
+        silu_rows(flat, out, chunks(flat.size))
+        return out.reshape(x.shape)
+
+
+@derivative(SiLUCompiled)
+def silu_compiled_backward(ctx, grad):
+    """d silu = s (1 + x (1 - s)), from the compiled kernel"""
+    x = np.ascontiguousarray(ctx.inputs[0]).reshape(-1)
+    out = np.empty_like(x)
+    silu_rows_backward(x, np.ascontiguousarray(grad, dtype=x.dtype).reshape(-1), out,
+                       chunks(x.size))
+    return (out.reshape(ctx.inputs[0].shape),)
+
+
+@compiled
+def swiglu_rows(gate, up, out, parts):
+    """out = silu(gate) * up in one pass, no temporary (gate, up, out flat)"""
+    n = gate.shape[0]
+    one = gate.dtype.type(1)
+    for p in prange(parts):
+        lo, hi = p * n // parts, (p + 1) * n // parts
+        gs, us, outs = gate[lo:hi], up[lo:hi], out[lo:hi]
+        for i in range(gs.shape[0]):
+            outs[i] = gs[i] / (one + fast_exp(-gs[i])) * us[i]
+
+
+# %% [markdown]
+# ## Part 13: plugging the kernels in
 #
 # A fast kernel is worth nothing if the framework does not run it, and a framework that
 # runs it by reassigning another module's functions (`activations.GELUFunction.forward =
@@ -1151,17 +2461,23 @@ with one_blas_thread():
 #   GELU and layer norm) goes there, with its own rule in `DERIVATIVES` under its own
 #   class.
 #
-# The given cell lists every fast kernel once, in `FAST_KERNELS`: its name, the table, the
-# key and the fast entry. `use_fast_kernels(True)` puts each fast entry in its table and
-# remembers what was there; `use_fast_kernels(False)` puts the plain entries back. Both
-# return the names now active, and `fast_kernels(on)` does the same for a `with` block and
-# restores the previous state afterwards, for measuring one against the other. An
-# optimizer is not an operation: `FusedAdamW` is a class you construct instead of `AdamW`.
+# The given cell lists every fast kernel once, with its name, the table, the key and the
+# fast entry: `FAST_KERNELS` for the NumPy kernels of Parts 5 to 9, `COMPILED_KERNELS` for
+# the compiled ones of Parts 10 to 12. Where both have a kernel for the same operation,
+# the compiled one wins; `kernel_set(compiled)` is the list that is switched on, the
+# compiled kernels and the NumPy ones for the other operations (`compiled=False`: the NumPy
+# kernels alone, to measure what compiling added). `use_fast_kernels(True)` puts each entry
+# of that set in its table and remembers what was there; `use_fast_kernels(False)` puts the
+# plain entries back. Both return the names now active, and `fast_kernels(on)` does the
+# same for a `with` block and restores the previous state afterwards, for measuring one
+# against the other. An optimizer is not an operation: `CompiledAdamW` (or `FusedAdamW`) is
+# a class you construct instead of `AdamW`.
 #
 # Completing this module exports all of it into `tinytorch.perf.acceleration`; the
 # `tinygpt` milestone and `benchmarks/gpt_step.py` switch the kernels on and use
-# `FusedAdamW`, `keep_freed_memory()` and `set_blas_threads` when they find the module
-# (`--plain` turns it off), and print which kernels ran.
+# `CompiledAdamW`, `keep_freed_memory()` and `set_threads` when they find the module
+# (`--plain` turns it off), and print which kernels ran. Without module 17, nothing
+# compiled ever runs: the tables are empty, and every lesson's own code runs.
 #
 # What the tables cost: one dictionary lookup per operation in `Function.apply`, about
 # 50 ns, against the tens of microseconds of a NumPy call on TinyGPT's arrays. What they
@@ -1183,16 +2499,36 @@ FAST_KERNELS = (
     ("layer_norm_kernel", KERNELS, LayerNormFunction, LayerNormKernel),
     ("add_backward_bias_blas", DERIVATIVES, Add, add_backward_bias_blas),
 )
+COMPILED_KERNELS = (
+    ("layer_norm_compiled", KERNELS, LayerNormFunction, LayerNormCompiled),
+    ("gelu_compiled", KERNELS, GELUFunction, GELUCompiled),
+    ("attention_compiled", KERNELS, AttentionFunction, AttentionCompiled),
+    ("cross_entropy_compiled", KERNELS, CrossEntropyFunction, CrossEntropyCompiled),
+    ("quantized_matmul_compiled", KERNELS, QuantizedMatMul, QuantizedMatMulCompiled),
+    ("rms_norm_compiled", KERNELS, RMSNormFunction, RMSNormCompiled),
+    ("rotary_compiled", KERNELS, RotaryFunction, RotaryCompiled),
+    ("silu_compiled", KERNELS, SiLUFunction, SiLUCompiled),
+)
+ALL_KERNELS = FAST_KERNELS + COMPILED_KERNELS
 _PLAIN_ENTRIES = {}  # name -> the table entry the fast kernel replaced (None: there was none)
+
+
+def kernel_set(compiled=True):
+    """The entries use_fast_kernels switches on: the compiled kernels, and the NumPy ones for
+    the operations that have no compiled kernel (compiled=False: the NumPy ones alone)."""
+    if not compiled:
+        return FAST_KERNELS
+    taken = {key for _, _, key, _ in COMPILED_KERNELS}
+    return tuple(e for e in FAST_KERNELS if e[2] not in taken) + COMPILED_KERNELS
 
 
 def active_kernels():
     """The names of the fast kernels whose entries are in their tables now."""
-    return tuple(name for name, table, key, fast in FAST_KERNELS if table.get(key) is fast)
+    return tuple(name for name, table, key, fast in ALL_KERNELS if table.get(key) is fast)
 
 
 def _switch(names, on):
-    for name, table, key, fast in FAST_KERNELS:
+    for name, table, key, fast in ALL_KERNELS:
         if name not in names:
             continue
         if on and table.get(key) is not fast:
@@ -1206,24 +2542,28 @@ def _switch(names, on):
                 table[key] = plain
 
 
-def use_fast_kernels(on: bool = True) -> tuple[str, ...]:
-    """Switch every fast kernel in FAST_KERNELS on (or off); returns the names now active."""
-    if not isinstance(on, bool):
-        raise TypeError(f"use_fast_kernels(on) takes True or False, got {on!r}")
-    _switch({name for name, *_ in FAST_KERNELS}, on)
+def use_fast_kernels(on: bool = True, compiled: bool = True) -> tuple[str, ...]:
+    """Switch the fast kernels of kernel_set(compiled) on (or all of them off); returns the
+    names now active."""
+    if not isinstance(on, bool) or not isinstance(compiled, bool):
+        raise TypeError(f"use_fast_kernels(on, compiled) takes True or False, got {on!r}, "
+                        f"{compiled!r}")
+    wanted = {name for name, *_ in kernel_set(compiled)} if on else set()
+    _switch({name for name, *_ in ALL_KERNELS} - wanted, False)
+    _switch(wanted, True)
     return active_kernels()
 
 
 @contextlib.contextmanager
-def fast_kernels(on=True):
-    """with fast_kernels(): ... runs with the fast kernels on (off with on=False), then
-    restores exactly the kernels that were active before. Yields the names active inside."""
+def fast_kernels(on=True, compiled=True):
+    """with fast_kernels(): ... runs with the fast kernels on (off with on=False; the NumPy
+    ones alone with compiled=False), then restores exactly the kernels that were active
+    before. Yields the names active inside."""
     before = set(active_kernels())
     try:
-        yield use_fast_kernels(on)
+        yield use_fast_kernels(on, compiled)
     finally:
-        everything = {name for name, *_ in FAST_KERNELS}
-        _switch(everything - before, False)
+        _switch({name for name, *_ in ALL_KERNELS} - before, False)
         _switch(before, True)
 
 
@@ -1241,12 +2581,13 @@ def gpt_step_grads(fast, seed=0, optimizer=None):
 
 
 def test_unit_fast_kernels():
+    """A GPT step with every fast kernel on equals the plain step; the switches restore."""
     assert active_kernels() == (), (
         f"kernels {active_kernels()} are on before the test: a `with fast_kernels()` block "
         "should restore the previous state")
     plain_loss, plain_grads, names_off = gpt_step_grads(False)
     fast_loss, fast_grads, names_on = gpt_step_grads(True)
-    assert names_off == () and set(names_on) == {name for name, *_ in FAST_KERNELS}, (
+    assert names_off == () and set(names_on) == {name for name, *_ in kernel_set()}, (
         f"inside fast_kernels(False) the active kernels were {names_off}, inside "
         f"fast_kernels(True) {names_on}")
     assert active_kernels() == (), "fast_kernels() left kernels switched on after the block"
@@ -1334,18 +2675,19 @@ def step_report(rounds=3):
     manual_seed(0)
     model = GPT(GPTConfig(vocab_size=65, block_size=64, n_layer=2, n_head=4, n_embd=64))
     ids = rng(1).integers(0, 65, (4, 65))
-    times = {False: [], True: []}
-    for _ in range(rounds):
-        for on in (False, True):
-            with fast_kernels(on) as names:
+    modes = {"plain": (False, False), "NumPy kernels": (True, False), "compiled": (True, True)}
+    times = {mode: [] for mode in modes}
+    for _ in range(rounds):  # interleaved, so that a busy neighbour slows all alike
+        for mode, (on, compiled_too) in modes.items():
+            with fast_kernels(on, compiled=compiled_too):
                 t0 = time.perf_counter()
                 _, loss = model(ids[:, :-1], ids[:, 1:])
                 loss.backward()
-                times[on].append(time.perf_counter() - t0)
-    plain, fast = min(times[False]), min(times[True])
-    print(f"GPT step (2 layers, 64 wide, 4 x 64 tokens), forward+backward: plain "
-          f"{plain * 1e3:.1f} ms, fast kernels {fast * 1e3:.1f} ms ({plain / fast:.2f}x); "
-          f"kernels: {', '.join(names)}")
+                times[mode].append(time.perf_counter() - t0)
+    best = {mode: min(t) for mode, t in times.items()}
+    print("GPT step (2 layers, 64 wide, 4 x 64 tokens), forward+backward, one thread: "
+          + ", ".join(f"{mode} {t * 1e3:.1f} ms ({best['plain'] / t:.2f}x)"
+                      for mode, t in best.items()))
 
 
 with one_blas_thread():
@@ -1363,20 +2705,25 @@ with one_blas_thread():
 #   recomputes, and why the choice is a measured trade, not a rule.
 # - **The fused layer norm** records one graph node instead of nine and is faster forward
 #   and backward (about 1.5x here): fewer passes over memory, fewer temporaries, one rule
-#   instead of nine. Part 9's kernel takes only a little more off it (its row means become
-#   BLAS products); GELU's pair, which drops a `tanh` from backward, takes about half.
+#   instead of nine. Part 9's NumPy kernel takes only a little more off it; Part 10's
+#   compiled one takes most of what is left (one pass per row).
 # - **The step** gets faster by a modest factor, not by 2x: matrix products are most of a
-#   step, and BLAS already runs them near the machine's peak. The kernels win back the
-#   element-wise passes and the recompute. On the milestone's model,
-#   `python benchmarks/gpt_step.py` prints the plain framework's ratio to PyTorch eager and
-#   the accelerated one's, side by side in one run. Measured while writing this lesson, on
-#   two idle cores (`--threads 1 --clock cpu`, three runs): the plain framework 1.04-1.21x
-#   PyTorch's step, with this module 0.91-0.99x (two runs faster, one within noise),
-#   14-22% faster than plain; peak training memory 48 MiB against PyTorch's 61-63. With
-#   two threads (wall clock) it is 1.20-1.21x: PyTorch spreads its element-wise work over
-#   both cores, NumPy does not, and Part 3 showed why a Python helper thread does not buy
-#   it back. About 70% of the one-thread step is BLAS.
-#
+#   step, and BLAS already runs them near the machine's peak; the kernels win back the
+#   element-wise passes, the recompute and the optimizer's temporaries. On the milestone's
+#   model, `python benchmarks/gpt_step.py --numpy-kernels` prints the plain framework, the
+#   NumPy kernels and the compiled ones against PyTorch eager, side by side in one run.
+#   Measured while writing Parts 10-12 (`--threads 1 --clock cpu`, a machine shared with
+#   other work, load 4-5): plain 148.5 ms, NumPy kernels 122.3 ms, compiled 104.2 ms,
+#   PyTorch 91.9 ms a step, so compiling took the step from 1.33x to 1.13x PyTorch's and
+#   made it 1.43x faster than plain; peak training memory 48.8 MiB against PyTorch's 48.0.
+#   Where the rest goes, profiled on both sides: the matrix products cost the same in both
+#   frameworks (about 60% of the step); the compiled GELU costs less than PyTorch's own,
+#   layer norm and AdamW about the same, attention (many small BLAS products) somewhat more;
+#   what remains is Python: each of the step's ~100 operations
+#   and ~100 derivative rules costs microseconds of bookkeeping that PyTorch does in C++.
+#   On two threads, a machine busy with other work makes every parallel loop wait for its
+#   slowest thread, for both frameworks: measure that on idle cores.
+
 # ## What comes next
 #
 # - **Module 18 (KV caching)** makes generation fast: the keys and values of the prompt are

@@ -2,7 +2,7 @@
 # Do not edit: change the lesson and export again.
 """Module 17 (Acceleration): Vectorization, memory layout, BLAS threads, allocation reuse and fused kernels, plugged into your framework through its kernel table and measured."""
 
-__all__ = ['set_blas_threads', 'blas_threads', 'keep_freed_memory', 'gelu_backward_inplace', 'cross_entropy_backward_inplace', 'row_sums', 'attention_probs_fast', 'AttentionKeepFunction', 'attention_keep_backward', 'FusedAdamW', 'GELUTanhKernel', 'gelu_tanh_kernel_backward', 'LayerNormKernel', 'layer_norm_kernel_backward', 'add_backward_bias_blas', 'FAST_KERNELS', 'active_kernels', 'use_fast_kernels', 'fast_kernels']
+__all__ = ['set_blas_threads', 'blas_threads', 'keep_freed_memory', 'gelu_backward_inplace', 'cross_entropy_backward_inplace', 'row_sums', 'attention_probs_fast', 'AttentionKeepFunction', 'attention_keep_backward', 'FusedAdamW', 'GELUTanhKernel', 'gelu_tanh_kernel_backward', 'LayerNormKernel', 'layer_norm_kernel_backward', 'add_backward_bias_blas', 'FASTMATH', 'PARALLEL_MIN', 'compiled', 'chunks', 'set_threads', 'layer_norm_rows', 'layer_norm_rows_backward', 'LayerNormCompiled', 'layer_norm_compiled_backward', 'fast_exp', 'exp_rows', 'softmax_rows', 'softmax_rows_backward', 'AttentionCompiled', 'attention_compiled_backward', 'gelu_tanh_rows', 'gelu_tanh_rows_backward', 'GELUCompiled', 'gelu_compiled_backward', 'cross_entropy_rows', 'cross_entropy_rows_backward', 'CrossEntropyCompiled', 'cross_entropy_compiled_backward', 'adamw_rows', 'CompiledAdamW', 'int8_matmul_rows', 'SMALL_ROWS', 'TILE_ELEMENTS', 'int4_matmul_rows', 'dequantize_rows', 'QuantizedMatMulCompiled', 'quantized_matmul_compiled_backward', 'rms_norm_rows', 'rms_norm_rows_backward', 'RMSNormCompiled', 'rms_norm_compiled_backward', 'rotary_rows', 'RotaryCompiled', 'rotary_compiled_backward', 'silu_rows', 'silu_rows_backward', 'SiLUCompiled', 'silu_compiled_backward', 'swiglu_rows', 'FAST_KERNELS', 'COMPILED_KERNELS', 'ALL_KERNELS', 'kernel_set', 'active_kernels', 'use_fast_kernels', 'fast_kernels']
 
 import contextlib
 import ctypes
@@ -11,16 +11,22 @@ import math
 import os
 import sys
 
+import numba
 import numpy as np
+from llvmlite import ir
+from numba import prange, types
+from numba.extending import intrinsic, overload
 
-from tinytorch.core.activations import GELUFunction
+from tinytorch.core.activations import GELUFunction, SiLUFunction
 from tinytorch.core.attention import AttentionFunction, _attention_probs
 from tinytorch.core.autograd import DERIVATIVES, KERNELS, derivative
 from tinytorch.core.autograd import gelu_backward as plain_gelu_backward
+from tinytorch.core.embeddings import RotaryFunction, rotary_backward
 from tinytorch.core.losses import CrossEntropyFunction
-from tinytorch.core.optimizers import AdamW
+from tinytorch.core.optimizers import AdamW, _grad_array
 from tinytorch.core.tensor import Add
-from tinytorch.models.transformer import LayerNormFunction
+from tinytorch.models.transformer import LayerNormFunction, RMSNormFunction
+from tinytorch.perf.quantization import QuantizedMatMul, quantized_matmul_backward
 
 
 _BLAS_SETTERS = ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_",
@@ -213,15 +219,19 @@ class FusedAdamW(AdamW):
             self._scratch = np.empty(like.size, dtype=like.dtype)
         return self._scratch[: like.size].reshape(like.shape)
 
-    def update(self, param, grad, state):
-        beta1, beta2 = self.betas
+    def _next_step(self, param, state):
+        """AdamW's state of `param` (made on its first step), its step count advanced:
+        (t, exp_avg, exp_avg_sq)."""
         if not state:
             state["step"] = 0
             state["exp_avg"] = np.zeros_like(param)
             state["exp_avg_sq"] = np.zeros_like(param)
         state["step"] += 1
-        t = state["step"]
-        m, v = state["exp_avg"], state["exp_avg_sq"]
+        return state["step"], state["exp_avg"], state["exp_avg_sq"]
+
+    def update(self, param, grad, state):
+        beta1, beta2 = self.betas
+        t, m, v = self._next_step(param, state)
         tmp = self._buffer(param)
         if self.weight_decay:
             param *= 1.0 - self.lr * self.weight_decay
@@ -358,6 +368,757 @@ def add_backward_bias_blas(ctx, grad):
     return grad, grad_b
 
 
+FASTMATH = frozenset({"contract", "reassoc", "arcp"})  # no nnan/ninf: masks add -inf
+PARALLEL_MIN = 1 << 14  # elements below which a kernel runs on one thread (measured below)
+
+
+def compiled(fn=None, *, fastmath=FASTMATH):
+    """fn compiled by numba: prange loops on all threads, the given fast-math flags (False:
+    none, every float operation in Python's order), no GIL, and the machine code cached on
+    disk when fn is defined in a file (your package; a notebook cell has none)."""
+    if fn is None:
+        return lambda f: compiled(f, fastmath=fastmath)
+    options = {"parallel": True, "fastmath": set(fastmath) if fastmath else False,
+               "nogil": True}
+    if not os.path.isfile(fn.__code__.co_filename):
+        return numba.njit(**options)(fn)
+    try:
+        return numba.njit(cache=True, **options)(fn)
+    except RuntimeError:  # numba found nowhere to write its cache
+        return numba.njit(**options)(fn)
+
+
+def chunks(rows, row_size=1):
+    """How many pieces a kernel splits `rows` rows of `row_size` elements into: one per
+    thread, but one in all below PARALLEL_MIN elements."""
+    if rows * row_size < PARALLEL_MIN:
+        return 1
+    return max(1, min(numba.get_num_threads(), rows))
+
+
+def set_threads(n):
+    """Use n threads for NumPy's BLAS and for the compiled kernels (at most numba's pool)."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"set_threads(n): n must be a positive integer, got {n!r}")
+    set_blas_threads(int(n))
+    numba.set_num_threads(min(int(n), numba.config.NUMBA_NUM_THREADS))
+
+
+@compiled
+def layer_norm_rows(x, weight, bias, eps, out, mean, rstd, parts):
+    """out = (x - mean) * rstd * weight + bias for each row of x (N, C); mean, rstd (N,) kept"""
+    n, c = x.shape
+    T = x.dtype.type
+    inv_c = T(1.0 / c)
+    for p in prange(parts):
+        for i in range(p * n // parts, (p + 1) * n // parts):
+            total = T(0)
+            for j in range(c):
+                total += x[i, j]
+            m = total * inv_c
+            var = T(0)
+            for j in range(c):
+                d = x[i, j] - m
+                var += d * d
+            r = T(1) / math.sqrt(var * inv_c + eps)
+            for j in range(c):
+                out[i, j] = (x[i, j] - m) * r * weight[j] + bias[j]
+            mean[i] = m
+            rstd[i] = r
+
+
+@compiled
+def layer_norm_rows_backward(grad, x, weight, mean, rstd, dx, dweight, dbias, parts):
+    """dx (N, C) of layer_norm_rows; dweight, dbias (parts, C): one partial sum per piece"""
+    n, c = x.shape
+    T = x.dtype.type
+    inv_c = T(1.0 / c)
+    for p in prange(parts):
+        for i in range(p * n // parts, (p + 1) * n // parts):
+            m, r = mean[i], rstd[i]
+            sum_g = T(0)
+            sum_gx = T(0)
+            for j in range(c):
+                x_hat = (x[i, j] - m) * r
+                g_hat = grad[i, j] * weight[j]
+                sum_g += g_hat
+                sum_gx += g_hat * x_hat
+                dweight[p, j] += grad[i, j] * x_hat
+                dbias[p, j] += grad[i, j]
+            sum_g *= inv_c
+            sum_gx *= inv_c
+            for j in range(c):
+                x_hat = (x[i, j] - m) * r
+                dx[i, j] = r * (grad[i, j] * weight[j] - sum_g - x_hat * sum_gx)
+
+
+class LayerNormCompiled(LayerNormFunction):
+    """Module 13's layer norm as one compiled pass per row; keeps mean and rstd per row."""
+
+    saves_for_backward = True  # forward returns (out, (rows, mean, rstd))
+
+    @staticmethod
+    def forward(x, weight, *bias, eps=1e-5):
+        c = x.shape[-1]
+        rows = np.ascontiguousarray(x).reshape(-1, c)  # (N, C): a view when x is C-ordered
+        n = rows.shape[0]
+        out = np.empty_like(rows)
+        mean, rstd = np.empty(n, x.dtype), np.empty(n, x.dtype)
+        b = bias[0] if bias else _constant((c,), 0.0, x.dtype)
+        layer_norm_rows(rows, np.ascontiguousarray(weight), np.ascontiguousarray(b),
+                        x.dtype.type(eps), out, mean, rstd, chunks(n, c))
+        return out.reshape(x.shape), (rows, mean, rstd)
+
+
+@derivative(LayerNormCompiled)
+def layer_norm_compiled_backward(ctx, grad):
+    """module 13's rule, from the compiled kernel; the weight and bias sums per piece, added"""
+    rows, mean, rstd = ctx.saved
+    n, c = rows.shape
+    parts = chunks(n, c)
+    dx = np.empty_like(rows)
+    dweight = np.zeros((parts, c), rows.dtype)
+    dbias = np.zeros((parts, c), rows.dtype)
+    layer_norm_rows_backward(np.ascontiguousarray(grad).reshape(n, c), rows,
+                             np.ascontiguousarray(ctx.inputs[1]), mean, rstd, dx, dweight,
+                             dbias, parts)
+    grads = (dx.reshape(ctx.inputs[0].shape),
+             dweight.sum(axis=0) if ctx.parents[1].requires_grad else None)
+    if len(ctx.parents) == 3:
+        grads += (dbias.sum(axis=0) if ctx.parents[2].requires_grad else None,)
+    return grads
+
+
+@intrinsic
+def _float32_from_bits(typingctx, bits):
+    """The float32 whose 32 bits are those of the integer `bits` (reinterpreted, not converted)."""
+    if not isinstance(bits, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        value = args[0]
+        if bits.bitwidth > 32:
+            value = builder.trunc(value, ir.IntType(32))
+        elif bits.bitwidth < 32:
+            value = builder.sext(value, ir.IntType(32))
+        return builder.bitcast(value, ir.FloatType())
+
+    return types.float32(bits), codegen
+
+
+_LOG2E = 1.0 / math.log(2.0)
+_LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4  # ln 2 = HI + LO; n * HI is exact in float32
+
+
+@numba.njit(inline="always")
+def _exp32(x):
+    """exp(x) for a float32, in operations that vectorize: 2^n * exp(r), x = n ln 2 + r."""
+    low, high = np.float32(-87.0), np.float32(88.8)
+    clamped = x if x > low else low
+    clamped = clamped if clamped < high else high
+    t = clamped * np.float32(_LOG2E)
+    n = np.int32(t + np.float32(0.5) if t >= np.float32(0) else t - np.float32(0.5))  # round
+    nf = np.float32(n)
+    # r = x - n ln 2 in two steps, ln 2's high part first (its product with n is exact). This
+    # relies on FASTMATH having no "nsz": with it LLVM may merge the steps into n * ln(2).
+    r = (clamped - nf * np.float32(_LN2_HI)) - nf * np.float32(_LN2_LO)  # |r| <= ln(2) / 2
+    p = np.float32(1 / 5040) + r * np.float32(1 / 40320)  # Taylor series of exp(r), Horner
+    p = np.float32(1 / 720) + r * p
+    p = np.float32(1 / 120) + r * p
+    p = np.float32(1 / 24) + r * p
+    p = np.float32(1 / 6) + r * p
+    p = np.float32(0.5) + r * p
+    p = np.float32(1) + r * p
+    p = np.float32(1) + r * p
+    # 2^n as 2^(n-1) * 2, so that n = 128 (results up to float32's max) stays representable
+    y = p * _float32_from_bits((n + np.int32(126)) << np.int32(23)) * np.float32(2)
+    y = np.float32(0) if x < np.float32(-86.5) else y  # below float32's normal range
+    return x if x != x else y  # NaN stays NaN
+
+
+def fast_exp(x):
+    """exp(x) inside compiled kernels: float32 without a library call, float64 exactly."""
+    return math.exp(x)
+
+
+@overload(fast_exp, inline="always")  # inlined: a call would stop SIMD
+def _fast_exp_kernel(x):
+    if x == types.float32:
+        return lambda x: _exp32(x)
+    return lambda x: math.exp(x)
+
+
+@compiled
+def exp_rows(x, out, parts):
+    """out = fast_exp(x), element by element (x, out flat): fast_exp from Python"""
+    n = x.shape[0]
+    for p in prange(parts):
+        lo, hi = p * n // parts, (p + 1) * n // parts
+        xs, outs = x[lo:hi], out[lo:hi]
+        for i in range(xs.shape[0]):
+            outs[i] = fast_exp(xs[i])
+
+
+@compiled
+def softmax_rows(scores, keep, scale, parts):
+    """In place: each row of scores (R, T, S) becomes softmax(scale * row) over its kept
+    entries (keep, bool, same shape); masked weights 0, a row with nothing kept all 0"""
+    n_r, n_t, n_s = scores.shape
+    rows = n_r * n_t
+    T = scores.dtype.type
+    for p in prange(parts):
+        for row in range(p * rows // parts, (p + 1) * rows // parts):
+            s, kept = scores[row // n_t, row % n_t], keep[row // n_t, row % n_t]
+            top = T(-np.inf)
+            for j in range(n_s):
+                if kept[j]:
+                    top = max(top, s[j] * scale)
+            if top == T(-np.inf):  # every key masked
+                for j in range(n_s):
+                    s[j] = T(0)
+                continue
+            total = T(0)
+            for j in range(n_s):
+                e = fast_exp(s[j] * scale - top) if kept[j] else T(0)
+                s[j] = e
+                total += e
+            inv = T(1) / total
+            for j in range(n_s):
+                s[j] *= inv
+
+
+@compiled
+def softmax_rows_backward(probs, d_probs, scale, parts):
+    """In place: d_probs (R, T, S) becomes scale * P * (dP - rowsum(P * dP)), row by row"""
+    n_r, n_t, n_s = probs.shape
+    rows = n_r * n_t
+    T = probs.dtype.type
+    for p in prange(parts):
+        for row in range(p * rows // parts, (p + 1) * rows // parts):
+            pr, dr = probs[row // n_t, row % n_t], d_probs[row // n_t, row % n_t]
+            dot = T(0)
+            for j in range(n_s):
+                dot += pr[j] * dr[j]
+            for j in range(n_s):
+                dr[j] = scale * pr[j] * (dr[j] - dot)
+
+
+_ALL_KEPT = np.ones((1, 1), dtype=bool)  # the mask of attention without a mask
+
+
+def _rows_of(a):
+    """(..., T, S) -> (R, T, S), a view when a is C-ordered (or a broadcast view)."""
+    return a.reshape((-1,) + a.shape[-2:])
+
+
+class AttentionCompiled(AttentionKeepFunction):
+    """Part 7's attention with the softmax and its gradient compiled; keeps P."""
+
+    saves_for_backward = True  # forward returns (out, (probs, dropped))
+
+    @staticmethod
+    def forward(q, k, v, keep=None, drop=None):
+        if drop is not None:
+            return AttentionKeepFunction.forward(q, k, v, keep, drop)
+        scores = np.matmul(q, np.swapaxes(k, -1, -2))  # (..., T, S), a new array
+        mask = np.broadcast_to(_ALL_KEPT if keep is None else keep, scores.shape)
+        probs = _rows_of(scores)  # (R, T, S) view
+        softmax_rows(probs, _rows_of(mask), q.dtype.type(1.0 / math.sqrt(q.shape[-1])),
+                     chunks(probs.shape[0] * probs.shape[1], probs.shape[2]))
+        return np.matmul(scores, v), (scores, scores)  # (..., T, Dv)
+
+
+@derivative(AttentionCompiled)
+def attention_compiled_backward(ctx, grad):
+    """Part 7's rule, dS from the compiled kernel (scale included); dropout: Part 7's own"""
+    if ctx.params.get("drop") is not None:
+        return attention_keep_backward(ctx, grad)
+    q, k, v = ctx.inputs
+    probs, _ = ctx.saved
+    needs = [p.requires_grad for p in ctx.parents]
+    grad_v = np.matmul(np.swapaxes(probs, -1, -2), grad) if needs[2] else None
+    if not (needs[0] or needs[1]):
+        return None, None, grad_v
+    d_probs = np.matmul(grad, np.swapaxes(v, -1, -2))  # (..., T, S), a new array
+    rows = _rows_of(d_probs)
+    softmax_rows_backward(_rows_of(probs), rows, q.dtype.type(1.0 / math.sqrt(q.shape[-1])),
+                          chunks(rows.shape[0] * rows.shape[1], rows.shape[2]))
+    grad_q = np.matmul(d_probs, k) if needs[0] else None
+    grad_k = np.matmul(np.swapaxes(d_probs, -1, -2), q) if needs[1] else None
+    return grad_q, grad_k, grad_v
+
+
+@compiled
+def gelu_tanh_rows(x, out, parts):
+    """out = 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = c (x + k x^3), element by element"""
+    n = x.shape[0]
+    T = x.dtype.type
+    c2, k, one = T(-2 * math.sqrt(2 / math.pi)), T(0.044715), T(1)
+    for p in prange(parts):
+        lo, hi = p * n // parts, (p + 1) * n // parts
+        xs, outs = x[lo:hi], out[lo:hi]
+        for i in range(xs.shape[0]):  # from 0, on a slice: LLVM sees contiguous, SIMD-able loads
+            a = xs[i]
+            outs[i] = a / (one + fast_exp(c2 * (a + k * a * a * a)))
+
+
+@compiled
+def gelu_tanh_rows_backward(x, grad, out, parts):
+    """out = grad * (s + 2 x s (1 - s) u'), s = 1 / (1 + e), e = exp(-2u), 1 - s = e s"""
+    n = x.shape[0]
+    T = x.dtype.type
+    c, k, one, two, three = T(math.sqrt(2 / math.pi)), T(0.044715), T(1), T(2), T(3)
+    for p in prange(parts):
+        lo, hi = p * n // parts, (p + 1) * n // parts
+        xs, gs, outs = x[lo:hi], grad[lo:hi], out[lo:hi]
+        for i in range(xs.shape[0]):
+            a = xs[i]
+            e = fast_exp(-two * c * (a + k * a * a * a))
+            s = one / (one + e)
+            rest = e * s if e < one else one - s  # 1 - s, never a cancellation (nor inf * 0)
+            outs[i] = gs[i] * (s + two * a * s * rest * c * (one + three * k * a * a))
+
+
+class GELUCompiled(GELUFunction):
+    """GELU's tanh form as one compiled pass; the erf form is module 02's."""
+
+    @staticmethod
+    def forward(x, approximate):
+        if approximate != "tanh":
+            return GELUFunction.forward(x, approximate)
+        flat = np.ascontiguousarray(x).reshape(-1)
+        out = np.empty_like(flat)
+        gelu_tanh_rows(flat, out, chunks(flat.size))
+        return out.reshape(x.shape)
+
+
+@derivative(GELUCompiled)
+def gelu_compiled_backward(ctx, grad):
+    """the tanh form from the compiled kernel (exp recomputed); the erf form: module 06's rule"""
+    if ctx.params.get("approximate", "none") != "tanh":
+        return plain_gelu_backward(ctx, grad)
+    x = np.ascontiguousarray(ctx.inputs[0]).reshape(-1)
+    out = np.empty_like(x)
+    g = np.ascontiguousarray(grad, dtype=x.dtype).reshape(-1)
+    gelu_tanh_rows_backward(x, g, out, chunks(x.size))
+    return (out.reshape(ctx.inputs[0].shape),)
+
+
+@compiled
+def cross_entropy_rows(logits, target, ignore_index, losses, lse, parts):
+    """losses[i] = logsumexp(logits[i]) - logits[i, target[i]] (0 if ignored); lse[i] kept"""
+    n, v = logits.shape
+    T = logits.dtype.type
+    for p in prange(parts):
+        for i in range(p * n // parts, (p + 1) * n // parts):
+            top = logits[i, 0]
+            for j in range(1, v):
+                top = max(top, logits[i, j])
+            total = T(0)
+            for j in range(v):
+                total += fast_exp(logits[i, j] - top)
+            log_total = math.log(total)
+            lse[i] = top + log_total
+            t = target[i]  # (top - logit) first: no cancellation between two large numbers
+            losses[i] = (top - logits[i, t]) + log_total if t != ignore_index else T(0)
+
+
+@compiled
+def cross_entropy_rows_backward(logits, target, ignore_index, lse, scale, out, parts):
+    """out[i] = (exp(logits[i] - lse[i]) - onehot(target[i])) * scale[i], 0 for ignored rows"""
+    n, v = logits.shape
+    T = logits.dtype.type
+    for p in prange(parts):
+        for i in range(p * n // parts, (p + 1) * n // parts):
+            t = target[i]
+            if t == ignore_index:
+                for j in range(v):
+                    out[i, j] = T(0)
+                continue
+            for j in range(v):
+                out[i, j] = fast_exp(logits[i, j] - lse[i]) * scale[i]
+            out[i, t] -= scale[i]
+
+
+def _cross_entropy_fits(logits, target, ignore_index, reduction):
+    """True when the compiled kernel may run: the shapes, types and classes module 04 accepts."""
+    if (logits.ndim != 2 or target.shape != logits.shape[:1] or reduction not in
+            ("mean", "sum", "none") or not np.issubdtype(target.dtype, np.integer)):
+        return False
+    counted = target != ignore_index
+    return not (counted & ((target < 0) | (target >= logits.shape[1]))).any()
+
+
+class CrossEntropyCompiled(CrossEntropyFunction):
+    """Module 04's loss from one compiled pass per row; keeps each row's log-sum-exp."""
+
+    saves_for_backward = True  # forward returns (loss, lse); lse None from module 04's path
+
+    @staticmethod
+    def forward(logits, target, ignore_index, reduction):
+        if not _cross_entropy_fits(logits, target, ignore_index, reduction):
+            return CrossEntropyFunction.forward(logits, target, ignore_index, reduction), None
+        n = logits.shape[0]
+        rows = np.ascontiguousarray(logits)
+        losses, lse = np.empty(n, logits.dtype), np.empty(n, logits.dtype)
+        cross_entropy_rows(rows, np.ascontiguousarray(target), ignore_index, losses, lse,
+                           chunks(n, logits.shape[1]))
+        if reduction == "none":
+            return losses, lse
+        total = np.sum(losses)
+        if reduction == "sum":
+            return np.asarray(total), lse
+        count = int(np.count_nonzero(target != ignore_index))
+        if count == 0:
+            return np.asarray(np.nan, dtype=logits.dtype), lse  # 0 / 0, as in PyTorch
+        return np.asarray(total / logits.dtype.type(count)), lse
+
+
+@derivative(CrossEntropyCompiled)
+def cross_entropy_compiled_backward(ctx, grad):
+    """(softmax - onehot) * scale per row, from the kept log-sum-exp"""
+    lse = ctx.saved
+    if lse is None:
+        return cross_entropy_backward_inplace(ctx, grad)
+    logits = np.ascontiguousarray(ctx.inputs[0])
+    target = ctx.params["target"] if "target" in ctx.params else ctx.inputs[1]
+    ignore_index = ctx.params.get("ignore_index", -100)
+    keep = target != ignore_index
+    scale = np.asarray(grad, dtype=logits.dtype) * keep  # (N,) or one value times (N,)
+    if ctx.params.get("reduction", "mean") == "mean":
+        scale /= logits.dtype.type(max(int(keep.sum()), 1))
+    out = np.empty_like(logits)
+    cross_entropy_rows_backward(logits, np.ascontiguousarray(target), ignore_index, lse,
+                                np.ascontiguousarray(scale), out,
+                                chunks(logits.shape[0], logits.shape[1]))
+    return (out,) + (None,) * (len(ctx.inputs) - 1)
+
+
+@compiled(fastmath=False)
+def adamw_rows(param, grad, m, v, settings, parts):
+    """AdamW on one flat parameter, in place; settings = (decay, beta1, 1 - beta1, beta2,
+    1 - beta2, sqrt(1 - beta2^t), eps, lr / (1 - beta1^t))"""
+    n = param.shape[0]
+    T = param.dtype.type
+    decay, beta1, one_m_beta1, beta2 = (T(settings[0]), T(settings[1]), T(settings[2]),
+                                        T(settings[3]))
+    one_m_beta2, bias2, eps, step = (T(settings[4]), T(settings[5]), T(settings[6]),
+                                     T(settings[7]))
+    for p in prange(parts):
+        lo, hi = p * n // parts, (p + 1) * n // parts
+        ps, gs, ms, vs = param[lo:hi], grad[lo:hi], m[lo:hi], v[lo:hi]
+        for j in range(hi - lo):  # Part 8's operations, in Part 8's order
+            g = gs[j]
+            q = ps[j] * decay
+            ms[j] = ms[j] * beta1 + g * one_m_beta1
+            vs[j] = vs[j] * beta2 + (g * g) * one_m_beta2
+            ps[j] = q - ms[j] / (math.sqrt(vs[j]) / bias2 + eps) * step
+
+
+class CompiledAdamW(FusedAdamW):
+    """AdamW's numbers to the bit, each float32 parameter updated by one compiled pass."""
+
+    def step(self):
+        todo, plain = [], False
+        for p, state in self._each_param():
+            if p.grad is None:
+                continue
+            grad = _grad_array(p)
+            plain = plain or p.data.dtype != np.float32 or grad.dtype != np.float32 or not (
+                p.data.flags.c_contiguous)
+            todo.append((p, grad, state, self.lr, self.weight_decay, self.betas, self.eps))
+        if plain:  # a parameter the kernel does not take: Part 8's loop for all of them
+            return super().step()
+        self.steps += 1
+        for p, grad, state, lr, weight_decay, (beta1, beta2), eps in todo:
+            t, m, v = self._next_step(p.data, state)
+            decay = 1.0 - lr * weight_decay if weight_decay else 1.0
+            settings = np.array((decay, beta1, 1.0 - beta1, beta2, 1.0 - beta2,
+                                 math.sqrt(1.0 - beta2**t), eps, lr / (1.0 - beta1**t)))
+            adamw_rows(p.data.reshape(-1), np.ascontiguousarray(grad).reshape(-1),
+                       m.reshape(-1), v.reshape(-1), settings, chunks(p.data.size))
+
+
+@compiled
+def int8_matmul_rows(x, q, scale, out, parts):
+    """out[n, o] = scale[o] * sum_k x[n, k] q[o, k], the int8 weights read as they are"""
+    n_rows, n_k = x.shape
+    n_out = q.shape[0]
+    T = x.dtype.type
+    for p in prange(parts):
+        for o in range(p * n_out // parts, (p + 1) * n_out // parts):
+            w = q[o]
+            for r in range(n_rows):
+                xr = x[r]
+                total = T(0)
+                for k in range(n_k):
+                    total += xr[k] * T(w[k])
+                out[r, o] = total * scale[o]
+
+
+SMALL_ROWS = 8  # up to this many rows, the integer kernels; more, float32 tiles and BLAS
+TILE_ELEMENTS = 1 << 16  # weights per dequantized tile: 256 KiB of float32, kept in cache
+
+
+@compiled
+def int4_matmul_rows(x_even, x_odd, packed, scales, out, parts):
+    """out[n, o] = sum over groups g of scales[o, g] * sum_j (x[2j] lo_j + x[2j+1] hi_j),
+    lo_j, hi_j the two 4-bit halves of byte j, minus 8 each"""
+    n_rows = x_even.shape[0]
+    n_out, n_bytes = packed.shape
+    groups = scales.shape[1]
+    group_bytes = n_bytes // groups
+    T = x_even.dtype.type
+    for p in prange(parts):
+        for o in range(p * n_out // parts, (p + 1) * n_out // parts):
+            for r in range(n_rows):
+                total = T(0)
+                for g in range(groups):
+                    lo, hi = g * group_bytes, (g + 1) * group_bytes
+                    w, xe, xo = packed[o, lo:hi], x_even[r, lo:hi], x_odd[r, lo:hi]
+                    acc = T(0)
+                    for j in range(group_bytes):
+                        b = np.int32(w[j])
+                        acc += xe[j] * T((b & 15) - 8) + xo[j] * T((b >> 4) - 8)
+                    total += acc * scales[o, g]
+                out[r, o] = total
+
+
+@compiled
+def dequantize_rows(q, scales, first, out, parts):
+    """out = the float32 weights of rows first .. first + len(out) of int8 q (scales (M,)) or
+    packed int4 q (scales (M, groups)), row by row"""
+    n_out, n_k = out.shape
+    T = out.dtype.type
+    for p in prange(parts):
+        for i in range(p * n_out // parts, (p + 1) * n_out // parts):
+            o, row = first + i, out[i]
+            if scales.ndim == 1:  # int8, one scale per row
+                for k in range(n_k):
+                    row[k] = T(q[o, k]) * scales[o]
+            else:  # int4: two values per byte, one scale per group
+                group = n_k // scales.shape[1]
+                for k in range(n_k // 2):
+                    b = np.int32(q[o, k])
+                    s = scales[o, (2 * k) // group]
+                    row[2 * k] = T((b & 15) - 8) * s
+                    row[2 * k + 1] = T((b >> 4) - 8) * s
+
+
+class QuantizedMatMulCompiled(QuantizedMatMul):
+    """Module 15's x @ deq(W).T from the stored integers: kernels for a few rows, tiles of
+    dequantized rows and BLAS for many; the float32 matrix is never made."""
+
+    @staticmethod
+    def forward(x, qweight, scale, bits, group_size):
+        if x.dtype != np.float32:
+            return QuantizedMatMul.forward(x, qweight, scale, bits, group_size)
+        n_in = x.shape[-1]
+        rows = np.ascontiguousarray(x).reshape(-1, n_in)  # (N, K)
+        n, n_out = rows.shape[0], qweight.shape[0]
+        out = np.empty((n, n_out), np.float32)
+        if n <= SMALL_ROWS:
+            parts = chunks(n_out, n_in * n)
+            if bits == 8:
+                int8_matmul_rows(rows, qweight, scale, out, parts)
+            else:
+                int4_matmul_rows(np.ascontiguousarray(rows[:, 0::2]),
+                                 np.ascontiguousarray(rows[:, 1::2]), qweight, scale, out, parts)
+        else:
+            tile = max(16, TILE_ELEMENTS // n_in)
+            buffer = np.empty((min(tile, n_out), n_in), np.float32)
+            for first in range(0, n_out, tile):
+                w = buffer[:min(tile, n_out - first)]  # (tile, K), overwritten per tile
+                dequantize_rows(qweight, scale, first, w, chunks(w.shape[0], n_in))
+                out[:, first:first + w.shape[0]] = rows @ w.T
+        return out.reshape(x.shape[:-1] + (n_out,))
+
+
+@derivative(QuantizedMatMulCompiled)
+def quantized_matmul_compiled_backward(ctx, grad):
+    """module 15's rule: grad @ deq(W) to x"""
+    return quantized_matmul_backward(ctx, grad)
+
+
+@compiled
+def rms_norm_rows(x, weight, eps, out, rstd, parts):
+    """out = x * rstd * weight for each row of x (N, C), rstd = 1 / sqrt(mean(x^2) + eps)"""
+    n, c = x.shape
+    T = x.dtype.type
+    inv_c = T(1.0 / c)
+    for p in prange(parts):
+        for i in range(p * n // parts, (p + 1) * n // parts):
+            total = T(0)
+            for j in range(c):
+                total += x[i, j] * x[i, j]
+            r = T(1) / math.sqrt(total * inv_c + eps)
+            for j in range(c):
+                out[i, j] = x[i, j] * r * weight[j]
+            rstd[i] = r
+
+
+@compiled
+def rms_norm_rows_backward(grad, x, weight, rstd, dx, dweight, parts):
+    """dx = rstd (g_hat - x_hat mean(g_hat x_hat)), g_hat = grad * weight; dweight (parts, C)"""
+    n, c = x.shape
+    T = x.dtype.type
+    inv_c = T(1.0 / c)
+    for p in prange(parts):
+        for i in range(p * n // parts, (p + 1) * n // parts):
+            r = rstd[i]
+            sum_gx = T(0)
+            for j in range(c):
+                x_hat = x[i, j] * r
+                sum_gx += grad[i, j] * weight[j] * x_hat
+                dweight[p, j] += grad[i, j] * x_hat
+            sum_gx *= inv_c
+            for j in range(c):
+                dx[i, j] = r * (grad[i, j] * weight[j] - x[i, j] * r * sum_gx)
+
+
+class RMSNormCompiled(RMSNormFunction):
+    """Module 13's RMSNorm as one compiled pass per row; keeps rstd per row."""
+
+    saves_for_backward = True  # forward returns (out, (rows, rstd))
+
+    @staticmethod
+    def forward(x, weight, eps=1e-6):
+        c = x.shape[-1]
+        rows = np.ascontiguousarray(x).reshape(-1, c)
+        out, rstd = np.empty_like(rows), np.empty(rows.shape[0], x.dtype)
+        rms_norm_rows(rows, np.ascontiguousarray(weight, dtype=x.dtype), x.dtype.type(eps), out,
+                      rstd, chunks(rows.shape[0], c))
+        return out.reshape(x.shape), (rows, rstd)
+
+
+@derivative(RMSNormCompiled)
+def rms_norm_compiled_backward(ctx, grad):
+    """module 13's rule from the compiled kernel"""
+    rows, rstd = ctx.saved
+    n, c = rows.shape
+    parts = chunks(n, c)
+    dx, dweight = np.empty_like(rows), np.zeros((parts, c), rows.dtype)
+    rms_norm_rows_backward(np.ascontiguousarray(grad).reshape(n, c), rows,
+                           np.ascontiguousarray(ctx.inputs[1], dtype=rows.dtype), rstd, dx,
+                           dweight, parts)
+    grad_weight = dweight.sum(axis=0) if ctx.parents[1].requires_grad else None
+    return dx.reshape(ctx.inputs[0].shape), grad_weight
+
+
+@compiled
+def rotary_rows(x, cos, sin, backward, out, parts):
+    """out = x cos + rotate_half(x) sin (backward: g cos - rotate_half(g sin)), rotate_half(x)
+    = [-x2 | x1], for x (R, T, d) and cos, sin (T or 1, d)"""
+    n_r, n_t, d = x.shape
+    half = d // 2
+    rows = n_r * n_t
+    for p in prange(parts):
+        for row in range(p * rows // parts, (p + 1) * rows // parts):
+            t = row % n_t if cos.shape[0] > 1 else 0
+            a, o, c, s = x[row // n_t, row % n_t], out[row // n_t, row % n_t], cos[t], sin[t]
+            for j in range(half):
+                x1, x2 = a[j], a[j + half]
+                if backward:
+                    o[j] = x1 * c[j] + x2 * s[j + half]
+                    o[j + half] = x2 * c[j + half] - x1 * s[j]
+                else:
+                    o[j] = x1 * c[j] - x2 * s[j]
+                    o[j + half] = x2 * c[j + half] + x1 * s[j + half]
+
+
+def _rotary_fits(x, cos):
+    return x.ndim >= 2 and cos.ndim == 2 and cos.shape[0] in (1, x.shape[-2]) and (
+        x.shape[-1] % 2 == 0)
+
+
+def _rotary(x, cos, sin, backward):
+    rows = np.ascontiguousarray(x).reshape((-1,) + x.shape[-2:])  # (R, T, d)
+    out = np.empty_like(rows)
+    rotary_rows(rows, np.ascontiguousarray(cos, dtype=x.dtype),
+                np.ascontiguousarray(sin, dtype=x.dtype), backward, out,
+                chunks(rows.shape[0] * rows.shape[1], rows.shape[2]))
+    return out.reshape(x.shape)
+
+
+class RotaryCompiled(RotaryFunction):
+    """Module 11's RoPE as one compiled pass per row (tables (T, d) or (1, d))."""
+
+    @staticmethod
+    def forward(x, cos, sin):
+        if not _rotary_fits(x, cos):
+            return RotaryFunction.forward(x, cos, sin)
+        return _rotary(x, cos, sin, False)
+
+
+@derivative(RotaryCompiled)
+def rotary_compiled_backward(ctx, grad):
+    """module 11's rule, grad cos - rotate_half(grad sin), in one pass"""
+    x, cos, sin = ctx.inputs[0], ctx.params["cos"], ctx.params["sin"]
+    if not _rotary_fits(x, cos):
+        return rotary_backward(ctx, grad)
+    return (_rotary(np.asarray(grad, dtype=x.dtype), cos, sin, True),)
+
+
+@compiled
+def silu_rows(x, out, parts):
+    """out = x * sigmoid(x) = x / (1 + exp(-x)), element by element (x, out flat)"""
+    n = x.shape[0]
+    one = x.dtype.type(1)
+    for p in prange(parts):
+        lo, hi = p * n // parts, (p + 1) * n // parts
+        xs, outs = x[lo:hi], out[lo:hi]
+        for i in range(xs.shape[0]):
+            outs[i] = xs[i] / (one + fast_exp(-xs[i]))
+
+
+@compiled
+def silu_rows_backward(x, grad, out, parts):
+    """out = grad * s (1 + x (1 - s)), s = sigmoid(x), 1 - s = e s with e = exp(-x)"""
+    n = x.shape[0]
+    one = x.dtype.type(1)
+    for p in prange(parts):
+        lo, hi = p * n // parts, (p + 1) * n // parts
+        xs, gs, outs = x[lo:hi], grad[lo:hi], out[lo:hi]
+        for i in range(xs.shape[0]):
+            e = fast_exp(-xs[i])
+            s = one / (one + e)
+            rest = e * s if e < one else one - s
+            outs[i] = gs[i] * s * (one + xs[i] * rest)
+
+
+class SiLUCompiled(SiLUFunction):
+    """Module 02's SiLU as one compiled pass."""
+
+    @staticmethod
+    def forward(x):
+        flat = np.ascontiguousarray(x).reshape(-1)
+        out = np.empty_like(flat)
+        silu_rows(flat, out, chunks(flat.size))
+        return out.reshape(x.shape)
+
+
+@derivative(SiLUCompiled)
+def silu_compiled_backward(ctx, grad):
+    """d silu = s (1 + x (1 - s)), from the compiled kernel"""
+    x = np.ascontiguousarray(ctx.inputs[0]).reshape(-1)
+    out = np.empty_like(x)
+    silu_rows_backward(x, np.ascontiguousarray(grad, dtype=x.dtype).reshape(-1), out,
+                       chunks(x.size))
+    return (out.reshape(ctx.inputs[0].shape),)
+
+
+@compiled
+def swiglu_rows(gate, up, out, parts):
+    """out = silu(gate) * up in one pass, no temporary (gate, up, out flat)"""
+    n = gate.shape[0]
+    one = gate.dtype.type(1)
+    for p in prange(parts):
+        lo, hi = p * n // parts, (p + 1) * n // parts
+        gs, us, outs = gate[lo:hi], up[lo:hi], out[lo:hi]
+        for i in range(gs.shape[0]):
+            outs[i] = gs[i] / (one + fast_exp(-gs[i])) * us[i]
+
+
 FAST_KERNELS = (
     # (name, table, key, fast entry): switching on sets table[key] = fast entry
     ("gelu_backward_inplace", DERIVATIVES, GELUFunction, gelu_backward_inplace),
@@ -368,16 +1129,36 @@ FAST_KERNELS = (
     ("layer_norm_kernel", KERNELS, LayerNormFunction, LayerNormKernel),
     ("add_backward_bias_blas", DERIVATIVES, Add, add_backward_bias_blas),
 )
+COMPILED_KERNELS = (
+    ("layer_norm_compiled", KERNELS, LayerNormFunction, LayerNormCompiled),
+    ("gelu_compiled", KERNELS, GELUFunction, GELUCompiled),
+    ("attention_compiled", KERNELS, AttentionFunction, AttentionCompiled),
+    ("cross_entropy_compiled", KERNELS, CrossEntropyFunction, CrossEntropyCompiled),
+    ("quantized_matmul_compiled", KERNELS, QuantizedMatMul, QuantizedMatMulCompiled),
+    ("rms_norm_compiled", KERNELS, RMSNormFunction, RMSNormCompiled),
+    ("rotary_compiled", KERNELS, RotaryFunction, RotaryCompiled),
+    ("silu_compiled", KERNELS, SiLUFunction, SiLUCompiled),
+)
+ALL_KERNELS = FAST_KERNELS + COMPILED_KERNELS
 _PLAIN_ENTRIES = {}  # name -> the table entry the fast kernel replaced (None: there was none)
+
+
+def kernel_set(compiled=True):
+    """The entries use_fast_kernels switches on: the compiled kernels, and the NumPy ones for
+    the operations that have no compiled kernel (compiled=False: the NumPy ones alone)."""
+    if not compiled:
+        return FAST_KERNELS
+    taken = {key for _, _, key, _ in COMPILED_KERNELS}
+    return tuple(e for e in FAST_KERNELS if e[2] not in taken) + COMPILED_KERNELS
 
 
 def active_kernels():
     """The names of the fast kernels whose entries are in their tables now."""
-    return tuple(name for name, table, key, fast in FAST_KERNELS if table.get(key) is fast)
+    return tuple(name for name, table, key, fast in ALL_KERNELS if table.get(key) is fast)
 
 
 def _switch(names, on):
-    for name, table, key, fast in FAST_KERNELS:
+    for name, table, key, fast in ALL_KERNELS:
         if name not in names:
             continue
         if on and table.get(key) is not fast:
@@ -391,22 +1172,26 @@ def _switch(names, on):
                 table[key] = plain
 
 
-def use_fast_kernels(on: bool = True) -> tuple[str, ...]:
-    """Switch every fast kernel in FAST_KERNELS on (or off); returns the names now active."""
-    if not isinstance(on, bool):
-        raise TypeError(f"use_fast_kernels(on) takes True or False, got {on!r}")
-    _switch({name for name, *_ in FAST_KERNELS}, on)
+def use_fast_kernels(on: bool = True, compiled: bool = True) -> tuple[str, ...]:
+    """Switch the fast kernels of kernel_set(compiled) on (or all of them off); returns the
+    names now active."""
+    if not isinstance(on, bool) or not isinstance(compiled, bool):
+        raise TypeError(f"use_fast_kernels(on, compiled) takes True or False, got {on!r}, "
+                        f"{compiled!r}")
+    wanted = {name for name, *_ in kernel_set(compiled)} if on else set()
+    _switch({name for name, *_ in ALL_KERNELS} - wanted, False)
+    _switch(wanted, True)
     return active_kernels()
 
 
 @contextlib.contextmanager
-def fast_kernels(on=True):
-    """with fast_kernels(): ... runs with the fast kernels on (off with on=False), then
-    restores exactly the kernels that were active before. Yields the names active inside."""
+def fast_kernels(on=True, compiled=True):
+    """with fast_kernels(): ... runs with the fast kernels on (off with on=False; the NumPy
+    ones alone with compiled=False), then restores exactly the kernels that were active
+    before. Yields the names active inside."""
     before = set(active_kernels())
     try:
-        yield use_fast_kernels(on)
+        yield use_fast_kernels(on, compiled)
     finally:
-        everything = {name for name, *_ in FAST_KERNELS}
-        _switch(everything - before, False)
+        _switch({name for name, *_ in ALL_KERNELS} - before, False)
         _switch(before, True)

@@ -6,9 +6,9 @@ __all__ = ['INT8_EPS', 'quantize_int8', 'dequantize_int8', 'pack_int4', 'unpack_
 
 import numpy as np
 
-from tinytorch.core.autograd import no_grad
+from tinytorch.core.autograd import derivative, no_grad
 from tinytorch.core.layers import Linear, Module, Parameter, Sequential
-from tinytorch.core.tensor import ShapeError, Tensor
+from tinytorch.core.tensor import Function, ShapeError, Tensor
 
 
 INT8_EPS = np.float32(np.finfo(np.float32).eps)  # smallest scale, as PyTorch's observers
@@ -38,21 +38,24 @@ def quantize_int8(w, axis=None, symmetric=True):
         amax = _reduce(np.abs(w), np.max, axis)
         scale = np.maximum(amax / np.float32(127), INT8_EPS)
         zero_point = np.zeros(scale.shape, dtype=np.int32)
-        q = np.clip(np.rint(w / _broadcast(scale, w, axis)), -127, 127)
+        inv = np.float32(1) / scale  # PyTorch's order: w * (1 / s), see "Divide, or ..."
+        q = np.clip(np.rint(w * _broadcast(inv, w, axis)), -127, 127)
     else:
         lo = np.minimum(_reduce(w, np.min, axis), np.float32(0))
         hi = np.maximum(_reduce(w, np.max, axis), np.float32(0))
         scale = np.maximum((hi - lo) / np.float32(255), INT8_EPS)
         zero_point = np.clip(-128 - np.rint(lo / scale), -128, 127).astype(np.int32)
-        shifted = np.rint(w / _broadcast(scale, w, axis)) + _broadcast(zero_point, w, axis)
+        inv = np.float32(1) / scale
+        shifted = np.rint(w * _broadcast(inv, w, axis)) + _broadcast(zero_point, w, axis)
         q = np.clip(shifted, -128, 127)
     return q.astype(np.int8), scale, zero_point
 
 
 def dequantize_int8(q, scale, zero_point, axis=None):
     """scale * (q - zero_point), float32, broadcast along `axis`."""
-    centered = q.astype(np.int32) - _broadcast(np.asarray(zero_point), q, axis)
-    return (centered * _broadcast(np.asarray(scale), q, axis)).astype(np.float32)
+    zero = _broadcast(np.asarray(zero_point, dtype=np.float32), q, axis)
+    centered = q.astype(np.float32) - zero  # small integers: exact in float32
+    return centered * _broadcast(np.asarray(scale, dtype=np.float32), q, axis)  # float32
 
 
 def pack_int4(q):
@@ -100,7 +103,8 @@ def quantize_int4(w, group_size=32):
     groups = w.reshape(out_f, in_f // group_size, group_size)  # (out, G, g)
     amax = np.abs(groups).max(axis=-1)  # (out, G)
     scales = np.maximum(amax / np.float32(7), INT8_EPS)
-    q = np.clip(np.rint(groups / scales[..., None]), -7, 7).reshape(out_f, in_f)
+    inv = np.float32(1) / scales  # (out, G): as int8, multiply by the reciprocal
+    q = np.clip(np.rint(groups * inv[..., None]), -7, 7).reshape(out_f, in_f)
     return pack_int4(q), scales
 
 
@@ -110,6 +114,29 @@ def dequantize_int4(packed, scales, group_size=32):
     out_f, in_f = q.shape
     groups = q.reshape(out_f, in_f // group_size, group_size).astype(np.float32)
     return (groups * scales[..., None]).reshape(out_f, in_f)
+
+
+class QuantizedMatMul(Function):
+    """x @ deq(W).T for W stored as int8 rows (bits=8) or packed int4 groups (bits=4)"""
+
+    @staticmethod
+    def forward(x, qweight, scale, bits, group_size):
+        if bits == 8:
+            w = dequantize_int8(qweight, scale, 0, axis=0)  # (out, in), a temporary
+        else:
+            w = dequantize_int4(qweight, scale, group_size)
+        return np.matmul(x, w.T.astype(x.dtype, copy=False))  # (..., out)
+
+
+@derivative(QuantizedMatMul)
+def quantized_matmul_backward(ctx, grad):
+    """d(x @ deq(W).T) / dx = grad @ deq(W); the stored integers are constants"""
+    p = ctx.params
+    if p["bits"] == 8:
+        w = dequantize_int8(p["qweight"], p["scale"], 0, axis=0)
+    else:
+        w = dequantize_int4(p["qweight"], p["scale"], p["group_size"])
+    return (np.matmul(grad, w.astype(grad.dtype, copy=False)),)
 
 
 class QuantizedLinear(Module):
@@ -158,7 +185,8 @@ class QuantizedLinear(Module):
             self.observed.append(np.abs(x.data).ravel())
         if self.input_scale is not None:
             return self._int8_forward(x)
-        y = x @ Tensor(self.dequantized_weight()).T  # (..., out)
+        y = QuantizedMatMul.apply(x, qweight=self.qweight, scale=self.scale, bits=self.bits,
+                                  group_size=self.group_size)  # (..., out)
         return y + self.bias if self.bias is not None else y
 
     def _int8_forward(self, x):

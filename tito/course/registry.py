@@ -147,7 +147,7 @@ MODULES: tuple[Module, ...] = (
     Module(14, "profiling", "Profiling", "optimization", "perf.profiling", (13,), ()),
     Module(15, "quantization", "Quantization", "optimization", "perf.quantization", (13,), ()),
     Module(16, "compression", "Compression", "optimization", "perf.compression", (13,), ()),
-    Module(17, "acceleration", "Acceleration", "optimization", "perf.acceleration", (13, 14), ()),
+    Module(17, "acceleration", "Acceleration", "optimization", "perf.acceleration", (13, 14, 15), ()),
     Module(18, "kv_caching", "KV Caching and Serving", "optimization", "models.llm", (10, 13), ("models",)),
     Module(19, "benchmarking", "Benchmarking", "optimization", "perf.benchmarking", (13, 14), ()),
     Module(20, "capstone", "Capstone", "capstone", "capstone", tuple(range(14, 20)), ()),
