@@ -311,7 +311,7 @@ def test_a_timeout_names_the_line_without_a_signal(tmp_path):
                        REPO, tmp_path, timeout=4)
     test = report.cells[2]
     assert test.status == "timeout", test.explain()
-    assert "in double, cell 1 'c1' line 3: `x = x + 0`" in test.message
+    assert "in double, cell 'c1', line 3: `x = x + 0`" in test.message
 
 
 def test_the_sandboxed_files_import_nothing_of_tito():
