@@ -94,9 +94,11 @@ def test_a_self_import_is_refused_and_the_previous_package_is_kept(ws):
     write_like_a_student(ws, 1, bug=("#| export\nclass Tensor:",
                                      "#| export\nfrom tinytorch.core.tensor import Tensor\nclass Tensor:"))
     done = run_tito("module", "complete", "01", cwd=ws)
+    out = " ".join(done.stdout.split())
     assert done.returncode == 1, done.stdout
-    assert "from tinytorch.core.tensor import Tensor" in done.stdout
-    assert "itself" in done.stdout and "'tensor-class'" in done.stdout, done.stdout
+    # the guard refuses the import while the notebook runs (the package check would too)
+    assert "your cell 'tensor-class' was refused" in out, out
+    assert "it imported tinytorch.core.tensor, the module being graded" in out, out
     assert {p: digest(p) for p in (ws / "tinytorch").rglob("*.py")} == package
     assert progress(ws) == record
 
@@ -306,3 +308,27 @@ def test_doctor_follows_requirements_to_the_end(tmp_path, monkeypatch):
     (site / "jupyter_server-1.5.0.dist-info").rename(site / "jupyter_server-2.1.0.dist-info")
     (check,) = package_checks()
     assert check.state == "ok" and "numpy 2.0.0" in check.detail, check.detail
+
+
+# ---- §3: what complete says (see also tests/test_messages.py) -----------------------------------
+def test_complete_after_a_refusal_counts_no_test_and_says_what_to_remove(ws):
+    """A solution cell that replaces np.allclose at its top level: the tests after it are "not
+    counted" (no ✓), the summary says so, and the last line says to remove what was refused,
+    not "0 failed ... Fix the failures above"; the note about the line prints without markup."""
+    assert run_tito("module", "start", "01", cwd=ws).returncode == 0
+    write_like_a_student(ws, 1)
+    path = ws / get_module(1).notebook_relpath
+    notebook = nbformat.read(path, as_version=4)
+    for c in notebook.cells:
+        if c.metadata.get("nbgrader", {}).get("grade_id") == "elementwise":
+            c.source += "\nnp.allclose = lambda *a, **k: True\n"
+    nbformat.write(notebook, path)
+    done = run_tito("module", "complete", "01", cwd=ws)
+    out = " ".join(done.stdout.split())
+    assert done.returncode == 1, out
+    assert "✗ your cell 'elementwise' was refused: not allowed: it replaced numpy.allclose" in out
+    assert "✓ test_unit_arithmetic" not in out and "✓ test_unit_reductions" not in out, out
+    assert "test_unit_arithmetic (6 pts) not counted: it ran after cell 'elementwise'" in out, out
+    assert "0 failed, 5 not counted" in out and "Fix the failures above" not in out, out
+    assert "Remove what was refused above and run this command again" in out, out
+    assert "note: cell 'elementwise', line" in out and "[yellow]" not in out, out
