@@ -332,3 +332,25 @@ def test_complete_after_a_refusal_counts_no_test_and_says_what_to_remove(ws):
     assert "0 failed, 5 not counted" in out and "Fix the failures above" not in out, out
     assert "Remove what was refused above and run this command again" in out, out
     assert "note: cell 'elementwise', line" in out and "[yellow]" not in out, out
+
+
+def test_a_lost_student_is_shown_the_most_recently_used_workspace_first(tmp_path, monkeypatch):
+    """Outside a workspace, the list of this machine's workspaces starts with the one used
+    last (its progress file), not the first in alphabetical order, and says how many more."""
+    import os
+
+    from tito.student.kernel import known_workspaces
+    from tito.student.workspace import not_a_workspace
+
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter"))
+    roots = [tmp_path / f"ws{i}" for i in range(7)]
+    for i, root in enumerate(roots):
+        (root / ".tito").mkdir(parents=True)
+        (root / ".tito" / "progress.json").write_text('{"completed": {}}')
+        os.utime(root / ".tito" / "progress.json", (1_000_000 + i, 1_000_000 + i))
+        install_kernel(root)
+    os.utime(roots[2] / ".tito" / "progress.json", (2_000_000, 2_000_000))  # used last
+    assert known_workspaces()[:2] == [roots[2].resolve(), roots[6].resolve()]
+    text = not_a_workspace(tmp_path, "run `tito milestone list`")
+    assert f"most recently used first: {roots[2].resolve()}, {roots[6].resolve()}" in text, text
+    assert "and 2 more" in text, text
