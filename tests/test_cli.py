@@ -268,7 +268,7 @@ def test_endless_loop_streams_results_and_names_the_line(ws):
     rest = proc.stdout.read()
     assert proc.wait() == 1
     assert "✓ test_unit_tensor_creation" in first
-    assert "stopped after the time limit of 8 s, in forward" in rest
+    assert "stopped after the time limit of 8 s, in Add.forward, cell 'elementwise'" in rest
     assert "`a = a + 0`" in rest and "--timeout 16" in rest
     assert "not run: an earlier cell ran out of time" in rest
 

@@ -445,6 +445,12 @@ test_unit_tensor_creation()
 # while the table is empty every operation runs exactly the `forward` you wrote). Module 06
 # explains the table beside its derivative table, and module 17 (acceleration) fills it.
 #
+# When `forward` raises NumPy's `ValueError` because two inputs do not fit together (a
+# `(2, 3)` plus a `(4,)`), `apply` turns it into a `ShapeError` that names both shapes.
+# Only then: `_inputs_clash` asks NumPy again on the input shapes alone, so a mistake further
+# inside `forward` (a wrong `reshape`, say) is reported as itself, at its own line, and
+# never as "cannot combine shapes" for shapes that are fine.
+#
 # The cell also holds the course's one random generator: `manual_seed(0)` makes initial
 # weights and dropout masks repeatable, like `torch.manual_seed`.
 #
@@ -538,6 +544,34 @@ def kernel(function_class):
     return KERNELS.get(function_class, function_class)
 
 
+def _inputs_clash(arrays, error):
+    """Is NumPy's `error`, raised in a forward, about the inputs themselves (their shapes do
+    not fit together), rather than a mistake further inside forward? NumPy is asked again on
+    the input shapes alone, as a broadcast or as a matrix product, whichever it complained of."""
+    text = str(error)
+    try:
+        if "core dimension" in text or "remapped shapes" in text:  # np.matmul's two messages
+            if len(arrays) != 2 or min(x.ndim for x in arrays) == 0:
+                return False
+            a, b = arrays
+            # the same shapes with n and m set to 0: NumPy checks k and the batch, computes nothing
+            a_shape = a.shape[:-2] + (0, a.shape[-1]) if a.ndim > 1 else a.shape
+            b_shape = b.shape[:-1] + (0,) if b.ndim > 1 else b.shape
+            np.matmul(np.empty(a_shape, a.dtype), np.empty(b_shape, b.dtype))
+        elif "broadcast" in text:
+            # NumPy writes shapes as (2,3) and (4,): are the arrays it names the inputs?
+            named = ["(" + ",".join(map(str, x.shape)) + ("," if x.ndim == 1 else "") + ")"
+                     for x in arrays]
+            if not all(shape in text for shape in named):
+                return False  # arrays made inside forward
+            np.broadcast_shapes(*(x.shape for x in arrays))
+        else:
+            return False  # "cannot reshape ...", say: forward's own mistake
+    except ValueError:
+        return True
+    return False
+
+
 class Function:
     """An operation. Subclasses define `forward(*arrays, **params) -> array`.
 
@@ -572,8 +606,8 @@ class Function:
         try:
             out = cls.forward(*arrays, **params)
         except ValueError as error:
-            if isinstance(error, ShapeError) or len(arrays) < 2:
-                raise
+            if isinstance(error, ShapeError) or len(arrays) < 2 or not _inputs_clash(arrays, error):
+                raise  # a mistake inside forward: its traceback points at its own line
             shapes = " and ".join(str(a.shape) for a in arrays)
             raise ShapeError(
                 f"{cls.__name__}: cannot combine shapes {shapes}. Broadcasting compares "

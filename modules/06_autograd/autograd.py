@@ -336,6 +336,35 @@ def random(*shape, seed=0):
     return np.random.default_rng(seed + len(shape)).standard_normal(shape)
 
 
+def check_unbroadcast_first(test):
+    """Fail `test` with a message about unbroadcast when it cannot sum broadcast gradients,
+    which `test` relies on: otherwise its ShapeError would blame an operation's rule."""
+    g = np.arange(24, dtype=np.float32).reshape(2, 4, 3)
+    sums = {  # input shape -> the gradient summed over the axes it was stretched along
+        (4, 3): g.sum(axis=0),
+        (3,): g.sum(axis=(0, 1)),
+        (4, 1): g.sum(axis=(0, 2)).reshape(4, 1),
+        (2, 1, 3): g.sum(axis=1).reshape(2, 1, 3),
+        (): g.sum(),
+    }
+    for shape, want in sums.items():
+        before = (f"{test} builds on your unbroadcast, which is wrong: unbroadcast(a "
+                  f"gradient of shape (2, 4, 3), {shape})")
+        after = ("Fix unbroadcast first (test_unit_unbroadcast shows the cases); the "
+                 "derivative rules are not at fault")
+        try:
+            got = unbroadcast(g, shape, "Mul")
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            raise AssertionError(
+                f"{before} raised {type(error).__name__}, though that gradient sums to "
+                f"{shape}. {after}") from error
+        assert np.shape(got) == shape and np.allclose(got, want), (
+            f"{before} returned shape {np.shape(got)}, expected {shape} with the values summed "
+            f"over the stretched axes. {after}")
+
+
 def numerical_gradient(op, arrays, i, weights, params, eps=1e-6):
     """d sum(weights * op.forward(*arrays)) / d arrays[i], by central differences."""
     x = arrays[i]
@@ -488,7 +517,14 @@ def test_unit_unbroadcast():
     """Gradients are summed over stretched axes, and impossible shapes name the op."""
 
     def check_summed(g, shape, want, hint):
-        got = unbroadcast(g, shape)
+        try:
+            got = unbroadcast(g, shape)
+        except ShapeError as error:
+            raise AssertionError(
+                f"unbroadcast(grad of shape {g.shape}, {shape}) raised ShapeError, but that "
+                f"gradient does sum to {shape}: {hint}. Your summing reached another shape and "
+                "the check at its end blamed the rule; the mistake is in the summing"
+            ) from error
         assert isinstance(got, np.ndarray) and got.shape == shape, (
             f"unbroadcast(grad of shape {g.shape}, {shape}) returned shape "
             f"{np.shape(got)}, expected {shape}: {hint}"
@@ -1148,6 +1184,7 @@ def test_unit_broadcast_backward():
         "this test builds on Mul's derivative rule, which is wrong (see "
         "test_unit_elementwise_rules): fix that rule first"
     )
+    check_unbroadcast_first("test_unit_broadcast_backward")
     rng = np.random.default_rng(0)
 
     def check_broadcast(x_shape, bias_shape, col_shape, bias_axes, col_axes):
@@ -1581,6 +1618,7 @@ def check_op(op, arrays, hint, differentiable=None, **params):
 # %% nbgrader={"grade": true, "grade_id": "test_unit_matmul_rule", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_matmul_rule():
     """MatMul's gradients for matrices, batches and vectors match finite differences."""
+    check_unbroadcast_first("test_unit_matmul_rule")
     hint = ("grad_a = grad @ b.T and grad_b = a.T @ grad (transpose the last two axes); for a "
             "vector input add the missing axis to grad first and remove it from the result")
     check_op(MatMul, [random(3, 4), random(4, 2, seed=1)], hint)

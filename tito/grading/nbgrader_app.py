@@ -220,6 +220,16 @@ class BoundedFeedback(NbGraderPreprocessor):
         return cell, resources
 
 
+class HiddenTestsLeftOut(NbGraderPreprocessor):
+    """Feedback without the hidden test cases (``reports.hide_hidden_tests``)."""
+
+    def preprocess_cell(self, cell, resources, index):
+        from .reports import hide_hidden_tests
+
+        hide_hidden_tests(cell)
+        return cell, resources
+
+
 def mathml(markdown: str) -> str:
     """``$...$`` and ``$$...$$`` in ``markdown`` as MathML, when latex2mathml is installed."""
     try:
@@ -249,7 +259,8 @@ def tito_config(root: str = "") -> Config:
                                            SaveAutoGrades, AssignLatePenalties,
                                            CheckCellMetadata]
     c.RestoreDeletedCells.course_root = root
-    c.GenerateFeedback.preprocessors = [GetGrades, BoundedFeedback, CSSHTMLHeaderPreprocessor]
+    c.GenerateFeedback.preprocessors = [GetGrades, HiddenTestsLeftOut, BoundedFeedback,
+                                        CSSHTMLHeaderPreprocessor]
     return c
 
 
