@@ -1349,7 +1349,7 @@ class Dropout(Module):
     """In training, zero each unit with probability p and scale the rest by 1/(1-p).
 
     >>> drop = Dropout(p=0.5)
-    >>> sorted(set(drop(Tensor(np.ones(1000))).data.tolist()))  # each unit: 0 or 1/(1-p)
+    >>> sorted(set(drop(Tensor(np.ones(1000))).data.tolist()))  # 0, or 1/(1-p)
     [0.0, 2.0]
     >>> drop.eval()(Tensor([1.0, 2.0]))  # off in evaluation mode
     Tensor([1., 2.])

@@ -288,7 +288,7 @@ def backward(tensor, grad=None, retain_graph=False):
     >>> a.grad, b.grad
     (Tensor(54.), Tensor(-54.))
     >>> x = Tensor([1.0, 2.0], requires_grad=True)
-    >>> backward(x * 3, grad=Tensor([1.0, 0.5]))  # not one element: the gradient is given
+    >>> backward(x * 3, grad=Tensor([1.0, 0.5]))  # not one element: grad is needed
     >>> x.grad
     Tensor([3. , 1.5])
     """

@@ -144,9 +144,9 @@ class DataLoader:
     >>> loader = DataLoader(data, batch_size=4, shuffle=True, seed=0)
     >>> len(loader), [len(x) for x, y in loader], loader.epoch
     (3, [4, 4, 2], 1)
-    >>> loader.order(1).tolist() == loader.order(1).tolist()  # a function of (seed, epoch)
+    >>> loader.order(1).tolist() == loader.order(1).tolist()  # fixed by (seed, epoch)
     True
-    >>> sorted(loader.order(1).tolist()) == list(range(10))  # each example once an epoch
+    >>> sorted(loader.order(1).tolist()) == list(range(10))  # each example once
     True
     """
 
