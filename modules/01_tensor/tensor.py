@@ -870,7 +870,8 @@ def test_unit_arithmetic():
     made = Tensor(np.ones(2, dtype=np.float32)).dtype
     assert made == np.float32, (
         f"Tensor(a float32 array) has dtype {made}: your Tensor constructor changes the dtype "
-        "(see test_unit_tensor_creation). Fix the constructor first; this test's ops are not at fault"
+        "(see test_unit_tensor_creation). Fix the constructor first; this test's ops are not "
+        "at fault"
     )
 
     def check_ops(x, y):
@@ -1027,7 +1028,8 @@ def test_unit_matmul():
     made = Tensor(np.ones(2, dtype=np.float32)).dtype
     assert made == np.float32, (
         f"Tensor(a float32 array) has dtype {made}: your Tensor constructor changes the dtype "
-        "(see test_unit_tensor_creation). Fix the constructor first; this test's ops are not at fault"
+        "(see test_unit_tensor_creation). Fix the constructor first; this test's ops are not "
+        "at fault"
     )
 
     def check_product(a, b):
@@ -1269,7 +1271,8 @@ def test_unit_reductions():
     made = Tensor(np.ones(2, dtype=np.float32)).dtype
     assert made == np.float32, (
         f"Tensor(a float32 array) has dtype {made}: your Tensor constructor changes the dtype "
-        "(see test_unit_tensor_creation). Fix the constructor first; this test's ops are not at fault"
+        "(see test_unit_tensor_creation). Fix the constructor first; this test's ops are not "
+        "at fault"
     )
 
     def check_reductions(x, axes):

@@ -863,7 +863,7 @@ def batching_report(n=8192, features=64, batch_size=256):
     w = np.ones((features, features), dtype=np.float32)
     start = time.perf_counter()
     for _ in range(50):
-        (xb @ Tensor(w).T).data
+        xb @ Tensor(w).T
     step = (time.perf_counter() - start) / 50
     print(f"  for scale: one {batch_size}x{features} @ {features}x{features} matmul takes "
           f"{step * 1e6:.1f} us")

@@ -1054,7 +1054,9 @@ def backward(tensor, grad=None, retain_graph=False):
 def test_unit_chain_rule():
     """L = (a*b + b)**2 at a=2, b=-3 gives dL/da = 54 and dL/db = -54."""
     mul = DERIVATIVES.get(Mul)
-    assert mul is None or np.allclose(mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0), (
+    assert mul is None or np.allclose(
+        mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0
+    ), (
         "this test builds on Mul's derivative rule, which is wrong (see "
         "test_unit_elementwise_rules): fix that rule first"
     )
@@ -1112,7 +1114,9 @@ test_unit_chain_rule()
 def test_unit_accumulation():
     """Reused nodes sum their gradients; leaf .grad accumulates across backward calls."""
     mul = DERIVATIVES.get(Mul)
-    assert mul is None or np.allclose(mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0), (
+    assert mul is None or np.allclose(
+        mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0
+    ), (
         "this test builds on Mul's derivative rule, which is wrong (see "
         "test_unit_elementwise_rules): fix that rule first"
     )
@@ -1166,7 +1170,9 @@ test_unit_accumulation()
 def test_unit_broadcast_backward():
     """A broadcast input's gradient is summed back to the input's own shape."""
     mul = DERIVATIVES.get(Mul)
-    assert mul is None or np.allclose(mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0), (
+    assert mul is None or np.allclose(
+        mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0
+    ), (
         "this test builds on Mul's derivative rule, which is wrong (see "
         "test_unit_elementwise_rules): fix that rule first"
     )
@@ -1217,7 +1223,9 @@ test_unit_broadcast_backward()
 def test_unit_deep_chain():
     """A chain of 10,000 operations differentiates without RecursionError."""
     mul = DERIVATIVES.get(Mul)
-    assert mul is None or np.allclose(mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0), (
+    assert mul is None or np.allclose(
+        mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0
+    ), (
         "this test builds on Mul's derivative rule, which is wrong (see "
         "test_unit_elementwise_rules): fix that rule first"
     )
@@ -1257,7 +1265,9 @@ test_unit_deep_chain()
 def test_unit_graph_freed():
     """After backward the records are emptied, unless retain_graph=True."""
     mul = DERIVATIVES.get(Mul)
-    assert mul is None or np.allclose(mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0), (
+    assert mul is None or np.allclose(
+        mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0
+    ), (
         "this test builds on Mul's derivative rule, which is wrong (see "
         "test_unit_elementwise_rules): fix that rule first"
     )
@@ -1331,7 +1341,9 @@ test_unit_graph_freed()
 def test_unit_backward_errors():
     """Every misuse gets an error that says what to do."""
     mul = DERIVATIVES.get(Mul)
-    assert mul is None or np.allclose(mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0), (
+    assert mul is None or np.allclose(
+        mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0
+    ), (
         "this test builds on Mul's derivative rule, which is wrong (see "
         "test_unit_elementwise_rules): fix that rule first"
     )
@@ -1443,8 +1455,9 @@ test_unit_backward_errors()
 # 1.6 ms on a busy machine, and no `(B, k, m)` temporary). One-dimensional inputs follow
 # `np.matmul`'s rules: a vector `a` (k,) acts as a (1, k) matrix and that axis is removed
 # from the result (likewise (k,) -> (k, 1) for `b`). Put the axis back into `grad` and the
-# vector back into a matrix, apply the formulas, and remove it again from the gradient. Backward costs two matrix products for
-# one in forward: training is about three times the arithmetic of inference.
+# vector back into a matrix, apply the formulas, and remove it again from the gradient.
+# Backward costs two matrix products for one in forward: training is about three times the
+# arithmetic of inference.
 #
 # **Reshape, Transpose, Permute** move no numbers, only positions, so their rules move the
 # gradient back: reshape it to the input's shape, swap the same two axes, or apply the

@@ -119,7 +119,8 @@ from tinytorch.data.loader import DataLoader, TensorDataset
 #
 # $$\text{lr}(s) = \begin{cases}
 # \text{max\_lr} \cdot \dfrac{s + 1}{w + 1} & s < w \quad\text{(warm-up)}\\[1ex]
-# \text{min\_lr} + \tfrac12 \left(1 + \cos\!\left(\pi \dfrac{s - w}{T - w}\right)\right)(\text{max\_lr} - \text{min\_lr}) & w \le s \le T\\[1ex]
+# \text{min\_lr} + \tfrac12 \left(1 + \cos\!\left(\pi \dfrac{s - w}{T - w}\right)\right)
+# (\text{max\_lr} - \text{min\_lr}) & w \le s \le T\\[1ex]
 # \text{min\_lr} & s > T
 # \end{cases}$$
 #
@@ -191,7 +192,9 @@ class StepDecay:
 
     def __init__(self, lr, step_size, gamma=0.1):
         if step_size < 1 or lr < 0 or gamma < 0:
-            raise ValueError(f"need lr >= 0, step_size >= 1, gamma >= 0; got {lr}, {step_size}, {gamma}")
+            raise ValueError(
+                f"need lr >= 0, step_size >= 1, gamma >= 0; got {lr}, {step_size}, {gamma}"
+            )
         self.lr, self.step_size, self.gamma = float(lr), int(step_size), float(gamma)
 
     def __call__(self, step):
@@ -579,7 +582,9 @@ def _read_meta(arrays, path):
     try:
         meta = json.loads(str(arrays["meta"]))
     except ValueError as error:
-        raise CheckpointError(f"the metadata of {os.fspath(path)!r} is not valid JSON: {error}") from None
+        raise CheckpointError(
+            f"the metadata of {os.fspath(path)!r} is not valid JSON: {error}"
+        ) from None
     if meta.get("format") != CHECKPOINT_FORMAT or meta.get("version") != CHECKPOINT_VERSION:
         raise CheckpointError(
             f"{os.fspath(path)!r} has format {meta.get('format')!r} version "
@@ -734,7 +739,9 @@ def test_unit_checkpoint():
         f"load_checkpoint returned ({step}, {extra}), expected (7, {{'note': 'hi', 'best': 0.5}})"
     )
     for (name, a), b in zip(model.state_dict().items(), other.state_dict().values()):
-        assert np.array_equal(a, b) and a.dtype == b.dtype, f"weight {name} did not come back exactly"
+        assert np.array_equal(a, b) and a.dtype == b.dtype, (
+            f"weight {name} did not come back exactly"
+        )
     assert other_opt.steps == 1 and other_opt.lr == 0.01, (
         "the optimizer's step counter and lr should come back from the checkpoint"
     )
@@ -991,7 +998,9 @@ def test_unit_evaluate():
            if abs(results["loss"] - 1.25) < 1e-6 else "")
     )
     assert seen["training"] is False, "evaluate must run the model in eval mode (model.eval())"
-    assert seen["recorded"] is False, "evaluate must run under no_grad(): nothing should be recorded"
+    assert seen["recorded"] is False, (
+        "evaluate must run under no_grad(): nothing should be recorded"
+    )
     assert model.training is True, (
         "after evaluate the model must be back in training mode, got model.training = "
         f"{model.training}: remember model.training before model.eval() and restore it with "
@@ -1005,7 +1014,8 @@ def test_unit_evaluate():
     )
     results = evaluate(Probe(), mean_value, loader, metric=lambda o, t: 1.0)
     assert set(results) == {"loss", "<lambda>"}, (
-        f"with a metric, evaluate returns loss and the metric under its __name__, got {set(results)}"
+        "with a metric, evaluate returns loss and the metric under its __name__, got "
+        f"{set(results)}"
     )
 
     def check_per_sample(sizes, values):
@@ -1148,7 +1158,9 @@ def test_unit_train_step():
         + (": the stale gradient 100 was not cleared, call optimizer.zero_grad() first"
            if norm > 50 else "")
     )
-    assert abs(w.data[0, 0] - 1.5) < 1e-6, f"after the step w should be 2 - 0.1 * 5 = 1.5, got {w.data}"
+    assert abs(w.data[0, 0] - 1.5) < 1e-6, (
+        f"after the step w should be 2 - 0.1 * 5 = 1.5, got {w.data}"
+    )
     loss, norm = train_step(model, mse_loss, opt, (x, y), step=1, clip_norm=1.0)
     assert abs(norm - 2.5) < 1e-5 and abs(w.data[0, 0] - 1.4) < 1e-5, (
         f"with clip_norm=1.0 a gradient of norm 2.5 is scaled to norm 1 before the step: "
@@ -1593,7 +1605,8 @@ def test_unit_train():
         expect_error("train with SGD(lr=1e6), which diverges",
                      lambda: train(model, cross_entropy, SGD(model.parameters(), lr=1e6),
                                    train_loader, steps=50, progress=False),
-                     TrainingError, ["step "], "train_step raises it naming the step; let it through")
+                     TrainingError, ["step "],
+                     "train_step raises it naming the step; let it through")
 
     def check_counts(n, batch_size, eval_every, steps=None, epochs=None):
         """What train records on a tiny problem: one loss per step, the evaluations' steps."""
@@ -1636,9 +1649,10 @@ test_unit_train()
 # ## Part 7: resuming exactly
 #
 # Stop a run after 32 steps, in the middle of an epoch, and resume it: every later loss
-# should be *identical*, bit for bit, to the run that never stopped. Not close: identical. Anything less means some state
-# was lost, and lost state shows up later as a loss curve that jumps at every restart or
-# a result nobody can reproduce. The state of a run, and where each piece is kept:
+# should be *identical*, bit for bit, to the run that never stopped. Not close: identical.
+# Anything less means some state was lost, and lost state shows up later as a loss curve
+# that jumps at every restart or a result nobody can reproduce. The state of a run, and
+# where each piece is kept:
 #
 # | state | kept in | restored by |
 # |-------|---------|-------------|

@@ -64,7 +64,9 @@ class StepDecay:
 
     def __init__(self, lr, step_size, gamma=0.1):
         if step_size < 1 or lr < 0 or gamma < 0:
-            raise ValueError(f"need lr >= 0, step_size >= 1, gamma >= 0; got {lr}, {step_size}, {gamma}")
+            raise ValueError(
+                f"need lr >= 0, step_size >= 1, gamma >= 0; got {lr}, {step_size}, {gamma}"
+            )
         self.lr, self.step_size, self.gamma = float(lr), int(step_size), float(gamma)
 
     def __call__(self, step):
@@ -294,7 +296,9 @@ def _read_meta(arrays, path):
     try:
         meta = json.loads(str(arrays["meta"]))
     except ValueError as error:
-        raise CheckpointError(f"the metadata of {os.fspath(path)!r} is not valid JSON: {error}") from None
+        raise CheckpointError(
+            f"the metadata of {os.fspath(path)!r} is not valid JSON: {error}"
+        ) from None
     if meta.get("format") != CHECKPOINT_FORMAT or meta.get("version") != CHECKPOINT_VERSION:
         raise CheckpointError(
             f"{os.fspath(path)!r} has format {meta.get('format')!r} version "
