@@ -88,14 +88,32 @@ import numpy as np
 # %% nbgrader={"grade": false, "grade_id": "tensor-class", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 class Tensor:
-    """An N-dimensional float32 array that can record the operations that made it."""
+    """An N-dimensional float32 array that can record the operations that made it.
+
+    >>> t = Tensor([[1, 2, 3], [4, 5, 6]])
+    >>> t.shape, t.dtype
+    ((2, 3), dtype('float32'))
+    >>> t * 2 - 1
+    Tensor([[ 1.,  3.,  5.],
+            [ 7.,  9., 11.]])
+    >>> t @ Tensor([1.0, 0.5, 0.0])
+    Tensor([2. , 6.5])
+    >>> t.sum(axis=0), t.max().item(), t.T.shape
+    (Tensor([5., 7., 9.]), 6.0, (3, 2))
+    """
 
     # Make NumPy defer to Tensor in mixed expressions: `np_array + tensor` calls
     # Tensor.__radd__ instead of NumPy looping over the tensor's elements.
     __array_priority__ = 1000
 
     def __init__(self, data, dtype=None, requires_grad=False):
-        """Wrap `data` (list, scalar, ndarray or Tensor) as an array, float32 unless `dtype`."""
+        """Wrap `data` (list, scalar, ndarray or Tensor) as an array, float32 unless `dtype`.
+
+        >>> Tensor(np.arange(3)).dtype, Tensor([1, 2], dtype=np.float64).dtype
+        (dtype('float32'), dtype('float64'))
+        >>> Tensor(2.5, requires_grad=True)
+        Tensor(2.5, requires_grad=True)
+        """
         ### BEGIN SOLUTION
         if isinstance(data, Tensor):
             data = data.data
@@ -154,7 +172,11 @@ class Tensor:
         return self.data
 
     def item(self):
-        """The single value of a one-element tensor, as a Python number."""
+        """The single value of a one-element tensor, as a Python number.
+
+        >>> Tensor([[2.5]]).item()
+        2.5
+        """
         ### BEGIN SOLUTION
         if self.data.size != 1:
             raise ValueError(
@@ -165,6 +187,13 @@ class Tensor:
         ### END SOLUTION
 
     def __repr__(self):
+        """NumPy's layout at 4 decimals; the dtype and requires_grad only when not the default.
+
+        >>> Tensor([0.1234567, 2.0])
+        Tensor([0.1235, 2.    ])
+        >>> Tensor([1, 2], dtype=np.int64)
+        Tensor([1, 2], dtype=int64)
+        """
         ### BEGIN SOLUTION
         body = np.array2string(self.data, precision=4, separator=", ", prefix="Tensor(")
         extra = ""
@@ -459,7 +488,14 @@ test_unit_tensor_creation()
 # %% nbgrader={"grade": false, "grade_id": "function", "locked": true, "schema_version": 3, "solution": false, "task": false}
 #| export
 class ShapeError(ValueError):
-    """Two tensors whose shapes do not fit the operation."""
+    """Two tensors whose shapes do not fit the operation; the message names both shapes.
+
+    >>> try:
+    ...     Tensor(np.ones((2, 3))) + Tensor(np.ones(4))
+    ... except ShapeError as error:
+    ...     print(str(error).split(".")[0])
+    Add: cannot combine shapes (2, 3) and (4,)
+    """
 
 
 def reduction_args(name, axis=None, keepdims=None, dim=None, keepdim=None):
@@ -467,6 +503,11 @@ def reduction_args(name, axis=None, keepdims=None, dim=None, keepdim=None):
 
     One spelling per call: giving both `axis` and `dim` (or `keepdims` and `keepdim`) is a
     TypeError, since the two could disagree.
+
+    >>> reduction_args("sum", dim=1, keepdim=True)
+    (1, True)
+    >>> reduction_args("mean", axis=[0, 1])
+    ((0, 1), False)
     """
     if axis is not None and dim is not None:
         raise TypeError(
@@ -490,12 +531,26 @@ _op_observers = []  # observe(fn, arrays, params, result) after every op; module
 
 
 def is_grad_enabled():
-    """True when operations record their inputs for backward (see `no_grad`, module 06)."""
+    """True when operations record their inputs for backward (see `no_grad`, module 06).
+
+    >>> is_grad_enabled()
+    True
+    """
     return _grad_enabled
 
 
 def set_grad_enabled(enabled):
-    """Turn recording on or off; returns the previous setting."""
+    """Turn recording on or off; returns the previous setting.
+
+    >>> x = Tensor([1.0, 2.0], requires_grad=True)
+    >>> previous = set_grad_enabled(False)
+    >>> (x * 2).requires_grad, is_grad_enabled()
+    (False, False)
+    >>> set_grad_enabled(previous)  # back on; returns the setting it replaces
+    False
+    >>> (x * 2).requires_grad
+    True
+    """
     global _grad_enabled
     previous, _grad_enabled = _grad_enabled, bool(enabled)
     return previous
@@ -505,18 +560,38 @@ _generator = np.random.default_rng()
 
 
 def manual_seed(seed):
-    """Seed the generator that layers (initial weights) and dropout draw from."""
+    """Seed the generator that layers (initial weights) and dropout draw from.
+
+    >>> manual_seed(0)
+    >>> first = default_generator().standard_normal(3)
+    >>> manual_seed(0)
+    >>> bool((default_generator().standard_normal(3) == first).all())
+    True
+    """
     global _generator
     _generator = np.random.default_rng(seed)
 
 
 def default_generator():
-    """The shared NumPy Generator; its `.bit_generator.state` can be saved in checkpoints."""
+    """The shared NumPy Generator; its `.bit_generator.state` can be saved in checkpoints.
+
+    >>> manual_seed(0)
+    >>> default_generator().integers(0, 10, size=4).tolist()
+    [8, 6, 5, 2]
+    """
     return _generator
 
 
 class Context:
-    """What one operation remembers for backward: its inputs, output and parameters."""
+    """What one operation remembers for backward: its inputs, output and parameters.
+
+    >>> a = Tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    >>> ctx = a.sum(axis=1)._ctx
+    >>> ctx.fn.__name__, ctx.parents[0] is a, ctx.params, ctx.output.tolist()
+    ('Sum', True, {'axis': 1, 'keepdims': False}, [3.0, 7.0])
+    >>> Tensor([1.0]).sum()._ctx is None  # nothing requires grad: nothing recorded
+    True
+    """
 
     __slots__ = ("fn", "parents", "inputs", "output", "params", "saved")
 
@@ -540,6 +615,23 @@ def kernel(function_class):
     switches it off. A kernel is a Function subclass of its own, with its own forward and
     its own derivative rule, computing the same values. Module 06 explains the table and
     module 17 fills it; while it is empty, every lesson's own code runs.
+
+    >>> class Halve(Function):
+    ...     @staticmethod
+    ...     def forward(a):
+    ...         return a / a.dtype.type(2)
+    >>> class LoudHalve(Halve):  # a "faster" twin that says when it runs
+    ...     @staticmethod
+    ...     def forward(a):
+    ...         print("LoudHalve ran")
+    ...         return a * a.dtype.type(0.5)
+    >>> KERNELS[Halve] = LoudHalve
+    >>> kernel(Halve).__name__, Halve.apply(Tensor([3.0]))
+    LoudHalve ran
+    ('LoudHalve', Tensor([1.5]))
+    >>> del KERNELS[Halve]
+    >>> kernel(Halve).__name__
+    'Halve'
     """
     return KERNELS.get(function_class, function_class)
 
@@ -578,6 +670,17 @@ class Function:
     A fused operation whose derivative needs intermediate results (attention's
     probabilities, layer norm's inverse standard deviation) sets `saves_for_backward = True`
     and returns `(output, saved)`; the record keeps `saved` in `ctx.saved` for module 06.
+
+    >>> class Square(Function):
+    ...     @staticmethod
+    ...     def forward(a):
+    ...         return a * a
+    >>> Square.apply(Tensor([1.0, -3.0]))
+    Tensor([1., 9.])
+    >>> Square.apply([2.0])  # anything Tensor() accepts is wrapped first
+    Tensor([4.])
+    >>> Square.apply(Tensor([2.0], requires_grad=True))._ctx.fn is Square
+    True
     """
 
     saves_for_backward = False
@@ -801,7 +904,8 @@ def test_unit_arithmetic():
     made = Tensor(np.ones(2, dtype=np.float32)).dtype
     assert made == np.float32, (
         f"Tensor(a float32 array) has dtype {made}: your Tensor constructor changes the dtype "
-        "(see test_unit_tensor_creation). Fix the constructor first; this test's ops are not at fault"
+        "(see test_unit_tensor_creation). Fix the constructor first; this test's ops are not "
+        "at fault"
     )
 
     def check_ops(x, y):
@@ -958,7 +1062,8 @@ def test_unit_matmul():
     made = Tensor(np.ones(2, dtype=np.float32)).dtype
     assert made == np.float32, (
         f"Tensor(a float32 array) has dtype {made}: your Tensor constructor changes the dtype "
-        "(see test_unit_tensor_creation). Fix the constructor first; this test's ops are not at fault"
+        "(see test_unit_tensor_creation). Fix the constructor first; this test's ops are not "
+        "at fault"
     )
 
     def check_product(a, b):
@@ -1200,7 +1305,8 @@ def test_unit_reductions():
     made = Tensor(np.ones(2, dtype=np.float32)).dtype
     assert made == np.float32, (
         f"Tensor(a float32 array) has dtype {made}: your Tensor constructor changes the dtype "
-        "(see test_unit_tensor_creation). Fix the constructor first; this test's ops are not at fault"
+        "(see test_unit_tensor_creation). Fix the constructor first; this test's ops are not "
+        "at fault"
     )
 
     def check_reductions(x, axes):
@@ -1430,7 +1536,8 @@ def vectorization_report(n=48):
     fast_s = best_time(lambda: Tensor(a) @ Tensor(a), min_time=0.002)
     assert np.allclose(slow, fast, atol=1e-3)
     flops = 2 * n**3
-    print(f"{n}x{n} matmul: Python loops {loop_s * 1e3:.1f} ms ({flops / loop_s / 1e9:.4f} GFLOP/s), "
+    print(f"{n}x{n} matmul: Python loops {loop_s * 1e3:.1f} ms "
+          f"({flops / loop_s / 1e9:.4f} GFLOP/s), "
           f"Tensor @ {fast_s * 1e6:.1f} us ({flops / fast_s / 1e9:.2f} GFLOP/s): "
           f"{loop_s / fast_s:.0f}x faster")
 
