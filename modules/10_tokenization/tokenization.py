@@ -348,7 +348,7 @@ def test_unit_tokenizer_file_errors():
             "unknown.json": "check data['type'] against the known kinds, and name it",
             "model.pkl": "catch UnicodeDecodeError / json.JSONDecodeError and say it is not JSON",
         }
-        for name, (text, clue) in cases.items():
+        for name, (text, _clue) in cases.items():
             (folder / name).write_text(text, encoding="utf-8")
         (folder / "model.pkl").write_bytes(pickle.dumps({"not": "json"}))
         cases["model.pkl"] = (None, "JSON")
@@ -932,7 +932,7 @@ def merge_pair(ids, pair, new_id):
 # %% nbgrader={"grade": true, "grade_id": "test_unit_pairs", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 def test_unit_pairs():
     """Pair counts and merges of the hand-worked 'aaabdaaabac' table."""
-    ids = list("aaabdaaabac".encode("utf-8"))
+    ids = list(b"aaabdaaabac")
     counts = get_pair_counts(ids)
     want = {(97, 97): 4, (97, 98): 2, (98, 100): 1, (100, 97): 1, (98, 97): 1, (97, 99): 1}
     assert counts == want, (
@@ -1498,7 +1498,7 @@ def test_unit_bpe_roundtrip():
         )
 
     check_round_trip(corpus, 300, "the rat")
-    half = list("😀".encode("utf-8"))[:2]
+    half = list("😀".encode())[:2]
     try:
         got = tok.decode(half)
     except UnicodeDecodeError:
