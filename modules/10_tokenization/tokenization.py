@@ -191,8 +191,9 @@ class Tokenizer:
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as folder:
-    ...     CharTokenizer.train("hello world").save(Path(folder) / "chars.json")
-    ...     tokenizer = Tokenizer.load(Path(folder) / "chars.json")  # the file names the class
+    ...     path = Path(folder) / "chars.json"
+    ...     CharTokenizer.train("hello world").save(path)
+    ...     tokenizer = Tokenizer.load(path)  # the file names the class
     >>> tokenizer, tokenizer.encode("hello")
     (CharTokenizer(vocab_size=8), [3, 2, 4, 4, 5])
     """
@@ -450,7 +451,8 @@ test_unit_tokenizer_file_errors()
 class CharTokenizer(Tokenizer):
     """One id per character: the distinct characters of a corpus, sorted by code point.
 
-    >>> tokenizer = CharTokenizer.train("hello world<|end|>", special_tokens=["<|end|>"])
+    >>> text = "hello world<|end|>"
+    >>> tokenizer = CharTokenizer.train(text, special_tokens=["<|end|>"])
     >>> tokenizer.chars, tokenizer.vocab_size
     ([' ', 'd', 'e', 'h', 'l', 'o', 'r', 'w'], 9)
     >>> ids = tokenizer.encode("low<|end|>")
@@ -1765,7 +1767,7 @@ def bytes_to_unicode():
     """{byte: character}: GPT-2's table that gives each of the 256 bytes a printable character.
 
     >>> table = bytes_to_unicode()
-    >>> len(table), table[ord("a")], table[ord(" ")], table[10]  # 10 is the newline byte
+    >>> len(table), table[ord("a")], table[ord(" ")], table[10]  # 10: newline
     (256, 'a', 'Ġ', 'Ċ')
     """
     ### BEGIN SOLUTION
@@ -2026,16 +2028,18 @@ class ByteLevelBPETokenizer(Tokenizer):
     """A Hugging Face byte-level BPE tokenizer (GPT-2, Qwen2, Llama 3) from its tokenizer.json;
     encodes and decodes as the `tokenizers` package does.
 
-    >>> data = {"model": {"type": "BPE", "vocab": {"h": 0, "i": 1, "Ġ": 2, "hi": 3, "<eos>": 4},
-    ...                   "merges": ["h i"]},
+    >>> vocab = {"h": 0, "i": 1, "Ġ": 2, "hi": 3, "<eos>": 4}
+    >>> data = {"model": {"type": "BPE", "vocab": vocab, "merges": ["h i"]},
     ...         "added_tokens": [{"id": 4, "content": "<eos>", "special": True}],
     ...         "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False},
     ...         "decoder": {"type": "ByteLevel"}}
     >>> tokenizer = ByteLevelBPETokenizer(data)
     >>> tokenizer.pre_tokenize("hi hi"), tokenizer.encode("hi hi<eos>")
     (['hi', 'Ġhi'], [3, 2, 3, 4])
-    >>> tokenizer.decode([3, 2, 3, 4]), tokenizer.decode([3, 4], skip_special_tokens=False)
-    ('hi hi', 'hi<eos>')
+    >>> tokenizer.decode([3, 2, 3, 4])  # special tokens skipped
+    'hi hi'
+    >>> tokenizer.decode([3, 4], skip_special_tokens=False)
+    'hi<eos>'
     """
 
     kind = "hf-bytelevel-bpe"
@@ -2225,8 +2229,9 @@ def load_hf_tokenizer(path):
     """A Hugging Face byte-level BPE tokenizer from tokenizer.json (a file, or its folder).
 
     >>> import tempfile
-    >>> data = {"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]},
-    ...         "pre_tokenizer": {"type": "ByteLevel"}, "decoder": {"type": "ByteLevel"}}
+    >>> model = {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}
+    >>> data = {"model": model, "pre_tokenizer": {"type": "ByteLevel"},
+    ...         "decoder": {"type": "ByteLevel"}}
     >>> with tempfile.TemporaryDirectory() as folder:
     ...     _ = (Path(folder) / "tokenizer.json").write_text(json.dumps(data))
     ...     tokenizer = load_hf_tokenizer(folder)  # the folder, or the file in it

@@ -88,7 +88,7 @@ class Embedding(Module):
     (1, 3, 4)
     >>> emb(np.array([0]))  # the padding row starts at zero
     Tensor([[0., 0., 0., 0.]], requires_grad=True)
-    >>> emb.as_linear(Tensor(np.ones((2, 4), dtype=np.float32))).shape  # scores over the rows
+    >>> emb.as_linear(Tensor(np.ones((2, 4)))).shape  # scores against every row
     (2, 10)
     >>> Embedding.from_pretrained(Tensor(np.eye(3, dtype=np.float32)))(np.array([1]))
     Tensor([[0., 1., 0.]], requires_grad=True)
@@ -275,7 +275,7 @@ def rope_frequencies(head_dim, base=10000.0, scaling=None):
     [1.0, 0.1, 0.01, 0.001]
     >>> llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
     ...           "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
-    >>> np.round(rope_frequencies(8, scaling=llama3), 6).tolist()  # the slow bands divided
+    >>> rope_frequencies(8, scaling=llama3).round(6).tolist()  # slow bands / 8
     [1.0, 0.013042, 0.00125, 0.000125]
     """
     exponents = np.arange(0, head_dim, 2, dtype=np.float64) / head_dim
@@ -388,7 +388,7 @@ def apply_rotary(x, cos, sin):
 
     >>> rope = RotaryEmbedding(head_dim=2, max_len=8)
     >>> cos, sin = rope.cos_sin(3)
-    >>> x = Tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]])  # one pair at positions 0, 1, 2
+    >>> x = Tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]])  # one pair, positions 0-2
     >>> apply_rotary(x, cos, sin)  # rotated by 0, 1 and 2 radians: (cos p, sin p)
     Tensor([[ 1.    ,  0.    ],
             [ 0.5403,  0.8415],
