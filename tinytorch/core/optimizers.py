@@ -148,7 +148,7 @@ class Optimizer:
         specs = self.__dict__.get("_group_specs", ())
         if (self.__dict__.get("_groups") is None and name in self.__dict__
                 and any(name in settings for _, settings in specs)):
-            self.param_groups  # a second assignment (opt.lr = x): build the groups first
+            _ = self.param_groups  # a second assignment (opt.lr = x): build the groups first
         groups = self.__dict__.get("_groups")
         if groups is not None and name in groups[0] and name != "params":
             for group in groups:
