@@ -8,7 +8,8 @@ and is scored on a held-out 20% it never trains on. Target: at least 95% test ac
 
 import sys
 
-from _common import Timer, console, curve_table, epoch_rows, need_tinytorch, parser, save_plot
+from _common import (
+    Timer, console, curve_table, epoch_rows, need_tinytorch, parser, report_target, save_plot)
 from tito.course.architectures import digits_mlp
 from tito.course.datasets import load_digits
 
@@ -54,11 +55,7 @@ def main() -> int:
                   "epoch", "MLP on 8x8 digits")
     if args.quick:
         return 0
-    if final >= TARGET:
-        console.print(f"[green]Reached the {TARGET:.0%} target.[/]")
-        return 0
-    console.print(f"[red]Below the {TARGET:.0%} target.[/]")
-    return 1
+    return report_target(final, TARGET)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import console, curve_table, need_tinytorch, parser
+from _common import console, curve_table, need_tinytorch, needs, parser, report_verdict
 from tito.course.checkpoints import (
     GPT2_CONFIG, GPT2_WEIGHTS, OPTIMIZER_STATE, CheckpointFolderError, load_pretrained,
     save_optimizer, save_pretrained)
@@ -371,8 +371,7 @@ def train(args, tt):
                       "so no verdict.[/]")
         return 0
     passed, message = verdict(val)
-    console.print(f"[green]{message}[/]" if passed else f"[red]{message}[/]")
-    return 0 if passed else 1
+    return report_verdict(passed, message, message)
 
 
 def reference_run(args):
@@ -386,12 +385,9 @@ def reference_run(args):
 def main() -> int:
     args = arguments()
     tt = need_tinytorch()
-    try:
+    with needs():
         import tinytorch.models.transformer  # noqa: F401
         import tinytorch.text.tokenization  # noqa: F401
-    except (ImportError, AttributeError) as error:
-        console.print(f"[red]This milestone needs modules you have not completed:[/] {error}")
-        return 2
     if args.quick:
         args.tokens = min(args.tokens, 80)
     try:

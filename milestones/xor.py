@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 
-from _common import Timer, console, need_tinytorch, parser
+from _common import Timer, console, need_tinytorch, parser, report_verdict
 
 X = np.array([[0, 0], [0, 1], [1, 0], [1, 1]], dtype=np.float32)
 Y = np.array([[0], [1], [1], [0]], dtype=np.float32)
@@ -52,10 +52,10 @@ def main() -> int:
         best = max(best, mlp_acc)
         if mlp_acc == 1.0:
             break
-    ok = single_acc <= 0.75 and best == 1.0
-    console.print("[green]XOR solved by the hidden layer; the single layer stayed at <= 75%.[/]" if ok
-                  else "[red]The expected result did not appear.[/]")
-    return 0 if ok or args.quick else 1
+    status = report_verdict(single_acc <= 0.75 and best == 1.0,
+                            "XOR solved by the hidden layer; the single layer stayed at <= 75%.",
+                            "The expected result did not appear.")
+    return 0 if args.quick else status
 
 
 if __name__ == "__main__":
