@@ -22,7 +22,6 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-
 console = Console(highlight=False)
 
 

@@ -26,7 +26,15 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402  (after the thread setting, which numpy reads at import)
 
 from _common import (  # noqa: E402
-    Timer, console, curve_table, epoch_rows, need_tinytorch, needs, parser, report_target)
+    Timer,
+    console,
+    curve_table,
+    epoch_rows,
+    need_tinytorch,
+    needs,
+    parser,
+    report_target,
+)
 from tito.course.architectures import digits_mlp as mlp  # noqa: E402
 from tito.course.architectures import lenet  # noqa: E402
 from tito.course.datasets import load_digits  # noqa: E402

@@ -9,7 +9,15 @@ and is scored on a held-out 20% it never trains on. Target: at least 95% test ac
 import sys
 
 from _common import (
-    Timer, console, curve_table, epoch_rows, need_tinytorch, parser, report_target, save_plot)
+    Timer,
+    console,
+    curve_table,
+    epoch_rows,
+    need_tinytorch,
+    parser,
+    report_target,
+    save_plot,
+)
 from tito.course.architectures import digits_mlp
 from tito.course.datasets import load_digits
 
@@ -22,9 +30,8 @@ def main() -> int:
     p.add_argument("--plot", metavar="PNG", help="save the training curve as a PNG")
     args = p.parse_args()
     tt = need_tinytorch()
-    from tinytorch import accuracy, train
+    from tinytorch import accuracy, nn, train
     from tinytorch.data import DataLoader, TensorDataset
-    from tinytorch import nn
     from tinytorch.nn import cross_entropy
     from tinytorch.optim import Adam
 

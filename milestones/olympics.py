@@ -144,7 +144,6 @@ def main(argv=None):
         from tinytorch.capstone import run_olympics, validate_submission
         from tinytorch.models import load_model
     from tinytorch.perf.acceleration import set_blas_threads
-
     from tinytorch.text.tokenization import CharTokenizer
 
     if args.threads is None and args.quick:

@@ -14,7 +14,13 @@ import numpy as np
 import pytest
 
 from tinytorch import (
-    DERIVATIVES, GradcheckError, Tensor, derivative, enable_grad, gradcheck, no_grad,
+    DERIVATIVES,
+    GradcheckError,
+    Tensor,
+    derivative,
+    enable_grad,
+    gradcheck,
+    no_grad,
 )
 from tinytorch.core.activations import gelu, log_softmax, relu, sigmoid, silu, softmax, tanh
 from tinytorch.core.autograd import backward, topological_order, unbroadcast

@@ -34,10 +34,10 @@ import pytest
 
 from conftest import REPO, run_tito
 from test_nbgrader import POINTS, TOTAL, gid, student_notebook
-from tito.grading import sandbox
-from tito.grading.course import Course
 from tito.course.notebook import read_cells
 from tito.course.registry import get_module
+from tito.grading import sandbox
+from tito.grading.course import Course
 
 pytestmark = [
     pytest.mark.slow,

@@ -12,9 +12,9 @@ import nbformat
 import pytest
 
 from conftest import run_tito, run_tito_from
-from tito.student.kernel import install_kernel, kernel_name
 from tito.course.notebook import read_cells
 from tito.course.registry import MODULES, get_module, prerequisites, written_modules
+from tito.student.kernel import install_kernel, kernel_name
 
 pytestmark = pytest.mark.slow
 

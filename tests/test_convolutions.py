@@ -13,7 +13,12 @@ from hypothesis import strategies as st
 
 from tinytorch.core.autograd import gradcheck
 from tinytorch.core.convolutions import (
-    AvgPool2dFunction, Conv2dFunction, MaxPool2dFunction, col2im, conv2d_loop, im2col,
+    AvgPool2dFunction,
+    Conv2dFunction,
+    MaxPool2dFunction,
+    col2im,
+    conv2d_loop,
+    im2col,
 )
 from tinytorch.core.tensor import ShapeError, Tensor, manual_seed
 from tinytorch.nn import AvgPool2d, Conv2d, Flatten, MaxPool2d
@@ -259,9 +264,8 @@ def test_flatten_matches_torch_and_keeps_nchw_order():
 def test_lenet_of_the_milestone_matches_torch_loss_and_every_gradient():
     # The milestone script itself is under test; it imports _common beside it. The data it
     # trains on comes from tito.course.datasets.
-    from tito.course.architectures import lenet
-
     import tinytorch.nn as tnn
+    from tito.course.architectures import lenet
 
     manual_seed(0)
     ours = lenet(tnn)

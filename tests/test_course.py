@@ -9,8 +9,8 @@ import nbformat
 import pytest
 
 from tito.course.notebook import read_cells
-from tito.course.solutions import SOLUTION_BEGIN, SOLUTION_END, partition_solution, solution_lines
 from tito.course.registry import COURSE_ROOT, MODULES, prerequisites, written_modules
+from tito.course.solutions import SOLUTION_BEGIN, SOLUTION_END, partition_solution, solution_lines
 from tito.student.runner import run_notebook
 
 WRITTEN = written_modules()

@@ -24,15 +24,15 @@ import nbformat
 import pytest
 
 from conftest import run_tito
+from tito.course.notebook import read_cells, to_ipynb
+from tito.course.registry import get_module
+from tito.errors import GradingError
 from tito.grading import sandbox
 from tito.grading.autograde import prepare_run
 from tito.grading.course import Course
 from tito.grading.flags import static_flags
 from tito.grading.metadata import metadata_problems
 from tito.grading.package import prerequisite_package
-from tito.errors import GradingError
-from tito.course.notebook import read_cells, to_ipynb
-from tito.course.registry import get_module
 from tito.student.runner import run_notebook
 
 M = get_module(1)

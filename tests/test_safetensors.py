@@ -10,8 +10,13 @@ import numpy as np
 import pytest
 
 from tinytorch.core.training import (
-    SAFETENSORS_INDEX, SafetensorsError, load_safetensors, load_safetensors_folder,
-    read_safetensors_header, read_safetensors_metadata, save_safetensors,
+    SAFETENSORS_INDEX,
+    SafetensorsError,
+    load_safetensors,
+    load_safetensors_folder,
+    read_safetensors_header,
+    read_safetensors_metadata,
+    save_safetensors,
 )
 
 st_numpy = pytest.importorskip("safetensors.numpy")

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from conftest import run_tito, run_tito_from
 from site_render import rendered_site
-
 from tito.course.notebook import Cell, read_cells
 from tito.course.registry import MILESTONES, MODULES, written_modules
 from tito.course.solutions import partition_solution, solution_lines

@@ -16,8 +16,19 @@ from tinytorch.core.losses import cross_entropy, mse_loss
 from tinytorch.core.optimizers import SGD, Adam, AdamW
 from tinytorch.core.tensor import Tensor, default_generator, manual_seed
 from tinytorch.core.training import (
-    CheckpointError, CosineWarmup, History, StepDecay, TrainingError, accuracy, batches_from,
-    evaluate, load_checkpoint, read_checkpoint_meta, save_checkpoint, set_lr, train,
+    CheckpointError,
+    CosineWarmup,
+    History,
+    StepDecay,
+    TrainingError,
+    accuracy,
+    batches_from,
+    evaluate,
+    load_checkpoint,
+    read_checkpoint_meta,
+    save_checkpoint,
+    set_lr,
+    train,
 )
 from tinytorch.data.loader import DataLoader, TensorDataset
 

@@ -62,7 +62,7 @@ class GradingRun:
     def close(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
 
-    def __enter__(self) -> "GradingRun":
+    def __enter__(self) -> GradingRun:
         return self
 
     def __exit__(self, *exc) -> None:

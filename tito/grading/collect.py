@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 import shutil
-from datetime import datetime, timezone
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from ..course.registry import Module

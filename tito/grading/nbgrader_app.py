@@ -26,14 +26,24 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor, ClearMetadataPreprocessor
+from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
 from nbformat.notebooknode import NotebookNode
 from nbgrader.apps.baseapp import NbGrader
 from nbgrader.apps.nbgraderapp import NbGraderApp
-from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput,
-                                    DeduplicateIds, Execute, GetGrades, IgnorePattern,
-                                    LimitOutput, NbGraderPreprocessor, OverwriteCells,
-                                    OverwriteKernelspec, SaveAutoGrades)
+from nbgrader.preprocessors import (
+    AssignLatePenalties,
+    CheckCellMetadata,
+    ClearOutput,
+    DeduplicateIds,
+    Execute,
+    GetGrades,
+    IgnorePattern,
+    LimitOutput,
+    NbGraderPreprocessor,
+    OverwriteCells,
+    OverwriteKernelspec,
+    SaveAutoGrades,
+)
 from traitlets import Unicode
 from traitlets.config import Config
 
