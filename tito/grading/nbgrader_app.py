@@ -125,7 +125,8 @@ class GuardedExecute(Execute):
                     outs.remove(out)
                 outs.append(NotebookNode(
                     output_type="stream", name="stdout",
-                    text=f"\n[output past {OUTPUT_LIMIT:,} characters was dropped by the grader]\n"))
+                    text=f"\n[output past {OUTPUT_LIMIT:,} characters was dropped by the "
+                         "grader]\n"))
         return out
 
 
