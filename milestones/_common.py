@@ -111,8 +111,12 @@ def curve_table(title: str, rows: list[dict], columns: list[str]) -> Table:
     t = Table(title=title, title_justify="left")
     for c in columns:
         t.add_column(c, justify="right")
+    def cell(value) -> str:
+        return value if isinstance(value, str) else f"{value:.4f}" if isinstance(value, float) \
+            else str(value)
+
     for r in rows:
-        t.add_row(*[r[c] if isinstance(r[c], str) else f"{r[c]:.4f}" if isinstance(r[c], float) else str(r[c]) for c in columns])
+        t.add_row(*[cell(r[c]) for c in columns])
     return t
 
 

@@ -37,10 +37,12 @@ def main() -> int:
 
     tt.manual_seed(args.seed)
     x_train, y_train, x_test, y_test = load_digits(args.seed)
-    console.print(f"digits: {len(x_train)} training and {len(x_test)} held-out test images, 64 pixels each")
+    console.print(f"digits: {len(x_train)} training and {len(x_test)} held-out test images, "
+                  "64 pixels each")
     model = digits_mlp(nn)  # 64 -> 128 -> 64 -> 10
     optimizer = Adam(model.parameters(), lr=2e-3)
-    loader = DataLoader(TensorDataset(x_train, y_train), batch_size=32, shuffle=True, seed=args.seed)
+    loader = DataLoader(TensorDataset(x_train, y_train), batch_size=32, shuffle=True,
+                        seed=args.seed)
     test_loader = DataLoader(TensorDataset(x_test, y_test), batch_size=256)
     epochs = 2 if args.quick else args.epochs
     with Timer() as timer:
@@ -48,7 +50,8 @@ def main() -> int:
                         eval_loader=test_loader, eval_every=len(loader), metric=accuracy,
                         progress=console)
     rows = epoch_rows(history, len(loader))
-    console.print(curve_table("training curve", rows, ["epoch", "train loss", "test loss", "test acc"]))
+    console.print(curve_table("training curve", rows,
+                              ["epoch", "train loss", "test loss", "test acc"]))
     model.eval()
     with tt.no_grad():
         train_acc = accuracy(model(tt.Tensor(x_train)), y_train)

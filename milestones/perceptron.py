@@ -37,7 +37,7 @@ def main() -> int:
     xs, ys = tt.Tensor(x), tt.Tensor(y.reshape(-1, 1))
     epochs = 30 if args.quick else 200
     with Timer() as timer:
-        for epoch in range(1, epochs + 1):
+        for epoch in range(1, epochs + 1):  # noqa: B007 (printed after the loop)
             scores = neuron(xs)
             loss = relu(-(ys * scores)).mean()
             optimizer.zero_grad()

@@ -46,8 +46,14 @@ import numpy as np
 
 from _common import console, curve_table, need_tinytorch, needs, parser, report_verdict
 from tito.course.checkpoints import (
-    GPT2_CONFIG, GPT2_WEIGHTS, OPTIMIZER_STATE, CheckpointFolderError, load_pretrained,
-    save_optimizer, save_pretrained)
+    GPT2_CONFIG,
+    GPT2_WEIGHTS,
+    OPTIMIZER_STATE,
+    CheckpointFolderError,
+    load_pretrained,
+    save_optimizer,
+    save_pretrained,
+)
 from tito.course.datasets import encode_splits, get_batch, load_text, split_loss, tiled_windows
 from tito.course.packages import acceleration
 
@@ -151,7 +157,7 @@ class Failure(Exception):
     """A bad input: printed in red, exit code 2, no traceback."""
 
 
-# ---- data: tito.course.datasets (load_text, encode_splits, get_batch, tiled_windows, split_loss) ---
+# ---- data: tito.course.datasets (load_text, encode_splits, get_batch, tiled_windows, split_loss)
 # ---- sampling ---------------------------------------------------------------------------
 def encode_prompt(tokenizer, prompt, block_size):
     """The prompt's ids; a clear error for characters outside the vocabulary."""

@@ -40,14 +40,16 @@ def main() -> int:
     tt.manual_seed(args.seed)
     with Timer() as t1:
         single_acc, single_loss = fit(Linear(2, 1), tt, steps, lr=0.1)
-    console.print(f"one layer : accuracy {single_acc:.0%}, loss {single_loss:.3f} ({t1.seconds:.2f} s)"
-                  " - a line cannot separate XOR")
+    console.print(f"one layer : accuracy {single_acc:.0%}, loss {single_loss:.3f} "
+                  f"({t1.seconds:.2f} s) - a line cannot separate XOR")
     best = 0.0
     for attempt in range(3):  # a tiny net can land in a poor start; say so if it does
         tt.manual_seed(args.seed + attempt)
         with Timer() as t2:
-            mlp_acc, mlp_loss = fit(Sequential(Linear(2, 8), Tanh(), Linear(8, 1)), tt, steps, lr=0.05)
-        console.print(f"two layers: accuracy {mlp_acc:.0%}, loss {mlp_loss:.3f} ({t2.seconds:.2f} s)"
+            mlp = Sequential(Linear(2, 8), Tanh(), Linear(8, 1))
+            mlp_acc, mlp_loss = fit(mlp, tt, steps, lr=0.05)
+        console.print(f"two layers: accuracy {mlp_acc:.0%}, loss {mlp_loss:.3f} "
+                      f"({t2.seconds:.2f} s)"
                       + ("" if attempt == 0 else f" [dim](seed {args.seed + attempt})[/]"))
         best = max(best, mlp_acc)
         if mlp_acc == 1.0:

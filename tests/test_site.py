@@ -632,7 +632,8 @@ def test_every_page_has_a_keyboard_menu_a_skip_link_and_one_set_of_ids(rendered)
         if 'class="tt-toc-inline"' in text:
             inline = text.split('class="tt-toc-inline"', 1)[1].split("</details>", 1)[0]
             assert 'id="' not in inline, f"{where}: the folded contents repeat ids"
-        assert "<pre" not in text.replace('<pre tabindex="0"', ""), f"{where}: a <pre> no key reaches"
+        assert "<pre" not in text.replace('<pre tabindex="0"', ""), (
+            f"{where}: a <pre> no key reaches")
 
 
 def test_every_figure_has_a_phone_layout_drawn_large_enough():

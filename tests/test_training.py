@@ -306,7 +306,8 @@ def test_mismatched_optimizer_restores_the_model(tmp_path):
 # ---- evaluation -------------------------------------------------------------------------
 def test_accuracy():
     logits = np.array([[1.0, 2.0], [3.0, 0.0], [0.0, 1.0]], dtype=np.float32)
-    assert accuracy(Tensor(logits), Tensor(np.array([1, 0, 0]), dtype=np.int64)) == pytest.approx(2 / 3)
+    labels = Tensor(np.array([1, 0, 0]), dtype=np.int64)
+    assert accuracy(Tensor(logits), labels) == pytest.approx(2 / 3)
     assert accuracy(logits, np.eye(2)[[1, 0, 1]]) == 1.0
     with pytest.raises(ValueError, match="shape"):
         accuracy(logits, np.array([0, 1]))
