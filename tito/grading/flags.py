@@ -21,7 +21,7 @@ def forbidden_imports(m: Module) -> tuple[dict[str, Module], dict[str, Module]]:
     return _forbidden(m.number)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _forbidden(number: int) -> tuple[dict[str, Module], dict[str, Module]]:
     from ..course.exporter import reference_export
 
