@@ -18,15 +18,15 @@ import re
 import nbformat
 import numpy as np
 import pytest
-from conftest import REPO
 
+from conftest import REPO
+from tinytorch.core.tensor import Function, ShapeError, Tensor
 from tito.commands import module as module_command
 from tito.course.notebook import Cell, load_notebook
 from tito.course.registry import COURSE_ROOT, get_module
 from tito.student.plan import plan_cells
 from tito.student.results import CellResult, RunReport
 from tito.student.runner import run_cells, run_notebook
-from tinytorch.core.tensor import Function, ShapeError, Tensor
 
 
 def flat(text: str) -> str:

@@ -21,8 +21,8 @@ import pytest
 
 from test_cli import write_like_a_student
 from tito.course.notebook import read_cells
-from tito.course.solutions import partition_solution, solution_lines
 from tito.course.registry import get_module, written_modules
+from tito.course.solutions import partition_solution, solution_lines
 
 pytestmark = pytest.mark.slow
 

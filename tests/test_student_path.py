@@ -20,9 +20,9 @@ import sys
 
 import nbformat
 import pytest
+
 from conftest import run_tito
 from test_cli import write_like_a_student
-
 from tito.course.registry import get_module
 from tito.student.kernel import install_kernel, kernel_name
 from tito.student.workspace import Workspace

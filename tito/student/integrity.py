@@ -10,8 +10,8 @@ from pathlib import Path
 
 from ..course.notebook import Cell
 from ..course.solutions import without_hidden_tests
-from ..guard.runs import is_locked  # noqa: F401 - nbgrader's rule, shared with grading
 from ..errors import ReleaseIntegrityError
+from ..guard.runs import is_locked  # noqa: F401 - nbgrader's rule, shared with grading
 
 
 def cell_checksum(cell) -> str:

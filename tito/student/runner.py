@@ -29,8 +29,15 @@ from pathlib import Path
 from ..course.notebook import Cell, cells_of, load_notebook
 from ..course.registry import DATA_DIR, DATA_ENV
 from ..guard.protect import scrub_environment
-from ..guard.runs import (DRIVER, RunReport, collect_results, driver_spec, forbidden_roots,
-                          is_locked, start_driver)
+from ..guard.runs import (
+    DRIVER,
+    RunReport,
+    collect_results,
+    driver_spec,
+    forbidden_roots,
+    is_locked,
+    start_driver,
+)
 from .integrity import compare_with_authority, verify_release
 from .plan import plan_cells
 

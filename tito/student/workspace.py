@@ -92,12 +92,12 @@ class Workspace:
 
     # ---- finding ---------------------------------------------------------------------
     @classmethod
-    def find(cls, start: Path | None = None) -> "Workspace | None":
+    def find(cls, start: Path | None = None) -> Workspace | None:
         root = find_upwards(start, lambda folder: (folder / MARKER).is_dir())
         return None if root is None else cls(root)
 
     @classmethod
-    def require(cls, what: str = "run this command") -> "Workspace":
+    def require(cls, what: str = "run this command") -> Workspace:
         found = cls.find()
         if found is None:
             raise WorkspaceError(
@@ -248,7 +248,7 @@ class Workspace:
 
     # ---- creating --------------------------------------------------------------------
     @classmethod
-    def create(cls, root: Path, releases: dict) -> "Workspace":
+    def create(cls, root: Path, releases: dict) -> Workspace:
         import nbformat
 
         ws = cls(root)
