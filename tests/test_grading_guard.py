@@ -422,3 +422,25 @@ def test_hidden_cases_rebound_in_module_01_is_put_back(tmp_path):
                  ("release", test, True), tmp_path=tmp_path)
     assert "it redefined `hidden_cases`" in report.cells[2].message, report.cells[2].explain()
     assert not report.cells[3].passed and "hidden case" in report.cells[3].message
+
+
+@pytest.mark.filterwarnings("ignore:a locked cell warns")
+def test_names_ipython_changes_between_cells_are_not_protected():
+    """What IPython itself rebinds or deletes between two cells (its output history, the
+    warning registry cleared before each cell) is in the kernel guard's ignore list, or a
+    locked cell that printed or warned would be reported as redefined by the next cell
+    (module 13's autograde failed a fitted student's checkpoint test that way)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from tito.guard.kernel import IPYTHON_NAMES
+
+    shell = InteractiveShell()
+    try:
+        shell.run_cell("import warnings\nwarnings.warn('a locked cell warns')\n41 + 1")
+        before = dict(shell.user_ns)
+        shell.run_cell("x = 1")
+        changed = {k for k, v in before.items() if shell.user_ns.get(k, before) is not v}
+    finally:
+        InteractiveShell.clear_instance()
+    assert "__warningregistry__" in changed  # the case the guard got wrong
+    assert changed - set(IPYTHON_NAMES) == set(), changed - set(IPYTHON_NAMES)

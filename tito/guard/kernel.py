@@ -44,8 +44,11 @@ SHELL_METHODS = ("run_cell", "run_cell_async", "run_code", "run_ast_nodes", "tra
                  "should_run_async", "run_line_magic", "run_cell_magic", "ex", "ev")
 SHELL_LISTS = ("input_transformers_cleanup", "input_transformers_post", "ast_transformers")
 # Names IPython and ipykernel change on their own between cells (history, input, display).
+# IPython also deletes `__warningregistry__` before every cell (its pre_execute event): a
+# locked cell that warned would otherwise look "redefined" by the next cell.
 IPYTHON_NAMES = ("_", "__", "___", "_i", "_ii", "_iii", "_oh", "_ih", "_dh", "In", "Out",
                  "_exit_code", "input", "exit", "quit", "get_ipython", "display",
+                 "__warningregistry__",
                  *[f"_i{n}" for n in range(1, 1000)], *[f"_{n}" for n in range(1, 1000)])
 
 
