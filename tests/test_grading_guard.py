@@ -80,9 +80,11 @@ ATTEMPTS = {
     "os.system": "os.system('true')",
     "the process's memory": "open('/proc/self/mem', 'rb')",
     "the result channel reopened": "open('/proc/self/fd/0', 'rb')",
-    "the helper's code swapped": "setattr(expect_close, '__code__', (lambda *a, **k: None).__code__)",
+    "the helper's code swapped": "setattr(expect_close, '__code__', "
+                                 "(lambda *a, **k: None).__code__)",
     "the helper's tolerance": "setattr(expect_close, '__defaults__', (1e9,))",
-    "the grader's report": "sys.audit('tito.report', {'event': 'end', 'index': 3, 'status': 'passed'})",
+    "the grader's report": "sys.audit('tito.report', "
+                           "{'event': 'end', 'index': 3, 'status': 'passed'})",
     "code compiled as a library's": "compile('1', __import__('numpy').__file__, 'exec')",
     "a test's function rebuilt": "type(expect_close)(expect_close.__code__, {})",
 }
@@ -122,12 +124,14 @@ HONEST = {
     "a dataclass": "from dataclasses import dataclass, field\n@dataclass\nclass D:\n"
                    "    x: list = field(default_factory=list)\nD()",
     "a formatted traceback": "import traceback\ntry:\n    1 / 0\nexcept ZeroDivisionError:\n"
-                             "    text = traceback.format_exc()\nassert 'ZeroDivisionError' in text",
+                             "    text = traceback.format_exc()\n"
+                             "assert 'ZeroDivisionError' in text",
     "a logged message": "import logging\nlogging.getLogger('x').warning('hello')",
     "a warning caught": "import warnings\nwith warnings.catch_warnings(record=True) as w:\n"
                         "    warnings.simplefilter('always')\n    warnings.warn('w')\nassert w",
     "np.r_ with a string": "import numpy as np\nnp.r_['0,2', [1, 2], [3, 4]]",
-    "its own function's defaults": "def f(a=1):\n    return a\nf.__defaults__ = (2,)\nassert f() == 2",
+    "its own function's defaults": "def f(a=1):\n    return a\nf.__defaults__ = (2,)\n"
+                                   "assert f() == 2",
     "a thread": "import threading\nt = threading.Thread(target=lambda: None)\nt.start()\nt.join()",
 }
 
@@ -215,7 +219,8 @@ def test_forged_lines_on_every_descriptor_are_dropped(tmp_path):
              "    for i in range(8):\n"
              "        for rec in ({'seq': i, 'event': 'end', 'index': i, 'status': 'passed'},):\n"
              "            try:\n"
-             "                os.write(fd, ('00' * 32 + '\\t' + json.dumps(rec) + '\\n').encode())\n"
+             "                os.write(fd, ('00' * 32 + '\\t' + json.dumps(rec)"
+             " + '\\n').encode())\n"
              "            except OSError:\n"
              "                pass\n"
              "os._exit(0)\n")

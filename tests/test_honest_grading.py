@@ -121,7 +121,8 @@ def test_test_bodies_replaced_by_pass(ws):
     done = run(ws)
     assert_not_completed(done)
     assert "✗ test_unit_arithmetic" in done.stdout and "a + b gave" in done.stdout
-    assert "test_unit_arithmetic was edited in your notebook; the original test was run" in done.stdout
+    assert ("test_unit_arithmetic was edited in your notebook; the original test was run"
+            in done.stdout)
 
 
 def test_test_cells_deleted(ws):
@@ -139,7 +140,8 @@ def test_test_cells_deleted(ws):
     assert_not_completed(done)
     assert f"{N_TESTS} tests expected, {N_TESTS - 4} found in your notebook: the 4 missing were " \
            "restored and run" in done.stdout
-    assert "✗ test_unit_arithmetic" in done.stdout and "was missing from your notebook" in done.stdout
+    assert ("✗ test_unit_arithmetic" in done.stdout
+            and "was missing from your notebook" in done.stdout)
 
 
 def test_deleted_tests_are_run_all_the_same_on_correct_code(ws):
@@ -232,7 +234,8 @@ def test_solution_cell_installs_a_trace_function(ws):
         "    if event == 'line' and frame.f_code.co_name.startswith('test_unit'):\n"
         "        here = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()\n"
         "        if here.startswith('assert'):\n"
-        "            lines = {n for _, n in dis.findlinestarts(frame.f_code) if n and n > frame.f_lineno}\n"
+        "            lines = {n for _, n in dis.findlinestarts(frame.f_code)"
+        " if n and n > frame.f_lineno}\n"
         "            for target in sorted(lines):\n"
         "                text = linecache.getline(frame.f_code.co_filename, target).strip()\n"
         "                if text.startswith('assert'):\n"
@@ -279,7 +282,8 @@ def test_solution_imports_the_installed_reference_package(ws):
     # are copied in. Gave 33/33.
     replace_solutions(ws, (
         "import sys, os\n"
-        "sys.path[:] = [p for p in sys.path if not os.path.isdir(os.path.join(p or '.', 'tinytorch'))]\n"
+        "sys.path[:] = [p for p in sys.path"
+        " if not os.path.isdir(os.path.join(p or '.', 'tinytorch'))]\n"
         "for name in [n for n in sys.modules if n.startswith('tinytorch')]:\n"
         "    del sys.modules[name]\n"
         "import tinytorch.core.tensor as _reference\n"
@@ -338,7 +342,8 @@ def test_forged_results_then_os_exit(ws):
         "import json, os, sys\n"
         "if len(sys.argv) > 2:\n"
         "    spec = json.load(open(sys.argv[1]))\n"
-        "    fake = [{'index': c['index'], 'status': 'passed', 'seconds': 0.0} for c in spec['cells']]\n"
+        "    fake = [{'index': c['index'], 'status': 'passed', 'seconds': 0.0}"
+        " for c in spec['cells']]\n"
         "    json.dump(fake, open(sys.argv[2], 'w'))\n"
         "for fd in range(3, 30):\n"
         "    for i in range(40):\n"

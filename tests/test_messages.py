@@ -123,9 +123,10 @@ def test_the_where_names_the_method_and_its_line_not_a_cell_number(tmp_path):
     assert not re.search(r"cell \d", text), f"Jupyter numbers no cell: {text}"
 
 
-# ---- wrong blame: unbroadcast, in the lesson ------------------------------------------------------
+# ---- wrong blame: unbroadcast, in the lesson ----------------------------------------------------
 def run_planted(number, grade_id, old, new, tmp_path):
-    """The reference lesson with ``old`` -> ``new`` in cell ``grade_id``, run as complete runs it."""
+    """The reference lesson with ``old`` -> ``new`` in cell ``grade_id``, run as complete
+    runs it."""
     m = get_module(number)
     nb = load_notebook(m.source)
     planted = 0
@@ -167,7 +168,7 @@ def test_an_off_by_one_in_matmuls_reshape_is_shown_at_its_line(tmp_path):
     assert "cannot reshape array" in text and "in MatMul.forward, cell 'matmul'" in text, text
 
 
-# ---- glitches -------------------------------------------------------------------------------------
+# ---- glitches -----------------------------------------------------------------------------------
 def test_notes_are_printed_without_markup():
     """A note reads `note: ...`, never the literal `[yellow]note:[/]`."""
     report = RunReport(cells=[CellResult(graded(0, "pass", "test_unit_x"), "passed")],

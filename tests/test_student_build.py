@@ -36,7 +36,8 @@ def clean_env(**extra):
 def installed(tmp_path_factory):
     """(venv folder, its tito command, the wheel) with the student wheel installed."""
     tmp = tmp_path_factory.mktemp("student-build")
-    done = subprocess.run([sys.executable, "-m", "tito", "dist", "student", "--out", str(tmp / "dist")],
+    done = subprocess.run([sys.executable, "-m", "tito", "dist", "student",
+                           "--out", str(tmp / "dist")],
                           cwd=tmp, env=clean_env(), capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     wheel = next((tmp / "dist").glob("tinytorch_course-*.whl"))
@@ -45,13 +46,16 @@ def installed(tmp_path_factory):
     site = next((venv / "lib").glob("python*/site-packages"))
     borrowed = [p for p in sys.path if p.endswith("-packages") and Path(p).is_dir()]
     (site / "borrowed-dependencies.pth").write_text("\n".join(borrowed) + "\n")
-    # Before the wheel: the new environment must not see a tito or tinytorch, or the test proves nothing.
+    # Before the wheel: the new environment must not see a tito or tinytorch, or the test
+    # proves nothing.
     probe = subprocess.run([str(venv / "bin" / "python"), "-c", "import importlib.util as u; "
                             "print(u.find_spec('tito'), u.find_spec('tinytorch'))"],
                            cwd=tmp, env=clean_env(), capture_output=True, text=True)
-    assert probe.stdout.strip() == "None None", f"the new environment sees tito/tinytorch: {probe.stdout}"
+    assert probe.stdout.strip() == "None None", (
+        f"the new environment sees tito/tinytorch: {probe.stdout}")
     done = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"),
-                           "install", "-q", "--no-deps", str(wheel)], capture_output=True, text=True)
+                           "install", "-q", "--no-deps", str(wheel)],
+                          capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return venv, str(venv / "bin" / "tito"), wheel
 
@@ -110,7 +114,8 @@ def test_no_solution_line_is_in_any_installed_file(installed, repo):
         if inside and path.suffix == ".py" and rel.parts[0] == "tito":
             source = repo / "milestones" / Path(*rel.parts[3:]) if rel.parts[1:2] == ("_course",) \
                 else repo / rel
-            assert path.read_bytes() == source.read_bytes(), f"{rel} differs from the repository's {source}"
+            assert path.read_bytes() == source.read_bytes(), (
+                f"{rel} differs from the repository's {source}")
         try:
             texts[path] = {line.strip() for line in path.read_text(encoding="utf-8").splitlines()}
         except UnicodeDecodeError:  # binary data (digits.npz): search its bytes
@@ -131,8 +136,10 @@ def test_no_solution_line_is_in_any_installed_file(installed, repo):
         # the released notebooks are searched with no exception at all
         release = site / "tito" / "_course" / "release" / f"{m.dirname}.ipynb"
         notebook = json.loads(release.read_text())
-        shown = {line.strip() for c in notebook["cells"] for line in "".join(c["source"]).splitlines()}
-        assert not sorted(secret & shown), f"solution lines in {release}: {sorted(secret & shown)[:5]}"
+        shown = {line.strip() for c in notebook["cells"]
+                 for line in "".join(c["source"]).splitlines()}
+        assert not sorted(secret & shown), (
+            f"solution lines in {release}: {sorted(secret & shown)[:5]}")
 
 
 def test_student_journey_on_the_installed_build(installed, tmp_path):
@@ -146,7 +153,8 @@ def test_student_journey_on_the_installed_build(installed, tmp_path):
     # a planted bug fails exactly its test, with the teaching message
     write_like_a_student(ws, 1, bug=("return a + b", "return a - b"))
     done = tito(installed, "module", "complete", "01", cwd=ws)
-    assert done.returncode == 1 and "✗ test_unit_arithmetic" in done.stdout and "a + b gave" in done.stdout
+    assert (done.returncode == 1 and "✗ test_unit_arithmetic" in done.stdout
+            and "a + b gave" in done.stdout)
 
     # the student's code completes the module and is what `import tinytorch` gives
     write_like_a_student(ws, 1)
@@ -188,17 +196,20 @@ def test_the_wrong_folder_and_doctor_on_the_installed_build(installed, tmp_path)
     for args in (["milestone", "list"], ["milestone", "run", "perceptron"]):
         done = tito(installed, *args, cwd=elsewhere)
         text = done.stderr.replace("\n", " ")
-        assert done.returncode == 2 and "not a TinyTorch workspace" in text, (args, done.stdout, text)
+        assert done.returncode == 2 and "not a TinyTorch workspace" in text, (
+            args, done.stdout, text)
         assert str(elsewhere) in text and str(ws) in text, text
     done = tito(installed, "system", "doctor", cwd=elsewhere)
     assert done.returncode == 1 and "All checks passed" not in done.stdout
     done = tito(installed, "init", "inner", cwd=ws)
-    assert done.returncode == 2 and "inside the workspace" in done.stderr and not (ws / "inner").exists()
+    assert (done.returncode == 2 and "inside the workspace" in done.stderr
+            and not (ws / "inner").exists())
     site = next((installed[0] / "lib").glob("python*/site-packages"))
     script = site / "tito" / "_course" / "milestones" / "perceptron.py"
-    done = subprocess.run([str(installed[0] / "bin" / "python"), str(script), "--quick"], cwd=elsewhere,
-                          env=clean_env(), capture_output=True, text=True)
-    assert done.returncode == 2 and "No tinytorch package can be imported here" in done.stdout, done.stdout
+    done = subprocess.run([str(installed[0] / "bin" / "python"), str(script), "--quick"],
+                          cwd=elsewhere, env=clean_env(), capture_output=True, text=True)
+    assert (done.returncode == 2
+            and "No tinytorch package can be imported here" in done.stdout), done.stdout
     done = tito(installed, "system", "doctor", cwd=ws)
     assert done.returncode == 0 and "tinytorch-course needs" in done.stdout, done.stdout
 

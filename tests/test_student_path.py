@@ -92,7 +92,8 @@ def test_a_self_import_is_refused_and_the_previous_package_is_kept(ws):
     package = {p: digest(p) for p in (ws / "tinytorch").rglob("*.py")}
     record = progress(ws)
     write_like_a_student(ws, 1, bug=("#| export\nclass Tensor:",
-                                     "#| export\nfrom tinytorch.core.tensor import Tensor\nclass Tensor:"))
+                                     "#| export\nfrom tinytorch.core.tensor import Tensor\n"
+                                     "class Tensor:"))
     done = run_tito("module", "complete", "01", cwd=ws)
     out = " ".join(done.stdout.split())
     assert done.returncode == 1, done.stdout
@@ -163,14 +164,16 @@ def test_status_says_not_verified_when_the_export_was_edited_after_complete(ws):
     assert "not verified" not in run_tito("module", "status", cwd=ws).stdout
     exported = ws / "tinytorch/core/tensor.py"
     exported.write_text(exported.read_text() + "\nraise RuntimeError('edited by hand')\n")
-    row = next(r for r in json.loads(run_tito("module", "status", "--json", cwd=ws).stdout)["modules"]
+    row = next(r for r in
+               json.loads(run_tito("module", "status", "--json", cwd=ws).stdout)["modules"]
                if r["key"] == "01")
     assert row["state"] == "not verified" and "changed" in row["why"], row
     # doctor imports the package for real, in a fresh process: the edit is caught there too
     install_kernel(ws)
     done = run_tito("system", "doctor", cwd=ws)
     out = done.stdout.replace("\n", " ")
-    assert done.returncode == 1 and "edited by hand" in done.stdout and "module 01" in out, done.stdout
+    assert (done.returncode == 1 and "edited by hand" in done.stdout
+            and "module 01" in out), done.stdout
 
 
 def test_doctor_imports_no_heavy_package_in_its_own_process(ws):
@@ -287,8 +290,9 @@ def test_doctor_follows_requirements_to_the_end(tmp_path, monkeypatch):
     def dist(name, version, *requires):
         folder = site / f"{name}-{version}.dist-info"
         folder.mkdir(parents=True)
-        (folder / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-                                         + "".join(f"Requires-Dist: {r}\n" for r in requires))
+        (folder / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+            + "".join(f"Requires-Dist: {r}\n" for r in requires))
 
     dist("tinytorch", "0.1.0", "numpy>=1.26", "nbgrader<0.10,>=0.9", 'pytest>=8; extra == "dev"')
     dist("numpy", "2.0.0")

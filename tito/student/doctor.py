@@ -94,7 +94,8 @@ def installed_index() -> dict[str, tuple[str, Path]]:
             project, _, rest = stem.partition("-")
             version = rest.split("-")[0]
             if not version:  # name.egg-info: the version is inside
-                version = next((line.split(":", 1)[1].strip() for line in _metadata_lines(folder / name)
+                version = next((line.split(":", 1)[1].strip()
+                                for line in _metadata_lines(folder / name)
                                 if line.startswith("Version:")), "?")
             found.setdefault(_canonical(project), (version, folder / name))
     return found
@@ -146,13 +147,16 @@ def requirement_problems() -> tuple[str | None, dict[str, str], list[str]]:
             name = req.name
         key = _canonical(name)
         if key not in index:
-            problems.append(f"{name} is not installed ({needed_by} needs `{line.split(';')[0].strip()}`)")
+            problems.append(f"{name} is not installed "
+                            f"({needed_by} needs `{line.split(';')[0].strip()}`)")
             continue
         version, folder = index[key]
         if needed_by == ours:
             direct[name] = version
-        if req is not None and req.specifier and not req.specifier.contains(version, prereleases=True):
-            problems.append(f"{name} {version} is installed, {needed_by} needs `{req.name}{req.specifier}`")
+        if (req is not None and req.specifier
+                and not req.specifier.contains(version, prereleases=True)):
+            problems.append(f"{name} {version} is installed, "
+                            f"{needed_by} needs `{req.name}{req.specifier}`")
         # what this package needs in turn: its base requirements, and those of each extra
         # asked for (``jsonschema[format-nongpl]``), each followed once
         new = ({""} | set(req.extras if req is not None else ())) - done.get(key, set())
@@ -173,8 +177,10 @@ def package_checks() -> list[Check]:
     shown = [f"{n} {direct[n]}" for n in SHOWN if n in direct]
     if problems:
         return [Check("packages", "failed", "; ".join(problems[:4])
-                      + (f" (and {len(problems) - 4} more)" if len(problems) > 4 else "") + f". {fix}")]
-    return [Check("packages", "ok", ", ".join(shown) + f": the {len(direct)} packages {ours} needs, "
+                      + (f" (and {len(problems) - 4} more)" if len(problems) > 4 else "")
+                      + f". {fix}")]
+    return [Check("packages", "ok", ", ".join(shown)
+                  + f": the {len(direct)} packages {ours} needs, "
                   "and theirs, installed at the versions required")]
 
 
@@ -214,7 +220,8 @@ if targets is not None:
     for target in targets:
         try:
             module = importlib.import_module(target)
-            out["modules"][target] = [n for n in getattr(module, "__all__", []) if not hasattr(module, n)]
+            out["modules"][target] = [n for n in getattr(module, "__all__", [])
+                                      if not hasattr(module, n)]
         except Exception as error:
             out["modules"][target] = f"{type(error).__name__}: {error}"
 print(json.dumps(out))
@@ -224,9 +231,9 @@ print(json.dumps(out))
 def start_package_probe(cwd: Path, targets: list[str] | None) -> subprocess.Popen:
     """`python` as the student runs it in ``cwd``: NumPy, and (``targets`` not None) the
     package and each completed module's file."""
-    return subprocess.Popen([sys.executable, "-c", PACKAGE_PROBE, json.dumps(targets)], cwd=cwd,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    return subprocess.Popen([sys.executable, "-c", PACKAGE_PROBE, json.dumps(targets)],
+                            cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
 def package_probe_checks(proc: subprocess.Popen, ws: Workspace | None,
@@ -286,7 +293,8 @@ def release_check(ws: Workspace) -> Check:
     if problems:
         return Check("released notebooks", "failed", "; ".join(problems[:3])
                      + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""))
-    return Check("released notebooks", "ok", f"all {len(written_modules())} match nbgrader's checksums "
+    return Check("released notebooks", "ok",
+                 f"all {len(written_modules())} match nbgrader's checksums "
                  "and the course's release")
 
 
@@ -296,12 +304,14 @@ def progress_checks(ws: Workspace) -> list[Check]:
         problems = verify_progress(ws)
     except WorkspaceError as error:
         return [Check("progress file", "failed", str(error))]
-    checks = [Check("progress file", "ok", f"{len(done)} module{'s' if len(done) != 1 else ''} completed")]
+    checks = [Check("progress file", "ok",
+                    f"{len(done)} module{'s' if len(done) != 1 else ''} completed")]
     if problems:
         checks.append(Check("progress vs package", "not verified", "; ".join(
             f"module {key}: {why}" for key, why in sorted(problems.items()))))
     elif done:
-        checks.append(Check("progress vs package", "ok", "each completed module is in your package as "
+        checks.append(Check("progress vs package", "ok",
+                            "each completed module is in your package as "
                             "`complete` wrote it, graded with the course's release"))
     return checks
 
@@ -311,8 +321,9 @@ def kernel_checks(ws: Workspace, probe) -> list[Check]:
     checks = []
     kernel, proc = probe
     if kernel is None:
-        checks.append(Check("workspace kernel", "failed", f"no Jupyter kernel {kernel_name(ws.root)} "
-                            f"for this workspace: notebooks would import another tinytorch. {fix}"))
+        checks.append(Check("workspace kernel", "failed",
+                            f"no Jupyter kernel {kernel_name(ws.root)} for this workspace: "
+                            f"notebooks would import another tinytorch. {fix}"))
     else:
         good, detail = probe_result(proc, ws.root) if proc is not None else (
             False, f"{kernel.folder / 'kernel.json'} names no interpreter that starts")
@@ -322,9 +333,11 @@ def kernel_checks(ws: Workspace, probe) -> list[Check]:
         wrong = misdirected_notebooks(ws.root)
         dead = dead_kernels()
     except Exception as error:  # noqa: BLE001 - a broken jupyter_core is a finding, not a crash
-        return checks + [Check("notebook kernels", "failed", f"cannot list Jupyter kernels: {error}")]
+        return checks + [Check("notebook kernels", "failed",
+                               f"cannot list Jupyter kernels: {error}")]
     if wrong:
-        checks.append(Check("notebook kernels", "failed", "; ".join(w.describe(ws.root) for w in wrong[:3])
+        checks.append(Check("notebook kernels", "failed",
+                            "; ".join(w.describe(ws.root) for w in wrong[:3])
                             + (f" (and {len(wrong) - 3} more)" if len(wrong) > 3 else "")
                             + f". {fix} points them at this workspace's kernel"))
     else:
@@ -350,7 +363,8 @@ def run_checks(cwd: Path | None = None) -> tuple[list[Check], Workspace | None]:
     targets: dict[str, str] = {}
     if ws is not None:
         try:
-            targets = {f"tinytorch.{m.target}": m.key for m in MODULES if m.number in ws.completed()}
+            targets = {f"tinytorch.{m.target}": m.key
+                       for m in MODULES if m.number in ws.completed()}
         except WorkspaceError:
             pass  # the progress check below says why
     # the two fresh processes first: they run while this one reads files
@@ -379,7 +393,8 @@ def run_checks(cwd: Path | None = None) -> tuple[list[Check], Workspace | None]:
             checks.append(Check("workspace", "note", f"none: {cwd} is in the course repository "
                                 f"({COURSE_ROOT}), which holds the reference solutions"))
         else:
-            checks.append(Check("workspace", "failed", not_a_workspace(cwd, "run `tito system doctor`")))
+            checks.append(Check("workspace", "failed",
+                                not_a_workspace(cwd, "run `tito system doctor`")))
         return checks, None
     progress = progress_checks(ws)
     checks.append(progress[0])

@@ -21,7 +21,8 @@ def cell_checksum(cell) -> str:
     grade, solution = meta.get("grade", False), meta.get("solution", False)
     locked = False if solution else True if grade else meta.get("locked", False)
     digest = hashlib.md5()
-    for part in (cell.source, cell.cell_type, str(grade), str(solution), str(locked), meta["grade_id"]):
+    for part in (cell.source, cell.cell_type, str(grade), str(solution), str(locked),
+                 meta["grade_id"]):
         digest.update(part.encode("utf-8"))
     if grade:
         digest.update(str(float(meta["points"])).encode("utf-8"))
@@ -45,7 +46,8 @@ def verify_release(notebook, label: str) -> None:
                 "notebooks, package and progress are kept)."
             )
     if not graded:
-        raise ReleaseIntegrityError(f"{label} has no graded test cells. Restore it with `tito init . --force`.")
+        raise ReleaseIntegrityError(f"{label} has no graded test cells. "
+                                    "Restore it with `tito init . --force`.")
 
 
 _HEADER = re.compile(r"^# %%.*?nbgrader=(\{.*\})[ \t]*$", re.MULTILINE)

@@ -246,8 +246,9 @@ def start_probe(kernel: Kernel, root: Path) -> subprocess.Popen:
     env = {**os.environ, **kernel.env}
     folder = root / "modules" if (root / "modules").is_dir() else root
     how = ["find"] if Path(kernel.argv[0]).resolve() == Path(sys.executable).resolve() else []
-    return subprocess.Popen([kernel.argv[0], "-c", PROBE, *how], cwd=folder, env=env, text=True,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen([kernel.argv[0], "-c", PROBE, *how], cwd=folder, env=env,
+                            text=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
 
 
 def probe_result(proc: subprocess.Popen, root: Path) -> tuple[bool, str]:

@@ -43,7 +43,8 @@ from .workspace import Workspace
 
 _NAME_ERROR = re.compile(r"name '(\w+)' is not defined")
 _CAUGHT_NAME_ERROR = re.compile(r"NameError: name '(\w+)' is not defined")
-_PACKAGE_FRAME = re.compile(r'File "([^"]*?tinytorch[/\\][^"]*\.py)", line (\d+), in (\S+)\n\s*(.*)')
+_PACKAGE_FRAME = re.compile(r'File "([^"]*?tinytorch[/\\][^"]*\.py)", line (\d+), '
+                            r'in (\S+)\n\s*(.*)')
 
 
 def sha256_text(text: str) -> str:
@@ -79,7 +80,8 @@ def _top_level(tree: ast.Module):
 
 def _binds(tree: ast.Module, name: str) -> bool:
     for node in _top_level(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+        if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                and node.name == name):
             return True
         if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
                 (a.asname or a.name.split(".")[0]) == name for a in node.names):
@@ -101,7 +103,8 @@ def _first_line(cell: Cell) -> str:
 
 
 def _cell_label(cell: Cell) -> str:
-    """How the student finds a cell: its nbgrader name, or (their own cells have none) its first line."""
+    """How the student finds a cell: its nbgrader name, or (their own cells have none) its
+    first line."""
     if cell.nbgrader.get("grade_id"):
         return f"cell '{cell.grade_id}'"
     return f"cell that starts `{_first_line(cell)}`"
@@ -161,7 +164,8 @@ def check_plan(module: Module, tested: list[Cell]) -> list[Cell]:
     part of it (the graded tests and the given code between them), up to the last test.
     The student's own cells and every exported cell come from the package instead."""
     graded = [i for i, c in enumerate(tested) if c.is_graded]
-    keep = [c for c in tested[:graded[-1] + 1] if c.origin == "release" and not c.is_export] if graded else []
+    keep = ([c for c in tested[:graded[-1] + 1] if c.origin == "release" and not c.is_export]
+            if graded else [])
     plan = [Cell(0, "code", _IMPORT_PACKAGE.format(target=f"tinytorch.{module.target}"),
                  {"grade_id": "import-the-exported-package"}, origin="release")]
     for c in keep:
@@ -220,7 +224,8 @@ def _explain(module: Module, result, tested: list[Cell], n_failing: int) -> str:
     text = f"{result.error_type or result.status} {context}: {result.message}"
     # the NameError itself, or one a test caught and explained in its own message
     name = (_NAME_ERROR.search(result.message or "") if result.error_type == "NameError"
-            else _CAUGHT_NAME_ERROR.search((result.message or "") + "\n" + (result.traceback or "")))
+            else _CAUGHT_NAME_ERROR.search(
+                (result.message or "") + "\n" + (result.traceback or "")))
     if name:
         other = _other_module(result.traceback, module)
         if other is not None and _use_of(tested, name[1]) is None:
@@ -255,8 +260,10 @@ def _other_module(traceback: str, module: Module) -> Module | None:
 def _missing_name(module: Module, name: str, tested: list[Cell], context: str) -> str:
     use = _use_of(tested, name)
     used = (f" (your exported code uses it: {_cell_label(use[0])}, `{use[1]}`)" if use else "")
-    defined = [c for c in tested if not c.is_export and (tree := _parse(c)) is not None and _binds(tree, name)]
-    where_fix = f"the solution cell that uses it ({_cell_label(use[0])})" if use else "your solution cell"
+    defined = [c for c in tested
+               if not c.is_export and (tree := _parse(c)) is not None and _binds(tree, name)]
+    where_fix = (f"the solution cell that uses it ({_cell_label(use[0])})" if use
+                 else "your solution cell")
     head = (f"`{name}` is not defined in the exported package tinytorch.{module.target}{used}; "
             f"{context} fails on the package because of it.")
     if defined and defined[0].origin == "yours":
@@ -273,13 +280,15 @@ def _missing_name(module: Module, name: str, tested: list[Cell], context: str) -
 
 
 def _package_frame(traceback: str, tested: list[Cell]) -> str:
-    """`, in forward (your cell 'x'): `code`` for the innermost line of the package in a traceback."""
+    """`, in forward (your cell 'x'): `code`` for the innermost line of the package in a
+    traceback."""
     frames = _PACKAGE_FRAME.findall(traceback or "")
     if not frames:
         return ""
     _, _, func, code = frames[-1]
     cell = next((c for c in tested if c.is_export and code and code in c.source), None)
-    return f", in {func}" + (f" ({_cell_label(cell)})" if cell else "") + (f": `{code}`" if code else "")
+    return (f", in {func}" + (f" ({_cell_label(cell)})" if cell else "")
+            + (f": `{code}`" if code else ""))
 
 
 # ---- progress against the package ------------------------------------------------------------
@@ -355,7 +364,8 @@ def completion_problem(ws: Workspace, module: Module, record: dict) -> str | Non
         names = ws.exported_names(module) or []
         missing = [n for n in ws.release_names(module) if n not in names]
         if missing:
-            return f"{rel} lacks {', '.join(missing[:5])}, which module {module.key} defines: {redo}"
+            return (f"{rel} lacks {', '.join(missing[:5])}, "
+                    f"which module {module.key} defines: {redo}")
     return None
 
 

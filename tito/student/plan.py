@@ -66,8 +66,8 @@ def plan_cells(student: list[Cell], release: list[Cell]) -> tuple[list[Cell], li
             add(rc, "release")
         elif rc.nbgrader.get("solution"):
             if mine is None:
-                notes.append(f"{gid} (your solution cell) was missing from your notebook; the empty "
-                             "stub of the release was run in its place")
+                notes.append(f"{gid} (your solution cell) was missing from your notebook; "
+                             "the empty stub of the release was run in its place")
                 add(rc, "release")
             else:
                 add(Cell(0, "code", mine.source, dict(rc.nbgrader)), "yours")

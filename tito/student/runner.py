@@ -75,11 +75,13 @@ def _lesson_cells(path: Path) -> list[Cell]:
 def run_notebook(path: Path, package_root: Path, timeout: float = DEFAULT_TIMEOUT,
                  on_result=None) -> RunReport:
     """Execute every code cell of ``path`` as it is (the reference lesson, a released stub)."""
-    return run_cells(_lesson_cells(path), package_root, Path(path).resolve().parent, timeout, on_result)
+    return run_cells(_lesson_cells(path), package_root, Path(path).resolve().parent, timeout,
+                     on_result)
 
 
-def run_student(path: Path, release_path: Path, package_root: Path, timeout: float = DEFAULT_TIMEOUT,
-                on_result=None, authority: dict | None = None) -> RunReport:
+def run_student(path: Path, release_path: Path, package_root: Path,
+                timeout: float = DEFAULT_TIMEOUT, on_result=None,
+                authority: dict | None = None) -> RunReport:
     """Grade a student's notebook with the locked cells of its verified release."""
     release_nb = load_notebook(release_path)
     label = str(release_path)

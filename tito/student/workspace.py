@@ -70,7 +70,8 @@ def not_a_workspace(cwd: Path, what: str) -> str:
     """Where the student is, and where to go: the workspaces this machine has kernels for."""
     from .kernel import known_workspaces
 
-    text = f"You are in {Path(cwd).resolve()}, which is not a TinyTorch workspace (no .tito folder here or above)."
+    text = (f"You are in {Path(cwd).resolve()}, which is not a TinyTorch workspace "
+            "(no .tito folder here or above).")
     try:
         known = known_workspaces()
     except Exception:  # noqa: BLE001 - a broken Jupyter install must not hide the real message
@@ -80,7 +81,8 @@ def not_a_workspace(cwd: Path, what: str) -> str:
     elif known:
         more = f" and {len(known) - 5} more" if len(known) > 5 else ""
         text += (f" Workspaces on this machine, the most recently used first: "
-                 f"{', '.join(str(k) for k in known[:5])}{more}. `cd` into yours, then {what} again.")
+                 f"{', '.join(str(k) for k in known[:5])}{more}. "
+                 f"`cd` into yours, then {what} again.")
     else:
         text += f" `cd` into the folder you made with `tito init DIR`, then {what} again."
     return text + " To make a workspace: `tito init DIR`."
@@ -117,7 +119,8 @@ class Workspace:
                 f"{root} is inside the workspace {outer.root} (you are in {Path.cwd()}): a "
                 "workspace in a workspace mixes up their progress and packages. Make the new "
                 f"one outside it, for example `tito init {outer.root.parent / root.name}`; to "
-                f"refresh this workspace's released notebooks instead, `tito init {outer.root} --force`."
+                "refresh this workspace's released notebooks instead, "
+                f"`tito init {outer.root} --force`."
             )
         try:
             inner = [p for p in root.iterdir() if (p / MARKER).is_dir()] if root.is_dir() else []
