@@ -439,7 +439,7 @@ def test_unit_elementwise_rules():
     for op, inputs, params, expected, hint in cases:
         check_rule(op, inputs, params, expected, g, hint)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     rng = np.random.default_rng(6001)
     p = rng.uniform(0.5, 2.0, (2, 3))
@@ -574,7 +574,7 @@ def test_unit_unbroadcast():
     for bad in ((5, 3), (4, 2), (2, 2, 4, 3)):
         check_refused(g, bad)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     h = np.random.default_rng(6002).standard_normal((3, 1, 5, 2)).astype(np.float32)
     hidden_cases(check_summed, {
@@ -723,7 +723,7 @@ def test_unit_reduction_rules():
     check_ties([[1.0, 5.0], [5.0, 2.0]], None, [[0, 0.5], [0.5, 0]],
                "max() over everything with two tied 5s: [[0, 0.5], [0.5, 0]] expected")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     line, four = random(7, seed=3), random(2, 1, 3, 2, seed=4)
     def sum_mean_max(array, axis, keepdims):
@@ -853,7 +853,7 @@ def test_unit_topological_order():
         f"the 10,000-step chain should give 10,001 nodes from x to y, got {len(deep)}"
     )
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     def diamond():
         x = Tensor([1.0, 2.0], requires_grad=True)
@@ -1132,7 +1132,7 @@ def test_unit_chain_rule():
 
     check_chain(2.0, -3.0)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_chain, {
         "other values": (-0.5, 1.25),
@@ -1189,7 +1189,7 @@ def test_unit_accumulation():
         f"y.sum() + y.sum() gives y.grad [2, 2], got {y.grad.data}"
     )
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_accumulated, {
         "three passes before the diamond": ([0.5, -1.5], [2.0, 3.0], 3),
@@ -1243,7 +1243,7 @@ def test_unit_broadcast_backward():
 
     check_broadcast((4, 3), (3,), (4, 1), 0, 1)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_broadcast, {
         "three axes, a vector bias and a middle column": ((2, 3, 4), (4,), (3, 1), (0, 1), (0, 2)),
@@ -1286,7 +1286,7 @@ def test_unit_deep_chain():
 
     check_deep(5_000, lambda y: y * 1.0001 - 0.001, 1.0001 ** 5_000)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_deep, {
         "a longer chain of divisions": (12_000, lambda y: y / 1.00005, 1.00005 ** -12_000),
@@ -1351,7 +1351,7 @@ def test_unit_graph_freed():
 
     check_freed(1000, doubled_squares, 8.0)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     def diamond_mean(x):  # mean(h*3 + h) with h = x*x: 8x / n = 8 / 4 at x = 1
         h = x * x
@@ -1456,7 +1456,7 @@ def test_unit_backward_errors():
     )
     del DERIVATIVES[Cube]
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_start, {
         "a vector with a matrix gradient": ((4,), (2, 2)),
@@ -1665,7 +1665,7 @@ def test_unit_matmul_rule():
              hint + " (b is a vector: (4,) as (4, 1))")
     check_op(MatMul, [random(4), random(4, seed=1)], hint + " (two vectors: a dot product)")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(lambda a, b: check_op(MatMul, [a, b], hint), {
         "a column times a row": (random(5, 1, seed=7), random(1, 3, seed=8)),
@@ -1703,7 +1703,7 @@ def test_unit_shape_rules():
         f"{t.grad.data}. {repeats}"
     )
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     z = random(3, 1, 4, 2, seed=9)
     hidden_cases(lambda op, params: check_op(op, [z], "", **params), {
@@ -1906,7 +1906,7 @@ def test_unit_activation_rules():
         check_op(LogSoftmaxFunction, [x], "grad - exp(y) * sum(grad, axis, keepdims=True)",
                  axis=axis)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     cube = random(2, 3, 4, seed=11) * 3.0
     cube[np.abs(cube) < 0.05] = 0.5  # away from ReLU's kink
@@ -1941,7 +1941,7 @@ def test_unit_loss_rules():
         check_op(BCEWithLogitsFunction, [random(3, 4)], "sigmoid(x) - target, times grad; "
                  "'mean' divides by the number of elements", target=labels, reduction=reduction)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     many = random(7, 3, seed=12)
     classes = np.array([2, 0, 1, 2, 2, 1, 0])
@@ -2121,7 +2121,7 @@ def test_unit_no_grad():
         f"{w.grad.data}"
     )
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_restored, {"blocks entered with recording off": False})
     ### END HIDDEN TESTS
@@ -2320,7 +2320,7 @@ def test_unit_gradcheck():
     else:
         raise AssertionError("gradcheck on float32 inputs must raise TypeError explaining float64")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     def one_element_off(ctx, grad):
         x, y = ctx.inputs
