@@ -451,6 +451,23 @@ test_unit_tensor_creation()
 
 
 # %% [markdown]
+# The tests of the operations below start by checking your constructor once more: an op that
+# returns float64 may be the constructor's fault, not the op's, and the message should say
+# which. That check is given here, once, and called at the top of those tests.
+
+# %% nbgrader={"grade": false, "grade_id": "dtype-guard", "locked": true, "schema_version": 3, "solution": false, "task": false}
+def constructor_keeps_float32():
+    """Fail with a message that blames the constructor when Tensor(float32 data) is not
+    float32, so a test of operations does not report an op that is not at fault."""
+    made = Tensor(np.ones(2, dtype=np.float32)).dtype
+    assert made == np.float32, (
+        f"Tensor(a float32 array) has dtype {made}: your Tensor constructor changes the dtype "
+        "(see test_unit_tensor_creation). Fix the constructor first; this test's ops are not "
+        "at fault"
+    )
+
+
+# %% [markdown]
 # ## Part 2: operations and their records
 #
 # Every operation is a subclass of `Function` with one method, `forward`, that takes NumPy
@@ -901,12 +918,7 @@ class Log(Function):
 # %% nbgrader={"grade": true, "grade_id": "test_unit_arithmetic", "locked": true, "points": 6, "schema_version": 3, "solution": false, "task": false}
 def test_unit_arithmetic():
     """Element-wise ops match NumPy, broadcast, accept numbers, and stay float32."""
-    made = Tensor(np.ones(2, dtype=np.float32)).dtype
-    assert made == np.float32, (
-        f"Tensor(a float32 array) has dtype {made}: your Tensor constructor changes the dtype "
-        "(see test_unit_tensor_creation). Fix the constructor first; this test's ops are not "
-        "at fault"
-    )
+    constructor_keeps_float32()
 
     def check_ops(x, y):
         """Every op on a = Tensor(x), b = Tensor(y) against NumPy (x > 0, y != 0)."""
@@ -1059,12 +1071,7 @@ class MatMul(Function):
 # %% nbgrader={"grade": true, "grade_id": "test_unit_matmul", "locked": true, "points": 6, "schema_version": 3, "solution": false, "task": false}
 def test_unit_matmul():
     """Matmul matches NumPy for 2-D, batched and vector cases, and explains bad shapes."""
-    made = Tensor(np.ones(2, dtype=np.float32)).dtype
-    assert made == np.float32, (
-        f"Tensor(a float32 array) has dtype {made}: your Tensor constructor changes the dtype "
-        "(see test_unit_tensor_creation). Fix the constructor first; this test's ops are not "
-        "at fault"
-    )
+    constructor_keeps_float32()
 
     def check_product(a, b):
         got, want = Tensor(a) @ Tensor(b), a @ b
@@ -1302,12 +1309,7 @@ class Max(Function):
 # %% nbgrader={"grade": true, "grade_id": "test_unit_reductions", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_reductions():
     """sum/mean/max over axes, with keepdims, match NumPy and keep float32."""
-    made = Tensor(np.ones(2, dtype=np.float32)).dtype
-    assert made == np.float32, (
-        f"Tensor(a float32 array) has dtype {made}: your Tensor constructor changes the dtype "
-        "(see test_unit_tensor_creation). Fix the constructor first; this test's ops are not "
-        "at fault"
-    )
+    constructor_keeps_float32()
 
     def check_reductions(x, axes):
         """sum, mean and max of Tensor(x) over each of `axes`, with and without keepdims."""

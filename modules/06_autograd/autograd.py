@@ -344,6 +344,18 @@ def float32_array(values):
     return np.asarray(values, dtype=np.float32)
 
 
+def mul_rule_first():
+    """Fail with a message that blames Mul's rule when it is written and wrong: the tests of
+    backward multiply, and would otherwise report a wrong rule as a wrong walk of the graph."""
+    mul = DERIVATIVES.get(Mul)
+    assert mul is None or np.allclose(
+        mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0
+    ), (
+        "this test builds on Mul's derivative rule, which is wrong (see "
+        "test_unit_elementwise_rules): fix that rule first"
+    )
+
+
 def random(*shape, seed=0):
     """A float64 array of standard normal numbers, the same on every run."""
     return np.random.default_rng(seed + len(shape)).standard_normal(shape)
@@ -1089,13 +1101,7 @@ def backward(tensor, grad=None, retain_graph=False):
 # %% nbgrader={"grade": true, "grade_id": "test_unit_chain_rule", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_chain_rule():
     """L = (a*b + b)**2 at a=2, b=-3 gives dL/da = 54 and dL/db = -54."""
-    mul = DERIVATIVES.get(Mul)
-    assert mul is None or np.allclose(
-        mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0
-    ), (
-        "this test builds on Mul's derivative rule, which is wrong (see "
-        "test_unit_elementwise_rules): fix that rule first"
-    )
+    mul_rule_first()
 
     def check_chain(a_value, b_value, dtype=np.float32):
         """L = (a*b + b)**2: dL/da = 2(ab + b) b, dL/db = 2(ab + b)(a + 1), summed if arrays."""
@@ -1149,13 +1155,7 @@ test_unit_chain_rule()
 # %% nbgrader={"grade": true, "grade_id": "test_unit_accumulation", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_accumulation():
     """Reused nodes sum their gradients; leaf .grad accumulates across backward calls."""
-    mul = DERIVATIVES.get(Mul)
-    assert mul is None or np.allclose(
-        mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0
-    ), (
-        "this test builds on Mul's derivative rule, which is wrong (see "
-        "test_unit_elementwise_rules): fix that rule first"
-    )
+    mul_rule_first()
 
     def check_accumulated(x_value, w_value, calls):
         """`calls` backward passes of sum(x*x), then one through a diamond h -> (h*2, h*h)."""
@@ -1205,13 +1205,7 @@ test_unit_accumulation()
 # %% nbgrader={"grade": true, "grade_id": "test_unit_broadcast_backward", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 def test_unit_broadcast_backward():
     """A broadcast input's gradient is summed back to the input's own shape."""
-    mul = DERIVATIVES.get(Mul)
-    assert mul is None or np.allclose(
-        mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0
-    ), (
-        "this test builds on Mul's derivative rule, which is wrong (see "
-        "test_unit_elementwise_rules): fix that rule first"
-    )
+    mul_rule_first()
     check_unbroadcast_first("test_unit_broadcast_backward")
     rng = np.random.default_rng(0)
 
@@ -1259,13 +1253,7 @@ test_unit_broadcast_backward()
 # %% nbgrader={"grade": true, "grade_id": "test_unit_deep_chain", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 def test_unit_deep_chain():
     """A chain of 10,000 operations differentiates without RecursionError."""
-    mul = DERIVATIVES.get(Mul)
-    assert mul is None or np.allclose(
-        mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0
-    ), (
-        "this test builds on Mul's derivative rule, which is wrong (see "
-        "test_unit_elementwise_rules): fix that rule first"
-    )
+    mul_rule_first()
 
     def check_deep(steps, step, want):
         """`steps` repetitions of step(y) from x; d sum(y) / dx must be `want`."""
@@ -1301,13 +1289,7 @@ test_unit_deep_chain()
 # %% nbgrader={"grade": true, "grade_id": "test_unit_graph_freed", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 def test_unit_graph_freed():
     """After backward the records are emptied, unless retain_graph=True."""
-    mul = DERIVATIVES.get(Mul)
-    assert mul is None or np.allclose(
-        mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0
-    ), (
-        "this test builds on Mul's derivative rule, which is wrong (see "
-        "test_unit_elementwise_rules): fix that rule first"
-    )
+    mul_rule_first()
     import gc
     import weakref
 
@@ -1377,13 +1359,7 @@ test_unit_graph_freed()
 # %% nbgrader={"grade": true, "grade_id": "test_unit_backward_errors", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_backward_errors():
     """Every misuse gets an error that says what to do."""
-    mul = DERIVATIVES.get(Mul)
-    assert mul is None or np.allclose(
-        mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0
-    ), (
-        "this test builds on Mul's derivative rule, which is wrong (see "
-        "test_unit_elementwise_rules): fix that rule first"
-    )
+    mul_rule_first()
 
     def error_of(call):
         try:
