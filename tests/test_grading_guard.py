@@ -410,6 +410,20 @@ def test_hidden_cases_of_the_package_cannot_be_replaced(name, tmp_path):
         name, test.explain())
 
 
+def test_the_module_being_graded_is_never_a_watched_helper():
+    """A given helper that imports the graded module when called (module 01's float64_inputs)
+    does not make that module a helper: importing it from a student's cell stays refused."""
+    from tito.guard.runs import helper_modules
+
+    given = ("#| default_exp core.tensor\nimport numpy as np\n"
+             "def float64_inputs(rng, *shapes):\n    from tinytorch.core.tensor import Tensor\n")
+    test = "def test_x():\n    from tinytorch.testing import hidden_cases\n"
+    plan = plan_of(("release", given), ("release", test, True))
+    assert helper_modules(plan) == ["tinytorch.testing"]
+    plan = plan_of(("release", given.replace("core.tensor\nimport", "core.layers\nimport")))
+    assert helper_modules(plan) == ["tinytorch.core.tensor"], "another module's import is watched"
+
+
 def test_hidden_cases_rebound_in_module_01_is_put_back(tmp_path):
     """In module 01 the helper is a name its given cell defines: rebinding it is refused."""
     from tito.course.notebook import read_cells
