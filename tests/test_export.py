@@ -68,3 +68,65 @@ def test_reexport_namespace_is_a_file_that_names_its_module():
     with pytest.raises(AttributeError, match="module 08 .Training.*tito module complete 08"):
         namespace["__getattr__"]("StepLR")
     assert get_module(8).reexports[0][0] == "optim.lr_scheduler"
+
+
+# ---- given modules: `#| export testing` ----------------------------------------------------------
+HELPERS = ("hidden_cases", "time_runs", "best_time", "short_repr", "expect_close", "expect_error",
+           "explain", "float64_inputs", "no_fp_errors")
+
+
+def test_test_helpers_are_tinytorch_testing_and_not_in_the_tensor_module(repo):
+    """Module 01's given helpers are tinytorch.testing; tinytorch.core.tensor keeps none of them."""
+    import tinytorch.core.tensor
+    import tinytorch.testing
+
+    assert sorted(tinytorch.testing.__all__) == sorted(HELPERS), tinytorch.testing.__all__
+    left = [n for n in HELPERS if hasattr(tinytorch.core.tensor, n)]
+    assert not left, f"tinytorch.core.tensor still defines {left}: no shim is to stay there"
+    first = (repo / "tinytorch" / "testing.py").read_text().splitlines()[0]
+    assert first.startswith(HEADER) and "modules/01_tensor/tensor.py" in first, first
+
+
+def _cell(index, source):
+    from tito.course.notebook import Cell
+
+    return Cell(index, "code", source, {})
+
+
+def test_a_target_the_module_does_not_give_is_refused_with_the_ones_it_does():
+    """`#| export tools` in module 01 names no given module: the error lists `#| export testing`."""
+    from tito.course.exporter import render_module
+    from tito.course.registry import get_module
+    from tito.errors import ExportError
+
+    cells = [_cell(0, "#| default_exp core.tensor\n#| export\nimport numpy as np"),
+             _cell(1, "#| export tools\ndef helper():\n    return 1")]
+    with pytest.raises(ExportError, match=r"cell 1: `#\| export tools`.*`#\| export testing`"):
+        render_module(get_module(1), cells, "a notebook", "")
+    cells[1] = _cell(1, "#| export testing\ndef helper():\n    return 1")
+    export = render_module(get_module(1), cells, "a notebook", "")
+    assert "helper" not in export.text and export.names == [], (
+        "a given cell must stay out of the module's own file")
+
+
+def test_a_workspace_writes_the_given_module_from_its_release(tmp_path):
+    """given_files() renders tinytorch/testing.py from the release notebook it is handed, and
+    from the course's lesson when that notebook is missing."""
+    import nbformat
+
+    from tito.course.exporter import given_files
+    from tito.course.registry import get_module
+
+    module = get_module(1)
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_code_cell("#| default_exp core.tensor\n#| export\nimport numpy as np"),
+        nbformat.v4.new_code_cell("#| export testing\ndef given_helper():\n    return 2"),
+    ]
+    release = tmp_path / "01_tensor.ipynb"
+    nbformat.write(notebook, release)
+    text = given_files(module, release)[Path("tinytorch/testing.py")]
+    assert "def given_helper():" in text and "__all__ = ['given_helper']" in text, text
+    assert "released notebook 01_tensor.ipynb" in text.splitlines()[0]
+    fallback = given_files(module, tmp_path / "missing.ipynb")[Path("tinytorch/testing.py")]
+    assert "def expect_close(" in fallback and "given_helper" not in fallback

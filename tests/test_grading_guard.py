@@ -379,7 +379,7 @@ def _no_stray_files(tmp_path):
 
 # ---- hidden_cases, the given helper the hidden test cases run through ----------------------------
 HIDDEN_TEST = '''def test_unit_double():
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     def check(x, want):
         assert double(x) == want, "double"
@@ -391,28 +391,42 @@ test_unit_double()
 '''
 
 SWAPS = {
-    "the function rebound": "import tinytorch.core.tensor as _t\n"
+    "the function rebound": "import tinytorch.testing as _t\n"
                             "_t.hidden_cases = lambda check, cases: None\n",
     "the module swapped in sys.modules": (
-        "import sys, types\n_fake = types.ModuleType('tinytorch.core.tensor')\n"
+        "import sys, types\n_fake = types.ModuleType('tinytorch.testing')\n"
         "_fake.hidden_cases = lambda check, cases: None\n"
-        "sys.modules['tinytorch.core.tensor'] = _fake\n"),
-    "the module removed from sys.modules": "import sys\ndel sys.modules['tinytorch.core.tensor']\n",
+        "sys.modules['tinytorch.testing'] = _fake\n"),
+    "the module removed from sys.modules": "import sys\ndel sys.modules['tinytorch.testing']\n",
 }
 
 
 @pytest.mark.parametrize("name", list(SWAPS))
 def test_hidden_cases_of_the_package_cannot_be_replaced(name, tmp_path):
-    """A hidden region's `from tinytorch.core.tensor import hidden_cases` gets the real helper:
+    """A hidden region's `from tinytorch.testing import hidden_cases` gets the real helper:
     rebinding it, or swapping its module in sys.modules, is refused and put back."""
     given = GIVEN + "from tinytorch.core.tensor import Tensor\n"
     report = run(("release", given), ("yours", WRONG + SWAPS[name]),
                  ("release", HIDDEN_TEST, True), tmp_path=tmp_path)
     refused, test = report.cells[1], report.cells[2]
     assert refused.error_type == "IntegrityError", (name, refused.explain())
-    assert "tinytorch.core.tensor" in refused.message, refused.message
+    assert "tinytorch.testing" in refused.message, refused.message
     assert not test.passed and "hidden case 'a negative number' failed" in test.message, (
         name, test.explain())
+
+
+def test_the_module_being_graded_is_never_a_watched_helper():
+    """A given helper that imports the graded module when called (module 01's float64_inputs)
+    does not make that module a helper: importing it from a student's cell stays refused."""
+    from tito.guard.runs import helper_modules
+
+    given = ("#| default_exp core.tensor\nimport numpy as np\n"
+             "def float64_inputs(rng, *shapes):\n    from tinytorch.core.tensor import Tensor\n")
+    test = "def test_x():\n    from tinytorch.testing import hidden_cases\n"
+    plan = plan_of(("release", given), ("release", test, True))
+    assert helper_modules(plan) == ["tinytorch.testing"]
+    plan = plan_of(("release", given.replace("core.tensor\nimport", "core.layers\nimport")))
+    assert helper_modules(plan) == ["tinytorch.core.tensor"], "another module's import is watched"
 
 
 def test_hidden_cases_rebound_in_module_01_is_put_back(tmp_path):
@@ -421,7 +435,7 @@ def test_hidden_cases_rebound_in_module_01_is_put_back(tmp_path):
 
     cell = next(c for c in read_cells(REPO / "modules" / "01_tensor" / "tensor.py")
                 if c.grade_id == "hidden-cases")
-    test = HIDDEN_TEST.replace("    from tinytorch.core.tensor import hidden_cases\n\n", "")
+    test = HIDDEN_TEST.replace("    from tinytorch.testing import hidden_cases\n\n", "")
     report = run(("release", GIVEN), ("release", cell.source),
                  ("yours", WRONG + "def hidden_cases(check, cases):\n    pass\n"),
                  ("release", test, True), tmp_path=tmp_path)

@@ -223,7 +223,7 @@ def test_the_release_has_no_hidden_case_and_still_passes_the_integrity_check(mod
 # ---- the helper that runs them ------------------------------------------------------------------
 def test_hidden_cases_reports_the_label_and_never_the_inputs():
     """A failing hidden case names its label and error kind; its inputs and message do not show."""
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     def check(x, want):
         assert np.allclose(x * 2, want), f"2 * {x} gave {x * 2}, expected {want}"
@@ -242,7 +242,7 @@ def test_hidden_cases_reports_the_label_and_never_the_inputs():
 
 def test_hidden_cases_lets_an_unwritten_solution_through_and_refuses_an_empty_table():
     """NotImplementedError (the stub) passes through as it is; no cases at all is an error."""
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     def stub(x):
         raise NotImplementedError()

@@ -444,9 +444,9 @@ ATTACKS = [
     ("sitecustomize.py on PYTHONPATH patching NumPy", 1, "elementwise", "", BUG,
      {"PYTHONPATH": "SITE"}, "a + b gave"),
     ("helpers rebound early, in a free cell at the top", 2, "top",
-     "import tinytorch.core.tensor as _t\n_t.expect_close = lambda *a, **k: None\n"
+     "import tinytorch.testing as _t\n_t.expect_close = lambda *a, **k: None\n"
      "_t.check_elementwise = lambda *a, **k: None",
-     IDENTITY, {}, "it replaced tinytorch.core.tensor."),
+     IDENTITY, {}, "it replaced tinytorch.testing."),
     ("a symlinked placeholder holding the reference", 2, "relu-op",
      "from tinytorch.core.activations import ReLUFunction", IDENTITY, {"SYMLINK": "1"},
      "the module being graded"),

@@ -1,4 +1,4 @@
-"""The course's test helpers, given in module 01 (tinytorch.core.tensor) and used by the graded
+"""The course's test helpers, given in module 01 (tinytorch.testing) and used by the graded
 tests of later lessons: each must fail on the mistake it is there to catch, and say so."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from tinytorch.core.autograd import gradcheck
-from tinytorch.core.tensor import (
-    Tensor,
+from tinytorch.core.tensor import Tensor
+from tinytorch.testing import (
     expect_close,
     expect_error,
     explain,

@@ -15,7 +15,7 @@ from tinytorch.core.attention import scaled_dot_product_attention
 from tinytorch.core.layers import Linear, Sequential
 from tinytorch.core.losses import cross_entropy
 from tinytorch.core.optimizers import SGD
-from tinytorch.core.tensor import Tensor, best_time, manual_seed, time_runs
+from tinytorch.core.tensor import Tensor, manual_seed
 from tinytorch.models.transformer import GPT, GPTConfig
 from tinytorch.perf.profiling import (
     ProfileError,
@@ -23,6 +23,7 @@ from tinytorch.perf.profiling import (
     attention_flops,
     matmul_flops,
 )
+from tinytorch.testing import best_time, time_runs
 
 
 def no_listener_left():

@@ -22,7 +22,7 @@ import nbformat
 import pytest
 
 from conftest import run_tito
-from test_cli import write_like_a_student
+from test_cli import python_in, write_like_a_student
 from tito.course.registry import get_module
 from tito.student.kernel import install_kernel, kernel_name
 from tito.student.workspace import Workspace
@@ -124,6 +124,28 @@ def _complete_by_hand(ws, number):
     data = json.loads(path.read_text())
     data["completed"][get_module(number).key] = {"completed_at": "2025-01-01T00:00:00+00:00"}
     path.write_text(json.dumps(data))
+
+
+def test_the_test_helpers_are_given_before_and_after_module_01(ws):
+    """tinytorch.testing is in a new workspace before module 01 is completed, is not the
+    student's export, and after `complete 01` gives float64 inputs of the student's Tensor."""
+    helpers = ws / "tinytorch/testing.py"
+    given = helpers.read_text()
+    assert "released notebook 01_tensor.ipynb" in given.splitlines()[0], given[:200]
+    done = python_in(ws, "from tinytorch.testing import expect_close, hidden_cases, best_time\n"
+                         "expect_close('x', [1.0], [1.0], 'fix'); print('helpers ok')")
+    assert "helpers ok" in done.stdout, done.stdout + done.stderr
+    assert run_tito("module", "start", "01", cwd=ws).returncode == 0
+    write_like_a_student(ws, 1)
+    assert run_tito("module", "complete", "01", cwd=ws).returncode == 0
+    assert helpers.read_text() == given, "complete 01 must not rewrite the given helpers"
+    exported = (ws / "tinytorch/core/tensor.py").read_text()
+    assert "written by the student" in exported and "def expect_close" not in exported
+    done = python_in(ws, "import numpy as np\nfrom tinytorch.testing import float64_inputs\n"
+                         "t = float64_inputs(np.random.default_rng(0), (2, 3))\n"
+                         "print(type(t).__module__, t.dtype, t.requires_grad)")
+    assert done.stdout.split() == ["tinytorch.core.tensor", "float64", "True"], (
+        done.stdout + done.stderr)
 
 
 def test_status_and_doctor_say_not_verified_for_a_hand_edited_progress_file(ws):

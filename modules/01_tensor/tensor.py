@@ -320,7 +320,7 @@ def _plain_index(index):
 
 
 # %% nbgrader={"grade": false, "grade_id": "hidden-cases", "locked": true, "schema_version": 3, "solution": false, "task": false}
-#| exporti
+#| export testing
 # The instructor's grade (nbgrader) runs more cases than the tests show you: other shapes, other
 # values, edge cases, written after each test's visible ones and removed from your notebook. They
 # run through this helper, so a failure names only the kind of case and its inputs stay hidden.
@@ -448,6 +448,23 @@ def test_unit_tensor_creation():
 
 
 test_unit_tensor_creation()
+
+
+# %% [markdown]
+# The tests of the operations below start by checking your constructor once more: an op that
+# returns float64 may be the constructor's fault, not the op's, and the message should say
+# which. That check is given here, once, and called at the top of those tests.
+
+# %% nbgrader={"grade": false, "grade_id": "dtype-guard", "locked": true, "schema_version": 3, "solution": false, "task": false}
+def constructor_keeps_float32():
+    """Fail with a message that blames the constructor when Tensor(float32 data) is not
+    float32, so a test of operations does not report an op that is not at fault."""
+    made = Tensor(np.ones(2, dtype=np.float32)).dtype
+    assert made == np.float32, (
+        f"Tensor(a float32 array) has dtype {made}: your Tensor constructor changes the dtype "
+        "(see test_unit_tensor_creation). Fix the constructor first; this test's ops are not "
+        "at fault"
+    )
 
 
 # %% [markdown]
@@ -901,12 +918,7 @@ class Log(Function):
 # %% nbgrader={"grade": true, "grade_id": "test_unit_arithmetic", "locked": true, "points": 6, "schema_version": 3, "solution": false, "task": false}
 def test_unit_arithmetic():
     """Element-wise ops match NumPy, broadcast, accept numbers, and stay float32."""
-    made = Tensor(np.ones(2, dtype=np.float32)).dtype
-    assert made == np.float32, (
-        f"Tensor(a float32 array) has dtype {made}: your Tensor constructor changes the dtype "
-        "(see test_unit_tensor_creation). Fix the constructor first; this test's ops are not "
-        "at fault"
-    )
+    constructor_keeps_float32()
 
     def check_ops(x, y):
         """Every op on a = Tensor(x), b = Tensor(y) against NumPy (x > 0, y != 0)."""
@@ -1059,12 +1071,7 @@ class MatMul(Function):
 # %% nbgrader={"grade": true, "grade_id": "test_unit_matmul", "locked": true, "points": 6, "schema_version": 3, "solution": false, "task": false}
 def test_unit_matmul():
     """Matmul matches NumPy for 2-D, batched and vector cases, and explains bad shapes."""
-    made = Tensor(np.ones(2, dtype=np.float32)).dtype
-    assert made == np.float32, (
-        f"Tensor(a float32 array) has dtype {made}: your Tensor constructor changes the dtype "
-        "(see test_unit_tensor_creation). Fix the constructor first; this test's ops are not "
-        "at fault"
-    )
+    constructor_keeps_float32()
 
     def check_product(a, b):
         got, want = Tensor(a) @ Tensor(b), a @ b
@@ -1302,12 +1309,7 @@ class Max(Function):
 # %% nbgrader={"grade": true, "grade_id": "test_unit_reductions", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_reductions():
     """sum/mean/max over axes, with keepdims, match NumPy and keep float32."""
-    made = Tensor(np.ones(2, dtype=np.float32)).dtype
-    assert made == np.float32, (
-        f"Tensor(a float32 array) has dtype {made}: your Tensor constructor changes the dtype "
-        "(see test_unit_tensor_creation). Fix the constructor first; this test's ops are not "
-        "at fault"
-    )
+    constructor_keeps_float32()
 
     def check_reductions(x, axes):
         """sum, mean and max of Tensor(x) over each of `axes`, with and without keepdims."""
@@ -1382,17 +1384,17 @@ memory_report()
 # both on a small problem and compute the throughput in GFLOP/s (`2 * n**3` operations).
 
 # %% [markdown]
-# The course's **timing helper** is given below and exported with your `Tensor`, so every
-# later lesson's systems analysis times code the same way (`from tinytorch.core.tensor import
-# best_time`). It calls the function once untimed (the first call pays for allocating memory
-# and warming caches), then times `repeat` runs and keeps the **fastest**: on a shared machine
-# other programs can only make a run slower, never faster. A run repeats a very fast function
-# until it lasts `min_time` seconds, because the clock cannot resolve a few microseconds.
-# Module 14 (profiling) takes it apart: when the minimum is the right summary, and when the
-# median is.
+# The course's **timing helper** is given below, so every later lesson's systems analysis
+# times code the same way (`from tinytorch.testing import best_time`). It calls the
+# function once untimed (the first call pays for allocating memory and warming caches),
+# then times `repeat` runs and keeps the **fastest**: on a shared machine other programs
+# can only make a run slower, never faster. A run repeats a very fast function until it
+# lasts `min_time` seconds, because the clock cannot resolve a few microseconds. Module 14
+# (profiling) takes it apart: when the minimum is the right summary, and when the median
+# is.
 
 # %% nbgrader={"grade": false, "grade_id": "timing", "locked": true, "schema_version": 3, "solution": false, "task": false}
-#| exporti
+#| export testing
 import time
 
 
@@ -1420,11 +1422,12 @@ def best_time(fn, repeat=5, warmup=1, min_time=0.0):
 
 
 # %% [markdown]
-# The course's **test helpers** are given as well, exported beside `best_time` (`from
-# tinytorch.core.tensor import expect_close, expect_error, ...`). From module 02 on, a graded
+# The course's **test helpers** are given as well, beside `best_time` (`from
+# tinytorch.testing import expect_close, expect_error, ...`). From module 02 on, a graded
 # test is a table: each row is a case, what it should give, and the likely mistake when it
-# does not. These helpers turn a row into an assertion whose message says what was expected,
-# what came out and what to fix, so the tests stay short and the messages stay good:
+# does not. These helpers turn a row into an assertion whose message says what was
+# expected, what came out and what to fix, so the tests stay short and the messages stay
+# good:
 #
 # - `expect_close(what, got, want, fix)`: values (and shape) within a tolerance;
 # - `expect_error(what, fn, kind, words, fix)`: `fn()` raises `kind` naming every word;
@@ -1432,9 +1435,20 @@ def best_time(fn, repeat=5, warmup=1, min_time=0.0):
 # - `explain(what, check, fix)`: a generic check (module 06's `gradcheck`) with the fix added;
 # - `float64_inputs(rng, *shapes)`: the float64 inputs a gradient check needs;
 # - `short_repr(a)`: an array, short, for a message.
+#
+# These cells, and `hidden_cases` near the top, start with `#| export testing`: they go into
+# a module of their own, `tinytorch.testing` (as minitorch keeps `minitorch/testing.py`), not
+# into `tinytorch.core.tensor`, because they are the course's code about tests and timing,
+# not part of a tensor library. Your workspace writes that file from the released notebook
+# when you run `tito init`, whatever you write in your cells: the tests of every module rely
+# on the same helpers. Your `Tensor` is used only where a helper needs one
+# (`float64_inputs` imports it from your package when it is called).
 
 # %% nbgrader={"grade": false, "grade_id": "test-helpers", "locked": true, "schema_version": 3, "solution": false, "task": false}
-#| exporti
+#| export testing
+import numpy as np
+
+
 def short_repr(a):
     """A short text for an array in a message: its values when small, else shape and dtype."""
     a = np.asarray(a)
@@ -1498,6 +1512,8 @@ def explain(what, check, fix):
 def float64_inputs(rng, *shapes):
     """Float64 Tensors that require grad, drawn N(0, 1) from `rng`, one per shape: the inputs
     a central-difference gradient check needs (float32 would drown the differences)."""
+    from tinytorch.core.tensor import Tensor  # your package's Tensor, once module 01 is done
+
     made = [Tensor(rng.standard_normal(shape), dtype=np.float64, requires_grad=True)
             for shape in shapes]
     return made[0] if len(made) == 1 else made

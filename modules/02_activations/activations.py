@@ -79,7 +79,7 @@ import numpy as np
 from tinytorch.core.tensor import Function, Tensor, reduction_args
 
 # %% nbgrader={"grade": false, "grade_id": "test-helpers", "locked": true, "schema_version": 3, "solution": false, "task": false}
-from tinytorch.core.tensor import (  # the course's test helpers, given in module 01
+from tinytorch.testing import (  # the course's test helpers, given in module 01
     expect_close, expect_error, no_fp_errors, short_repr,
 )
 
@@ -166,7 +166,7 @@ def test_unit_relu():
     expect_close("relu([-3, 4]) of a list", relu([-3.0, 4.0]).data, [0.0, 4.0],
                  "relu should accept anything Tensor() accepts")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     rng = np.random.default_rng(2001)
     cube = rng.standard_normal((3, 4, 2)).astype(np.float32)
@@ -288,7 +288,7 @@ def test_unit_sigmoid():
                  sigmoid(Tensor(v)).data + sigmoid(Tensor(-v)).data, np.ones(1000),
                  "it should be 1 for every x: one of your two branches is wrong", atol=1e-6)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     def logistic(x):  # 1 / (1 + e^-x) through tanh, in float64: another route to the values
         return 0.5 * (1.0 + np.tanh(np.asarray(x, dtype=np.float64) / 2))
@@ -318,7 +318,7 @@ def test_unit_tanh():
          "np.tanh does not"),
     ], atol=1e-6)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     def by_math(x):
         x = np.asarray(x, dtype=np.float64)
@@ -472,7 +472,7 @@ def test_unit_erf():
 
     check_like_math(np.array([[-1.5, 0.25], [3.0, 9.5]]))
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     rng = np.random.default_rng(2004)
     hidden_cases(check_like_math, {
@@ -609,7 +609,7 @@ def test_unit_gelu():
     expect_error("gelu(x, approximate='exact')", lambda: gelu(Tensor(x), approximate="exact"),
                  ValueError, ["none", "tanh"], "only 'none' and 'tanh' exist")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     def formulas(v):  # both forms from the math module, in float64, for any shape
         v = np.asarray(v, dtype=np.float64)
@@ -651,7 +651,7 @@ def test_unit_silu():
          "overflows, instead of writing 1 / (1 + exp(-x)) again"),
     ])
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     def by_tanh(v):  # x * sigmoid(x) with sigmoid(x) = (1 + tanh(x / 2)) / 2, in float64
         v = np.asarray(v, dtype=np.float64)
@@ -797,7 +797,7 @@ def test_unit_softmax():
         "softmax modified its input array: work in place only on the new array x - max"
     )
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     rng = np.random.default_rng(2007)
     four = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
@@ -834,7 +834,7 @@ def test_unit_log_softmax():
     expect_close("log(softmax(x))", np.log(softmax(Tensor(x)).data), softmax_reference(x, -1)[1],
                  "log_softmax is right but softmax is not: see test_unit_softmax", atol=1e-5)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     rng = np.random.default_rng(2008)
     three = (rng.standard_normal((3, 2, 5)) * 4).astype(np.float32)
@@ -1050,7 +1050,7 @@ def test_unit_activation_classes():
         check_repr(text, layer)
     check_refused("fast")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     rng = np.random.default_rng(2009)
     hidden_cases(check_wrapping, {
@@ -1084,7 +1084,7 @@ test_unit_activation_classes()
 # %% nbgrader={"grade": false, "grade_id": "analysis-speed", "locked": false, "schema_version": 3, "solution": false, "task": false}
 import time
 
-from tinytorch.core.tensor import best_time  # the course's timing helper, given in module 01
+from tinytorch.testing import best_time  # the course's timing helper, given in module 01
 
 
 def in_chunks(fn, x, size=65536):

@@ -76,7 +76,8 @@ from tinytorch.core.tensor import ShapeError, Tensor, default_generator
 # module 01 and the course's test helpers, given there:
 
 # %% nbgrader={"grade": false, "grade_id": "lesson-imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
-from tinytorch.core.tensor import expect_close, expect_error, manual_seed, short_repr
+from tinytorch.core.tensor import manual_seed
+from tinytorch.testing import expect_close, expect_error, short_repr
 
 
 def expect_names(what, got, want, fix):
@@ -157,7 +158,7 @@ def test_unit_parameter():
     )
     assert "Parameter" in repr(Parameter(a)), "repr(Parameter) should say Parameter"
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_parameter, {
         "a three-axis float64 array": (np.zeros((2, 1, 4)), None, np.float32),
@@ -601,7 +602,7 @@ def test_unit_module_registry():
     expect_error("Module()(x)", lambda: Module()(Tensor([1.0])), NotImplementedError,
                  ["forward"], "the base class's forward raises it")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     class Interleaved(Module):
         def __init__(self):
@@ -694,7 +695,7 @@ def test_unit_named_parameters():
     for what, got, want, fix in cases:
         expect_names(what, got, want, fix)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     class Deep(Module):
         def __init__(self, depth):
@@ -771,7 +772,7 @@ def test_unit_tied_parameters():
     expect_names("modules() of a module reachable twice",
                  [type(m).__name__ for m in Twice().modules()], ["Twice", "Leaf"], once)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     class ThreeWays(Module):
         def __init__(self):
@@ -849,7 +850,7 @@ def test_unit_train_eval():
 
     check_modes(Outer)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     class Chain(Module):
         def __init__(self, depth):
@@ -941,7 +942,7 @@ def test_unit_state_dict():
 
     check_round_trip(Tied, ["fc.weight", "fc.bias", "out.weight", "out.bias"])
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     class Deeper(Module):
         def __init__(self, fill):
@@ -1026,7 +1027,7 @@ def test_unit_load_state_dict_errors():
                  lambda: net.load_state_dict({"fc.bias": np.ones(7)}, strict=False), ValueError,
                  ["(7,)", "(4,)"], "a wrong shape is an error even with strict=False")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     class Wide(Module):
         def __init__(self):
@@ -1190,7 +1191,7 @@ def test_unit_linear():
         f"repr(Linear(5, 3)) is {repr(layer)!r}"
     )
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_linear, {
         "one input feature": (Linear(1, 7), (3, 1), ""),
@@ -1249,7 +1250,7 @@ def test_unit_linear_init():
     other = Linear(400, 300)
     assert not np.array_equal(other.weight.data, w), "two layers built in a row must differ"
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_init, {
         "many more inputs than outputs": (1000, 120),
@@ -1436,7 +1437,7 @@ def test_unit_dropout():
                      "p must be in [0, 1)")
     assert repr(Dropout(0.25)) == "Dropout(p=0.25)", f"repr is {repr(Dropout(0.25))!r}"
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_dropout, {
         "a small drop rate": (0.1, (400, 300)),
@@ -1580,7 +1581,7 @@ def test_unit_sequential():
                  lambda: Sequential(Linear(2, 2), [Linear(2, 2)]), TypeError, ["layer 1"],
                  "a list is not callable; say which layer is wrong")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     manual_seed(1)
     hidden_cases(check_chain, {
@@ -1636,7 +1637,7 @@ parameter_report()
 # itself costs.
 
 # %% nbgrader={"grade": false, "grade_id": "analysis-throughput", "locked": false, "schema_version": 3, "solution": false, "task": false}
-from tinytorch.core.tensor import best_time  # the course's timing helper, given in module 01
+from tinytorch.testing import best_time  # the course's timing helper, given in module 01
 
 
 def throughput_report(width=512, batches=(1, 8, 64, 256, 1024)):

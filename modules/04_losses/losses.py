@@ -95,7 +95,7 @@ def _check_reduction(reduction):
 import math
 
 from tinytorch.core.activations import log_softmax
-from tinytorch.core.tensor import expect_close, expect_error, no_fp_errors  # given in module 01
+from tinytorch.testing import expect_close, expect_error, no_fp_errors  # given in module 01
 
 
 def check_loss(name, loss_fn, cases, rtol=1e-6, atol=1e-6):
@@ -197,7 +197,7 @@ def test_unit_mse():
                  lambda: mse_loss(pred, target, reduction="average"), ValueError, ["average"],
                  "check the reduction with _check_reduction")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     rng = np.random.default_rng(4001)
     p3 = rng.standard_normal((2, 3, 4)).astype(np.float32)
@@ -445,7 +445,7 @@ def test_unit_cross_entropy():
                  lambda: cross_entropy(logits, np.array([0.5, 1, 2, 3, 4, 0])), ValueError,
                  ["0.5"], "0.5 is not a class index")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     def rows(x, t):  # per-row cross-entropy in float64, from logsumexp
         x = np.asarray(x, dtype=np.float64)
@@ -498,7 +498,7 @@ def test_unit_cross_entropy_ignore_index():
         ((logits, none_left), {"reduction": "sum"}, 0.0, "a sum over nothing is 0"),
     ], atol=1e-5)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     rng = np.random.default_rng(4003)
     x = rng.standard_normal((8, 6)).astype(np.float32)
@@ -551,7 +551,7 @@ def test_unit_cross_entropy_errors():
          "before the range check"),
     ])
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     four = Tensor(np.zeros((2, 3, 4, 5), dtype=np.float32))
     hidden_cases(expect_error, {
@@ -672,7 +672,7 @@ def test_unit_bce_with_logits():
                  lambda: bce(Tensor(np.zeros((3, 1))), np.zeros(3)), ShapeError,
                  ["(3, 1)", "(3,)"], "compare the shapes before broadcasting")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     def textbook(x, y):  # the formula with log-sigmoids, in float64 (finite for |x| < 30)
         x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
@@ -825,7 +825,7 @@ def test_unit_loss_classes():
     expect_error("CrossEntropyLoss(reduction='avg')", lambda: CrossEntropyLoss(reduction="avg"),
                  ValueError, ["avg"], "pass the reduction to _Loss.__init__, which checks it")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     wide = Tensor(rng.standard_normal((5, 7)).astype(np.float32))
     labels = np.array([6, 3, 3, 0, 6])

@@ -73,7 +73,8 @@ from tinytorch.core.tensor import Tensor, default_generator
 # %% nbgrader={"grade": false, "grade_id": "lesson-imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import time
 
-from tinytorch.core.tensor import expect_error, manual_seed  # expect_error: module 01's helper
+from tinytorch.core.tensor import manual_seed
+from tinytorch.testing import expect_error  # expect_error: module 01's helper
 
 
 def check_fields(what, got, want, fix):
@@ -245,7 +246,7 @@ def test_unit_tensor_dataset():
                  ["[5, 5, 4]"], "list every array's length")
     expect_error("TensorDataset()", TensorDataset, ValueError, fix="it needs one array at least")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     images = np.arange(60, dtype=np.float64).reshape(5, 3, 4)
     codes = np.array([7, -2, 0, 3, 9], dtype=np.int32)
@@ -378,7 +379,7 @@ def test_unit_default_collate():
                  lambda: default_collate([(np.ones(3), 0), (np.ones(4), 1)]), ValueError,
                  ["(3,)", "(4,)"], "name two of the different shapes")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     rows = [(np.full((2, 2), i, dtype=np.int32), float(i) / 2, np.array([i, -i])) for i in range(3)]
     hidden_cases(lambda examples, want: check_fields("a hidden case", default_collate(examples),
@@ -599,7 +600,7 @@ def test_unit_dataloader_batches():
     expect_error("Dataset()[0]", lambda: Dataset()[0], NotImplementedError, ["__getitem__"],
                  "the base class leaves __getitem__ to subclasses")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_sizes, {
         "a single example": (1, 1, False, [1], ""),
@@ -658,7 +659,7 @@ def test_unit_vectorized_batches():
 
     check_gathered(20, 8, 0)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_gathered, {
         "an odd number of examples": (23, 5, 3),
@@ -756,7 +757,7 @@ def test_unit_shuffle_reproducible():
         "a loader that does not shuffle must not draw from default_generator()"
     )
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_shuffled, {
         "a larger set in one batch": (101, 101, 7),
@@ -812,7 +813,7 @@ def test_unit_set_epoch_resume():
 
     check_resume(30, 4, 9, 4, 2)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_resume, {
         "a later epoch": (17, 3, 31, 8, 6),

@@ -344,6 +344,18 @@ def float32_array(values):
     return np.asarray(values, dtype=np.float32)
 
 
+def mul_rule_first():
+    """Fail with a message that blames Mul's rule when it is written and wrong: the tests of
+    backward multiply, and would otherwise report a wrong rule as a wrong walk of the graph."""
+    mul = DERIVATIVES.get(Mul)
+    assert mul is None or np.allclose(
+        mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0
+    ), (
+        "this test builds on Mul's derivative rule, which is wrong (see "
+        "test_unit_elementwise_rules): fix that rule first"
+    )
+
+
 def random(*shape, seed=0):
     """A float64 array of standard normal numbers, the same on every run."""
     return np.random.default_rng(seed + len(shape)).standard_normal(shape)
@@ -439,7 +451,7 @@ def test_unit_elementwise_rules():
     for op, inputs, params, expected, hint in cases:
         check_rule(op, inputs, params, expected, g, hint)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     rng = np.random.default_rng(6001)
     p = rng.uniform(0.5, 2.0, (2, 3))
@@ -574,7 +586,7 @@ def test_unit_unbroadcast():
     for bad in ((5, 3), (4, 2), (2, 2, 4, 3)):
         check_refused(g, bad)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     h = np.random.default_rng(6002).standard_normal((3, 1, 5, 2)).astype(np.float32)
     hidden_cases(check_summed, {
@@ -723,7 +735,7 @@ def test_unit_reduction_rules():
     check_ties([[1.0, 5.0], [5.0, 2.0]], None, [[0, 0.5], [0.5, 0]],
                "max() over everything with two tied 5s: [[0, 0.5], [0.5, 0]] expected")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     line, four = random(7, seed=3), random(2, 1, 3, 2, seed=4)
     def sum_mean_max(array, axis, keepdims):
@@ -853,7 +865,7 @@ def test_unit_topological_order():
         f"the 10,000-step chain should give 10,001 nodes from x to y, got {len(deep)}"
     )
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     def diamond():
         x = Tensor([1.0, 2.0], requires_grad=True)
@@ -1089,13 +1101,7 @@ def backward(tensor, grad=None, retain_graph=False):
 # %% nbgrader={"grade": true, "grade_id": "test_unit_chain_rule", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_chain_rule():
     """L = (a*b + b)**2 at a=2, b=-3 gives dL/da = 54 and dL/db = -54."""
-    mul = DERIVATIVES.get(Mul)
-    assert mul is None or np.allclose(
-        mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0
-    ), (
-        "this test builds on Mul's derivative rule, which is wrong (see "
-        "test_unit_elementwise_rules): fix that rule first"
-    )
+    mul_rule_first()
 
     def check_chain(a_value, b_value, dtype=np.float32):
         """L = (a*b + b)**2: dL/da = 2(ab + b) b, dL/db = 2(ab + b)(a + 1), summed if arrays."""
@@ -1132,7 +1138,7 @@ def test_unit_chain_rule():
 
     check_chain(2.0, -3.0)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_chain, {
         "other values": (-0.5, 1.25),
@@ -1149,13 +1155,7 @@ test_unit_chain_rule()
 # %% nbgrader={"grade": true, "grade_id": "test_unit_accumulation", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_accumulation():
     """Reused nodes sum their gradients; leaf .grad accumulates across backward calls."""
-    mul = DERIVATIVES.get(Mul)
-    assert mul is None or np.allclose(
-        mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0
-    ), (
-        "this test builds on Mul's derivative rule, which is wrong (see "
-        "test_unit_elementwise_rules): fix that rule first"
-    )
+    mul_rule_first()
 
     def check_accumulated(x_value, w_value, calls):
         """`calls` backward passes of sum(x*x), then one through a diamond h -> (h*2, h*h)."""
@@ -1189,7 +1189,7 @@ def test_unit_accumulation():
         f"y.sum() + y.sum() gives y.grad [2, 2], got {y.grad.data}"
     )
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_accumulated, {
         "three passes before the diamond": ([0.5, -1.5], [2.0, 3.0], 3),
@@ -1205,13 +1205,7 @@ test_unit_accumulation()
 # %% nbgrader={"grade": true, "grade_id": "test_unit_broadcast_backward", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 def test_unit_broadcast_backward():
     """A broadcast input's gradient is summed back to the input's own shape."""
-    mul = DERIVATIVES.get(Mul)
-    assert mul is None or np.allclose(
-        mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0
-    ), (
-        "this test builds on Mul's derivative rule, which is wrong (see "
-        "test_unit_elementwise_rules): fix that rule first"
-    )
+    mul_rule_first()
     check_unbroadcast_first("test_unit_broadcast_backward")
     rng = np.random.default_rng(0)
 
@@ -1243,7 +1237,7 @@ def test_unit_broadcast_backward():
 
     check_broadcast((4, 3), (3,), (4, 1), 0, 1)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_broadcast, {
         "three axes, a vector bias and a middle column": ((2, 3, 4), (4,), (3, 1), (0, 1), (0, 2)),
@@ -1259,13 +1253,7 @@ test_unit_broadcast_backward()
 # %% nbgrader={"grade": true, "grade_id": "test_unit_deep_chain", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 def test_unit_deep_chain():
     """A chain of 10,000 operations differentiates without RecursionError."""
-    mul = DERIVATIVES.get(Mul)
-    assert mul is None or np.allclose(
-        mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0
-    ), (
-        "this test builds on Mul's derivative rule, which is wrong (see "
-        "test_unit_elementwise_rules): fix that rule first"
-    )
+    mul_rule_first()
 
     def check_deep(steps, step, want):
         """`steps` repetitions of step(y) from x; d sum(y) / dx must be `want`."""
@@ -1286,7 +1274,7 @@ def test_unit_deep_chain():
 
     check_deep(5_000, lambda y: y * 1.0001 - 0.001, 1.0001 ** 5_000)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_deep, {
         "a longer chain of divisions": (12_000, lambda y: y / 1.00005, 1.00005 ** -12_000),
@@ -1301,13 +1289,7 @@ test_unit_deep_chain()
 # %% nbgrader={"grade": true, "grade_id": "test_unit_graph_freed", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 def test_unit_graph_freed():
     """After backward the records are emptied, unless retain_graph=True."""
-    mul = DERIVATIVES.get(Mul)
-    assert mul is None or np.allclose(
-        mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0
-    ), (
-        "this test builds on Mul's derivative rule, which is wrong (see "
-        "test_unit_elementwise_rules): fix that rule first"
-    )
+    mul_rule_first()
     import gc
     import weakref
 
@@ -1351,7 +1333,7 @@ def test_unit_graph_freed():
 
     check_freed(1000, doubled_squares, 8.0)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     def diamond_mean(x):  # mean(h*3 + h) with h = x*x: 8x / n = 8 / 4 at x = 1
         h = x * x
@@ -1377,13 +1359,7 @@ test_unit_graph_freed()
 # %% nbgrader={"grade": true, "grade_id": "test_unit_backward_errors", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_backward_errors():
     """Every misuse gets an error that says what to do."""
-    mul = DERIVATIVES.get(Mul)
-    assert mul is None or np.allclose(
-        mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0
-    ), (
-        "this test builds on Mul's derivative rule, which is wrong (see "
-        "test_unit_elementwise_rules): fix that rule first"
-    )
+    mul_rule_first()
 
     def error_of(call):
         try:
@@ -1456,7 +1432,7 @@ def test_unit_backward_errors():
     )
     del DERIVATIVES[Cube]
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_start, {
         "a vector with a matrix gradient": ((4,), (2, 2)),
@@ -1665,7 +1641,7 @@ def test_unit_matmul_rule():
              hint + " (b is a vector: (4,) as (4, 1))")
     check_op(MatMul, [random(4), random(4, seed=1)], hint + " (two vectors: a dot product)")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(lambda a, b: check_op(MatMul, [a, b], hint), {
         "a column times a row": (random(5, 1, seed=7), random(1, 3, seed=8)),
@@ -1703,7 +1679,7 @@ def test_unit_shape_rules():
         f"{t.grad.data}. {repeats}"
     )
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     z = random(3, 1, 4, 2, seed=9)
     hidden_cases(lambda op, params: check_op(op, [z], "", **params), {
@@ -1906,7 +1882,7 @@ def test_unit_activation_rules():
         check_op(LogSoftmaxFunction, [x], "grad - exp(y) * sum(grad, axis, keepdims=True)",
                  axis=axis)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     cube = random(2, 3, 4, seed=11) * 3.0
     cube[np.abs(cube) < 0.05] = 0.5  # away from ReLU's kink
@@ -1941,7 +1917,7 @@ def test_unit_loss_rules():
         check_op(BCEWithLogitsFunction, [random(3, 4)], "sigmoid(x) - target, times grad; "
                  "'mean' divides by the number of elements", target=labels, reduction=reduction)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     many = random(7, 3, seed=12)
     classes = np.array([2, 0, 1, 2, 2, 1, 0])
@@ -2121,7 +2097,7 @@ def test_unit_no_grad():
         f"{w.grad.data}"
     )
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_restored, {"blocks entered with recording off": False})
     ### END HIDDEN TESTS
@@ -2320,7 +2296,7 @@ def test_unit_gradcheck():
     else:
         raise AssertionError("gradcheck on float32 inputs must raise TypeError explaining float64")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     def one_element_off(ctx, grad):
         x, y = ctx.inputs

@@ -80,7 +80,7 @@ from tinytorch.core.tensor import Tensor
 # helper that runs one row is given (with module 01's `expect_close` and `expect_error`).
 
 # %% nbgrader={"grade": false, "grade_id": "test-helpers", "locked": true, "schema_version": 3, "solution": false, "task": false}
-from tinytorch.core.tensor import expect_close, expect_error  # module 01's test helpers
+from tinytorch.testing import expect_close, expect_error  # module 01's test helpers
 
 
 def check_steps(what, make, start, grads, wants, fix, dtype=np.float32, atol=1e-6):
@@ -505,7 +505,7 @@ def test_unit_optimizer_base():
     expect_error("step() with a (3,) gradient for a (2,) parameter", opt.step, ValueError,
                  ["(2,)", "(3,)"], "check the shapes and name both")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     u, v, x = Tensor([1.0]), Tensor(np.zeros((2, 2))), Tensor([1.0])
     hidden_cases(check_kept, {
@@ -632,7 +632,7 @@ def test_unit_sgd():
         "(grad = grad + wd * param), not modify the gradient in place"
     )
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     def by_hand(start, grads, lr, wd):  # plain SGD in float64, step by step
         w, path = np.array(start, dtype=np.float64), []
@@ -683,7 +683,7 @@ def test_unit_sgd_momentum():
         "SGD without momentum should keep no state (no buffer): memory matters"
     )
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     def by_hand(start, grads, lr, mu, nesterov=False, wd=0.0):  # momentum SGD in float64
         w, v, path = np.array(start, dtype=np.float64), None, []
@@ -873,7 +873,7 @@ def test_unit_adam():
         "float32 parameters must keep float32 buffers (np.zeros_like(param))"
     )
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     def by_hand(start, grads, lr, b1=0.9, b2=0.999, eps=1e-8, wd=0.0, decoupled=False):
         w = np.array(start, dtype=np.float64)
@@ -1001,7 +1001,7 @@ def test_unit_adamw():
     opt_w = check_decoupled(0.1, 0.5, (2.0, -1.0, 0.5))
     assert isinstance(opt_w, Adam), "AdamW can subclass Adam: only update() differs"
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_decoupled, {
         "a small decay over many steps": (0.01, 0.05, (1.0, -2.0, 3.0, 0.5, -0.25, 4.0)),
@@ -1087,7 +1087,7 @@ def test_unit_optimizer_state():
                      momentum_state.state_dict()), ValueError, ["momentum_buffer"],
                  "name the unexpected key")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_resumed, {
         "Adam saved after one step": (lambda p: Adam(p, lr=0.01, weight_decay=0.1), (4,), 4, 1),
@@ -1196,7 +1196,7 @@ def test_unit_clip_grad_norm():
         "with no gradients at all the norm is 0.0"
     )
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     def check_clipped(grads, max_norm):
         params = [Tensor(np.zeros(np.shape(g) if g is not None else 1)) for g in grads]

@@ -92,7 +92,8 @@ from tinytorch.core.activations import ReLU
 from tinytorch.core.layers import Dropout, Linear, Module, Parameter, Sequential
 from tinytorch.core.losses import cross_entropy, mse_loss
 from tinytorch.core.optimizers import SGD, Adam, AdamW
-from tinytorch.core.tensor import expect_error, manual_seed  # expect_error: module 01 gives it
+from tinytorch.core.tensor import manual_seed
+from tinytorch.testing import expect_error  # expect_error: module 01 gives it
 from tinytorch.data.loader import DataLoader, TensorDataset
 
 # %% [markdown]
@@ -273,7 +274,7 @@ def test_unit_schedules():
     check_rates(StepDecay(lr=0.1, step_size=30, gamma=0.1),
                 {0: 0.1, 29: 0.1, 30: 0.01, 59: 0.01, 60: 0.001, 95: 1e-4})
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     def get_lr(it, max_lr, min_lr, warmup, total):  # nanoGPT's get_lr
         if it < warmup:
@@ -791,7 +792,7 @@ def test_unit_checkpoint():
     check_restored(lambda: Sequential(Linear(3, 4), ReLU(), Linear(4, 2)),
                    lambda ps: AdamW(ps, lr=0.01), 7, {"note": "hi", "best": 0.5})
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_restored, {
         "momentum SGD and a deeper model": (
@@ -835,7 +836,7 @@ def test_unit_checkpoint_errors():
         "a failed load must leave the model unchanged"
     )
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     junk = os.path.join(folder, "junk.npz")
     with open(junk, "wb") as handle:
@@ -1039,7 +1040,7 @@ def test_unit_evaluate():
     check_per_sample([3, 1], [1.0, 4.0])
     check_accuracy([[2.0, 1.0, 0.0], [0.0, 3.0, 1.0]], np.array([0, 2]), 0.5)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_per_sample, {
         "three batches of other sizes": ([5, 2, 7], [2.0, -1.0, 0.5]),
@@ -1197,7 +1198,7 @@ def test_unit_train_step():
 
     check_step(2.0, [1.0, 2.0], [1.0, 2.0], 0.1, None)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_step, {
         "a weight below its target": (-0.5, [1.0, -3.0, 0.5], [2.0, -6.0, 1.0], 0.05, None),
@@ -1307,7 +1308,7 @@ def test_unit_batches_from():
     steps = [s for s, _ in zip(range(3), batches_from([("a",), ("b",)], 0))]
     assert steps == [0, 1, 2], "a plain list of batches works too (no set_epoch)"
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_position, {
         "the very first step": (3, 0, 7),
@@ -1632,7 +1633,7 @@ def test_unit_train():
 
     check_counts(20, 4, 2, steps=6)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_counts, {
         "steps that are not a multiple of the evaluation period": (20, 4, 3, 7),
@@ -1714,7 +1715,7 @@ def test_unit_resume():
     # 192 samples in batches of 40: 5 batches per epoch
     check_resume(40, 60, 32, CosineWarmup(0.02, 0.002, 10, 60))
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_resume, {
         "a split inside the warm-up": (64, 20, 3, CosineWarmup(0.05, 0.005, 6, 20)),
@@ -2000,7 +2001,7 @@ def test_unit_save_safetensors():
 
     check_layout({"w": w, "ids": ids}, {"format": "np"})
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     rng = np.random.default_rng(8001)
     hidden_cases(check_layout, {
@@ -2225,7 +2226,7 @@ def test_unit_read_safetensors_header():
     for what, content, tensor in cases:
         check_refused(what, content, tensor)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     pair = {"dtype": "F32", "shape": [2]}
     hidden_cases(check_refused, {
@@ -2477,7 +2478,7 @@ def test_unit_load_safetensors():
     check_round_trip({"a": tensors["f32"], "b": tensors["u8"]})
     check_bf16([1.0, -2.5, 3.140625, 0.0, -np.inf])
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_round_trip, {
         "three-axis half precision and a flag matrix": {

@@ -87,7 +87,8 @@ import time
 from tinytorch.core.activations import ReLU
 from tinytorch.core.autograd import backward, gradcheck
 from tinytorch.core.layers import Dropout, Linear, Sequential
-from tinytorch.core.tensor import explain, float64_inputs, manual_seed  # module 01's helpers
+from tinytorch.core.tensor import manual_seed
+from tinytorch.testing import explain, float64_inputs  # module 01's helpers
 
 # %% [markdown]
 # ## Part 1: shapes
@@ -200,7 +201,7 @@ def test_unit_output_size():
     for (size, k, s, p), want in cases:
         check_size(size, k, s, p, want)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_size, {
         "a one-pixel image": (1, 1, 1, 0, 1),
@@ -329,7 +330,7 @@ def test_unit_conv_loop():
                                      (2, 1, 6, 5, 2, 2, 2, 1)]:
         check_definition((N, C, H, W), (O, C, k, k), s, p)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_definition, {
         "one window": ((1, 1, 3, 3), (1, 1, 3, 3), 1, 0),
@@ -495,7 +496,7 @@ def test_unit_im2col():
 
     check_gemm((2, 3, 6, 5), (4, 3, 3, 2), (2, 1), (1, 0))
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_gemm, {
         "a kernel as large as the image": ((1, 1, 3, 3), (2, 1, 3, 3), (1, 1), (0, 0)),
@@ -608,7 +609,7 @@ def test_unit_col2im():
         "col2im of float32 columns should be float32: make the zeros with dtype=cols.dtype"
     )
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_adjoint, {
         "one window over the whole image": ((1, 1, 4, 3), (4, 3), (1, 1), (0, 0)),
@@ -795,7 +796,7 @@ def test_unit_conv2d_forward():
 
     check_layer(Conv2d(3, 2, (3, 2), stride=(2, 1), bias=False), (2, 3, 6, 5), (2, 1), 0)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_layer, {
         "one input channel, many filters": (Conv2d(1, 6, 2), (3, 1, 4, 4), 1, 0),
@@ -839,7 +840,7 @@ def test_unit_conv2d_backward():
     backward(layer(frozen).sum())  # the input needs no gradient: col2im is skipped
     assert frozen.grad is None, "an input that does not require grad must get no gradient"
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_gradients, {
         "a one-by-one kernel": ((2, 3, 3, 2), (2, 3, 1, 1), (1, 1), (0, 0)),
@@ -1100,7 +1101,7 @@ def test_unit_pooling():
     check_pool(AvgPool2d(2), x, [[[[2.5, 1.75], [1.75, 8.5]]]])
     check_flat((5, 3, 2, 4))
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     rng = np.random.default_rng(9001)
     a = rng.standard_normal((2, 3, 6, 4)).astype(np.float32)
@@ -1151,7 +1152,7 @@ def test_unit_pooling_backward():
                   AvgPool2d(3, stride=1, padding=1)):
         check_pool_gradient(layer, (2, 2, 5, 6))
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_pool_gradient, {
         "max over rectangular overlapping windows": (MaxPool2d((2, 3), stride=(1, 2)),
@@ -1218,7 +1219,7 @@ def test_unit_cnn():
     else:
         raise AssertionError("Conv2d(1, 1, 3, stride=0) must raise ValueError")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     wide = Conv2d(5, 2, (2, 4))
     hidden_cases(check_refused, {

@@ -96,7 +96,7 @@ import regex  # Part 8: `re` has no \p{L} (letter) or \p{N} (number) classes
 
 # %% nbgrader={"grade": false, "grade_id": "lesson-imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # For this lesson's tests only (not exported): module 01's test helper.
-from tinytorch.core.tensor import expect_error
+from tinytorch.testing import expect_error
 
 # %% [markdown]
 # ## Part 1: the contract, and a file format
@@ -376,7 +376,7 @@ def test_unit_tokenizer_file_errors():
             check_refused(name, clue)
         assert issubclass(TokenizerFileError, ValueError), "TokenizerFileError is a ValueError"
         ### BEGIN HIDDEN TESTS
-        from tinytorch.core.tensor import hidden_cases
+        from tinytorch.testing import hidden_cases
 
         header = '{"format": "tinytorch-tokenizer", "version": %s, "type": %s}'
         more = {
@@ -631,7 +631,7 @@ def test_unit_char_tokenizer():
             "the saved file should say \"type\": \"char\""
         )
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_char, {
         "accented letters and digits": ("Zoë 2 café 10", ["café", "2 Zo", ""]),
@@ -665,7 +665,7 @@ def test_unit_char_unknown():
 
     check_unknown("hello world", "help!\thelp!", "p!\t", "h")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_unknown, {
         "upper case of known letters": ("abc", "AbCabc", "AC", "b"),
@@ -820,7 +820,7 @@ def test_unit_special_tokens_char():
     else:
         raise AssertionError("encode_ordinary must not match special tokens: '<' is unknown here")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_split, {
         "a text that is one special token": ("<s>", ["<s>"], [("<s>", True)]),
@@ -982,7 +982,7 @@ def test_unit_pairs():
         f"get_pair_counts should add `weight` into the dict it is given, got {counts}"
     )
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_counts, {
         "one id repeated": ([5, 5, 5, 5], {(5, 5): 3}),
@@ -1103,7 +1103,7 @@ def test_unit_split_words():
                  "emoji 😀😀!", "x\r\n\r\ny", "___--==", "3.14159 is π"):
         check_joined(text)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_joined, {
         "two words": ("Hi there", ["Hi", " there"]),
@@ -1390,7 +1390,7 @@ def test_unit_bpe_train():
     else:
         raise AssertionError("vocab_size=100 < 256 must raise ValueError")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_merges, {
         "one word with a repeated pair": ("abab ab", 300, [(97, 98)]),
@@ -1451,7 +1451,7 @@ def test_unit_bpe_encode():
     else:
         raise AssertionError("decode([97, 259]) must raise ValueError: the ids run 0..258")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_encoded, {
         "two merged words": ("aaabdaaabac", 259, "aaabaaab", [258, 258]),
@@ -1510,7 +1510,7 @@ def test_unit_bpe_roundtrip():
         ) from None
     assert "\ufffd" in got, f"invalid UTF-8 should decode to U+FFFD, got {got!r}"
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     greek = "αβγ αβγ αβγδ " * 5
     hidden_cases(check_round_trip, {
@@ -1569,7 +1569,7 @@ def test_unit_bpe_special_tokens():
         f"{len(capped.merges)} merges and vocab_size {capped.vocab_size}"
     )
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_specials, {
         "two special tokens": ("abcabc<|x|>abcabc<|x|>abcabc", 300, ["<|x|>", "<|y|>"],
@@ -1654,7 +1654,7 @@ def test_unit_save_load():
                 "a merge that uses id 400 before it exists must make load raise TokenizerFileError"
             )
         ### BEGIN HIDDEN TESTS
-        from tinytorch.core.tensor import hidden_cases
+        from tinytorch.testing import hidden_cases
 
         lines = "one two three two one\n" * 6
         hidden_cases(check_reloaded, {
@@ -1822,7 +1822,7 @@ def test_unit_bytes_to_unicode():
 
     check_mapped(ord("A"), "A")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_mapped, {
         "the delete byte": (127, chr(256 + 33)),
@@ -2322,7 +2322,7 @@ def test_unit_hf_tokenizer():
         f"half an emoji should decode with errors='replace' to 'a\\n\\ufffd', got {half!r}"
     )
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_tiny, {
         "a word where two merges compete": ("tell", [116, 256, 108]),

@@ -94,7 +94,7 @@ from tinytorch.core.tensor import Function, ShapeError, Tensor, default_generato
 
 # %% nbgrader={"grade": false, "grade_id": "lesson-imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from tinytorch.core.autograd import gradcheck
-from tinytorch.core.tensor import expect_error, explain, float64_inputs  # module 01's helpers
+from tinytorch.testing import expect_error, explain, float64_inputs  # module 01's helpers
 
 # %% [markdown]
 # ## Part 1: the lookup, forward and backward
@@ -251,7 +251,7 @@ def test_unit_embedding_function():
 
     check_lookup(weight_values, ids, grad)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     rng = np.random.default_rng(1101)
 
@@ -534,7 +534,7 @@ def test_unit_embedding():
 
     check_layer(1000, 16, ids, 0)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     rng = np.random.default_rng(1102)
     hidden_cases(check_layer, {
@@ -616,7 +616,7 @@ def test_unit_embedding_errors():
     check_not_integers(Tensor([1, 2, 3]))
     check_accepted(65, [0, 64])
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_refused, {
         "an id far past the end": (10, [3, 10_000], 10_000),
@@ -700,7 +700,7 @@ def test_unit_embedding_as_linear():
 
     check_tied(table, x, np.array([1, 1]))
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     rng = np.random.default_rng(1104)
 
@@ -858,7 +858,7 @@ def test_unit_positional_embedding():
     check_positions(16, 4, 5, 0, 2)
     check_too_far(16, 10, 7)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_positions, {
         "the last position alone": (12, 3, 1, 11, 3),
@@ -1027,7 +1027,7 @@ def test_unit_sinusoidal():
 
     check_table(50, 8, 10000.0, [0, 3, 49])
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_table, {
         "an odd width": (30, 7, 10000.0, [0, 1, 29]),
@@ -1402,7 +1402,7 @@ def test_unit_rotary_tables():
     check_tables(8, 32, 10000.0, 5, 0)
     check_past_end(32, 30, 5)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     rng = np.random.default_rng(1107)
     hidden_cases(check_rotate, {
@@ -1565,7 +1565,7 @@ def test_unit_rope_scaling_and_offsets():
     check_offsets(16, 64, 2, [0, 9, 4])
     check_offsets_past_end(64, 2, [1, 63])
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     def bands(factor, low, high, length):
         return {"rope_type": "llama3", "factor": factor, "low_freq_factor": low,
@@ -1678,7 +1678,7 @@ def test_unit_apply_rotary():
 
     check_rotation(x, 0, 64)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     rng = np.random.default_rng(1109)
     hidden_cases(check_rotation, {
@@ -1738,7 +1738,7 @@ def test_unit_rotary_backward():
 
     check_derivative((2, 4, 6), 3, 1)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_derivative, {
         "a head of two": ((5, 2), 0, 2),
@@ -1786,7 +1786,7 @@ memory_report()
 # on GPT-sized batches (768 tokens of dimension 128).
 
 # %% nbgrader={"grade": false, "grade_id": "analysis-speed", "locked": false, "schema_version": 3, "solution": false, "task": false}
-from tinytorch.core.tensor import best_time  # the course's timing helper, given in module 01
+from tinytorch.testing import best_time  # the course's timing helper, given in module 01
 
 
 def scatter_report(tokens=768, dim=128):

@@ -317,7 +317,7 @@ def test_unit_masks():
     def check_refused(mask, shape, kind):
         """A mask that is not bool raises TypeError; one that does not broadcast to the
         scores' shape raises ShapeError naming both shapes."""
-        from tinytorch.core.tensor import expect_error  # module 01's test helper
+        from tinytorch.testing import expect_error  # module 01's test helper
 
         words = [] if kind is TypeError else [str(np.shape(mask)), str(tuple(shape))]
         expect_error(f"_keep_mask with a {np.asarray(mask).dtype} mask {np.shape(mask)} for "
@@ -329,7 +329,7 @@ def test_unit_masks():
     check_combined(padding, True, (1, 2, 4, 4))
     check_refused(np.ones((3, 4), dtype=bool), (1, 2, 4, 4), ValueError)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     rng = np.random.default_rng(1201)
     hidden_cases(check_causal, {
@@ -559,7 +559,7 @@ def test_unit_attention_composed():
     check_composed(q.data, k.data, v.data, None, False)
     check_composed(q2.data, k2.data, v2.data, keep, False)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     rng = np.random.default_rng(1202)
 
@@ -821,7 +821,7 @@ def test_unit_attention_weights():
 
     check_weights(q.data, k.data, keep, False)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     rng = np.random.default_rng(1203)
 
@@ -936,7 +936,7 @@ def test_unit_attention_function():
     check_twin(((2, 2, 3, 4), (2, 2, 4, 4), (2, 2, 4, 4)), {"mask": keep}, 1.0, 3)
     check_gradients(((1, 2, 3, 3), (1, 2, 4, 3), (1, 2, 4, 3)), {"mask": keep[:1]}, "qkv", 5)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     padding = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=bool).reshape(2, 1, 1, 5)
     hidden_cases(check_twin, {
@@ -1009,7 +1009,7 @@ def test_unit_attention_shapes():
 
     check_chunk((2, 3, 5, 4), 3, 5, 3)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_chunk, {
         "the last query alone": ((1, 2, 6, 4), 5, 6, 2),
@@ -1249,7 +1249,7 @@ def test_unit_multihead_attention():
     check_heads(12, 3, True, 2, 5, True, None, 0)
     check_refused(10, 4)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     padding = np.array([[1, 1, 1, 1], [1, 1, 0, 0], [0, 1, 1, 1]], dtype=bool).reshape(3, 1, 1, 4)
     hidden_cases(check_heads, {
@@ -1544,7 +1544,7 @@ def test_unit_grouped_query_attention():
     check_gqa((16, 4, 2, None), False, 2, 6, 3, True, None, True, 1)
     check_refused((16, 4, 3))
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     rng = np.random.default_rng(1207)
     every_head = rng.random((2, 4, 5, 5)) > 0.4
@@ -1740,7 +1740,7 @@ def test_unit_attention_with_cache():
     check_cached((16, 4, 2, None, False), (3, 1, 1, 2), 3)
     check_cached((16, 4), (1,) * 7, 3)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_cached, {
         "multi-query attention in uneven chunks": ((12, 3, 1, None, False), (2, 3, 1), 4),

@@ -116,9 +116,8 @@ import tracemalloc
 
 from tinytorch.core.attention import scaled_dot_product_attention
 from tinytorch.core.autograd import gradcheck
-from tinytorch.core.tensor import (  # module 01's test helpers
-    expect_error, explain, float64_inputs, manual_seed,
-)
+from tinytorch.core.tensor import manual_seed
+from tinytorch.testing import expect_error, explain, float64_inputs  # module 01's test helpers
 
 # %% [markdown]
 # ## Part 1: layer normalization
@@ -388,7 +387,7 @@ def test_unit_layer_norm():
 
     check_normalized(x, w.data, b.data, 1e-5)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     rng = np.random.default_rng(1301)
 
@@ -477,7 +476,7 @@ def test_unit_layer_norm_backward():
 
     check_rule((2, 3, 5), True, True, 1e-5, 1)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_rule, {
         "a vector": ((6,), True, True, 1e-5, 11),
@@ -644,7 +643,7 @@ def test_unit_rms_norm():
 
     check_rms(x, w.data, 1e-6, 2)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     rng = np.random.default_rng(1303)
 
@@ -862,7 +861,7 @@ def test_unit_mlp():
     check_mlp(8, None, True, "tanh", (2, 5, 8), 0)
     check_swiglu(8, 16, False, (2, 5, 8), 0)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_mlp, {
         "exact GELU": (6, None, True, "none", (3, 6), 1),
@@ -1079,7 +1078,7 @@ def test_unit_config():
     check_refused({"n_embd": 100, "n_head": 3})
     check_head_dim({}, 32)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_refused, {
         "several sizes wrong at once": {"vocab_size": 0, "n_head": -2, "n_embd": 2.5},
@@ -1173,7 +1172,7 @@ def test_unit_block():
 
     check_block({"n_embd": 16, "n_head": 2, "block_size": 8, "bias": True}, (2, 6, 16), 0)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_block, {
         "RMSNorm and SwiGLU parts": ({"n_embd": 12, "n_head": 3, "norm": "rmsnorm",
@@ -1465,7 +1464,7 @@ def test_unit_gpt_forward():
     check_gpt({"vocab_size": 11, "block_size": 8, "n_layer": 2, "n_head": 2, "n_embd": 16},
               3, 8, 0)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     small = {"vocab_size": 20, "block_size": 6, "n_layer": 1, "n_head": 2, "n_embd": 16}
     hidden_cases(check_gpt, {
@@ -1597,7 +1596,7 @@ def test_unit_param_count():
 
     check_count({"vocab_size": 13, "block_size": 7, "n_layer": 2, "n_head": 2, "n_embd": 8})
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     base = {"vocab_size": 17, "block_size": 5, "n_layer": 2, "n_head": 2, "n_embd": 12}
     hidden_cases(check_count, {
@@ -1818,7 +1817,7 @@ def test_unit_sampling():
     check_frequencies([0.5, 0.3, 0.15, 0.05], 1.0, [0.5, 0.3, 0.15, 0.05], 4000)
     check_generate([1, 2], 10, 3)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     rows = np.array([[0.5, 0.3, 0.15, 0.05], [0.05, 0.15, 0.3, 0.5], [0.1, 0.6, 0.2, 0.1]])
     hidden_cases(check_choices, {
@@ -1992,7 +1991,7 @@ def test_unit_checkpoints():
     check_refused(small, {"n_layer": 2, "n_embd": 16})
     check_mismatches(config, same)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_round_trip, {
         "RMSNorm, SwiGLU and an untied head": (small | {"norm": "rmsnorm", "mlp": "swiglu",

@@ -89,7 +89,7 @@ from tinytorch.core.layers import Module
 from tinytorch.core.losses import BCEWithLogitsFunction, CrossEntropyFunction
 from tinytorch.core.tensor import (
     Add, Div, Exp, GetItem, Log, MatMul, Max, Mean, Mul, Neg, Permute, Pow, Reshape, Sub,
-    Sum, Tensor, Transpose, time_runs,
+    Sum, Tensor, Transpose,
 )
 from tinytorch.models.transformer import LayerNormFunction, RMSNormFunction
 
@@ -98,7 +98,8 @@ from tinytorch.core.activations import ReLU
 from tinytorch.core.attention import scaled_dot_product_attention
 from tinytorch.core.layers import Linear, Sequential
 from tinytorch.core.optimizers import SGD, AdamW
-from tinytorch.core.tensor import best_time, manual_seed
+from tinytorch.core.tensor import manual_seed
+from tinytorch.testing import best_time, time_runs
 from tinytorch.models.transformer import GPT, GPTConfig
 
 # %% [markdown]
@@ -346,7 +347,7 @@ def test_unit_flops():
         "an operation no rule covers must give None (reported as uncounted), not a guess"
     )
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_matmul, {
         "one by one": ((1, 1), (1, 1), 2, ""),
@@ -488,7 +489,7 @@ def test_unit_saved_bytes():
         f"{got}: include the items of ctx.saved and the ndarray values of ctx.params"
     )
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_matmul_kept, {
         "a single row": (1, 5, 7),
@@ -1082,7 +1083,7 @@ def test_unit_profiler():
         "a listener was left installed after profiling: remove it in `finally`"
     )
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_rows, {
         "one sample": (1, 3, 5, 2),
@@ -1188,7 +1189,7 @@ def test_unit_gpt_profile():
     else:
         raise AssertionError("a (2, 40) input to a block_size=16 GPT must raise ProfileError")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_forward, {
         "no biases, more heads": (GPTConfig(vocab_size=20, block_size=8, n_layer=1, n_head=4,

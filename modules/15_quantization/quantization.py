@@ -327,7 +327,7 @@ def test_unit_int8():
     check_int8(w, None, True)
     check_int8(w, 0, False)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     gen = np.random.default_rng(7)
 
@@ -543,7 +543,7 @@ def test_unit_int4():
     check_packing(every)
     check_int4(w, 64)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     gen = np.random.default_rng(8)
     hidden_cases(check_packing, {
@@ -589,7 +589,7 @@ def test_unit_int4_errors():
     def check_groups(shape, group_size):
         """quantize_int4 works when group_size divides the rows (the shapes say so) and
         raises a ValueError naming both numbers when it does not."""
-        from tinytorch.core.tensor import expect_error
+        from tinytorch.testing import expect_error
 
         w = np.random.default_rng(9).standard_normal(shape).astype(np.float32)
         out_f, in_f = shape
@@ -606,7 +606,7 @@ def test_unit_int4_errors():
 
     check_groups((4, 96), 64)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_groups, {
         "a group longer than the row": ((2, 32), 64),
@@ -949,7 +949,7 @@ def test_unit_quantized_linear():
     check_int8_activations([QuantizedLinear.from_linear(Linear(64, 16), bits=8)],
                            [x.data.reshape(-1, 64)], "percentile", 90)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_layer, {
         "int4 with small groups": (48, 10, 4, 16, True, (4, 48), 2),
@@ -1198,7 +1198,7 @@ def test_unit_quantize_model():
     def check_refused(build, bits, group_size, skip, words):
         """quantize_model refuses with a ValueError naming `words` and leaves every layer of
         the model as it was."""
-        from tinytorch.core.tensor import expect_error
+        from tinytorch.testing import expect_error
 
         model, _ = build()
         layers = dict(model.named_modules())
@@ -1221,7 +1221,7 @@ def test_unit_quantize_model():
 
     check_quantized(gpt(), 8, 32, ("lm_head",))
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     gen = np.random.default_rng(11)
 

@@ -271,7 +271,7 @@ def test_unit_magnitude():
         f"global pruning at 0.5 gave {per}: overall half should go, but the loud layer "
         "(weights x10) should keep nearly all of its weights; rank all layers together")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     rng = np.random.default_rng(1601)
     hidden_cases(check_pruned, {
@@ -320,7 +320,7 @@ def test_unit_masks_survive():
     check_survive(lambda ps: AdamW(ps, lr=1e-2, weight_decay=0.1), 0.5)
     ### BEGIN HIDDEN TESTS
     from tinytorch.core.optimizers import SGD, Adam
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_survive, {
         "momentum SGD": (lambda ps: SGD(ps, lr=0.1, momentum=0.9), 0.5),
@@ -461,7 +461,7 @@ def test_unit_csr():
     assert sparse.nbytes == 8 * np.count_nonzero(big) + 4 * 65, "nbytes = 8 nnz + 4 (R + 1)"
     check_csr(w, rng.standard_normal((2, 4)).astype(np.float32))
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     full = rng.standard_normal((3, 5)).astype(np.float32) + 10
     tail = np.zeros((6, 4), np.float32)
@@ -692,7 +692,7 @@ def test_unit_structured():
 
     check_shrunk(GPTConfig(vocab_size=12, block_size=4, n_layer=1, n_head=4, n_embd=16), 0.25, 0.5)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_shrunk, {
         "half the neurons and one of two heads": (
@@ -821,7 +821,7 @@ def test_unit_distillation():
         "the soft term's gradient should be T * (q - p) / N: is log q computed from the "
         "student's logits as a Tensor (log_softmax(s / T)), and p from the teacher as a constant?")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_soft, {
         "temperature one": (s, t, 1.0),

@@ -125,7 +125,8 @@ from tinytorch.core.activations import gelu
 from tinytorch.core.attention import scaled_dot_product_attention
 from tinytorch.core.autograd import gradcheck
 from tinytorch.core.losses import cross_entropy
-from tinytorch.core.tensor import Tensor, best_time, manual_seed
+from tinytorch.core.tensor import Tensor, manual_seed
+from tinytorch.testing import best_time
 from tinytorch.models.transformer import GPT, GPTConfig, layer_norm, layer_norm_composed
 from tinytorch.perf.quantization import dequantize_int8, quantize_int8
 
@@ -628,7 +629,7 @@ def test_unit_gelu_inplace():
 
     check_slope(x.data[:4, :6], grad[:4, :6], "tanh")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     gen = rng(150)
     wide = gen.standard_normal((6, 5)).astype(np.float32) * 3
@@ -764,7 +765,7 @@ def test_unit_cross_entropy_inplace():
 
     check_loss_slope(logits.data[:20], target[:20], -100, "mean", np.float32(1))
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     gen = rng(160)
     ids = gen.integers(0, 9, 12)
@@ -937,7 +938,7 @@ def test_unit_row_sums():
 
     check_sums(a[0, 0])
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     gen = rng(170)
     hidden_cases(check_sums, {
@@ -1044,7 +1045,7 @@ def test_unit_attention_keep():
 
     check_keep(q[:1, :2], k[:1, :2], v[:1, :2], causal)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     gen = rng(178)
     big = gen.random((2, 2, 4, 6)) > 0.3
@@ -1220,7 +1221,7 @@ def test_unit_fused_adamw():
     check_same_as_adamw([(8, 4), (4,)], {"lr": 1e-2, "betas": (0.9, 0.99),
                                          "weight_decay": 0.1}, 3)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_same_as_adamw, {
         "other betas and a larger eps": ([(6, 5), (5,)], {"lr": 3e-3, "betas": (0.8, 0.95),
@@ -1766,7 +1767,7 @@ def test_unit_layer_norm_rows():
     check_norm(x.data[:4], w.data, b.data, 1e-5, 1e-5)
     check_pieces(x.data[:6].copy(), w.data, b.data, 1e-5, 2)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     gen = rng(222)
     flat = f32(5, 12, seed=223)
@@ -2216,7 +2217,7 @@ def test_unit_softmax_rows():
     check_compiled(q[:1], k[:1], v[:1], causal)
     check_rows(f32(2, 6, 6, seed=107), causal, 0.5, 1)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     gen = rng(251)
     lower = np.tril(np.ones((5, 5), dtype=bool))
@@ -2723,7 +2724,7 @@ def test_unit_int8_matmul_rows():
     check_kernel(3, 128, 96, 2, 132)
     check_function((2, 128), 96, 134)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_kernel, {
         "an odd row length": (2, 37, 10, 1, 140),
@@ -3131,7 +3132,7 @@ def test_unit_fast_kernels():
     small = {"vocab_size": 17, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 32}
     check_step(small, 3, 16, 0)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_step, {
         "a wider model with more heads": (small | {"n_embd": 48, "n_head": 4}, 2, 12, 1),

@@ -1011,7 +1011,7 @@ def test_unit_block():
 
     check_block("llama", {}, 7, 0, 1)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_block, {
         "biases on q, k and v": ("qwen2", {}, 5, 0, 11),
@@ -1252,7 +1252,7 @@ def test_unit_moe():
 
     check_moe("qwen2_moe", {}, (2, 3, 32), 4)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_moe, {
         "experts without a shared expert": ("qwen3_moe", {}, (2, 4, 32), 21),
@@ -1570,7 +1570,7 @@ def test_unit_model():
 
     check_model("llama", {}, (2, 9), 1, 6)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_model, {
         "biases on q, k and v": ("qwen2", {}, (2, 6), 2, 31),
@@ -1868,7 +1868,7 @@ def test_unit_dense_cache():
     check_decoding("llama", {}, 2, 4, 9, 8)
     check_ragged("llama", [4, 2], 9)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_mask, {
         "every row empty": ([0, 0, 0], [2, 2, 2], 2, 2),
@@ -2125,7 +2125,7 @@ def test_unit_paged_cache():
     def check_exhausted(page_size, max_pages, first, second):
         """A pool of max_pages pages serves `first` tokens, then refuses `second` more in
         another cache with a MemoryError saying how to fix it."""
-        from tinytorch.core.tensor import expect_error  # module 01's test helper
+        from tinytorch.testing import expect_error  # module 01's test helper
 
         pool = TinyKvPagedPool(page_size=page_size, max_pages=max_pages)
         TinyKvPagedCache(pool).update(*(Tensor(a) for a in np.zeros((2, 1, 1, first, 2),
@@ -2159,7 +2159,7 @@ def test_unit_paged_cache():
     check_exhausted(4, 5, 20, 1)
     check_paged_decoding("qwen2", {}, 4, 5, 11, 8)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_pages, {
         "pages of one slot": (1, [([3, 1], 3), (None, 2)], 11),
@@ -2393,7 +2393,7 @@ def test_unit_generate():
     check_batch("qwen2", batch, 5, "dense", 2)
     check_stop("qwen2", [prompt], 6, "dense", [stop])
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     qwen = model_of("qwen2")
     after = greedy_by_hand(qwen, [7, 7, 1], 6)[3:]  # what the second batch row will emit
@@ -2704,7 +2704,7 @@ def test_unit_engine():
     check_engine("llama", (5, 1, 9, 3, 12), news, [None] * 5,
                  {"max_batch": 2, "page_size": 4, "prefill_chunk": 4, "max_pages": 12}, 12)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_engine, {
         "one request at a time": ("llama", (4, 2, 6), (3, 5, 2), [None] * 3,

@@ -276,7 +276,7 @@ def test_unit_quartiles():
         f"str(Measurement) gave {text!r}, expected '11.0 ms ± 1.7 (IQR, n=10)' or so: the "
         "median and the IQR, in the median's unit")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_like_numpy, {
         "a large sample": (rng.lognormal(-2, 1.0, 1001),),
@@ -433,7 +433,7 @@ def test_unit_benchmark_run():
         else:
             raise AssertionError(f"Benchmark({kwargs}) must raise ValueError")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_per_call, {
         "one call per sample": (3, 5, 1, 0.25),
@@ -791,7 +791,7 @@ def test_unit_bootstrap():
 
     check_interval(base, cand)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_interval, {
         "a candidate twice as fast": (0.02 * rng.lognormal(0, 0.1, 100),
@@ -840,7 +840,7 @@ def test_unit_verdict():
 
     check_verdict((0.5, 0.7), "faster")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_verdict, {
         "just below one": ((0.5, 0.999), "faster"),
@@ -962,7 +962,7 @@ def test_unit_interleaved():
     check_rounds(2)
     check_drifting(0.01, 0.01, 10, 1)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_rounds, {"three rounds": 3, "six rounds": 6})
     hidden_cases(check_drifting, {

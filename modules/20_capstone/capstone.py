@@ -485,7 +485,7 @@ def test_unit_weight_nbytes():
         f"got {more:,}. Use array.nbytes (the dtype's itemsize counts), not array.size * 4.")
     check_counted(tiny_model())
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     nested = tiny_model(seed=3)
     nested.extra = {"pair": (nested.layers[0].mlp.fc.weight.data, np.ones((3, 5), np.float16))}
@@ -587,7 +587,7 @@ def test_unit_val_loss():
     else:
         raise AssertionError("val_loss(x (5, 16), y (5, 15)) should raise ValueError")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_exact, {
         "an odd number of windows in threes": (tiny_model(seed=4),
@@ -724,7 +724,7 @@ def test_unit_quantized_weight():
         f"int8: qweight should be int8 (out, in) = (48, 64), got {q8.qweight.dtype} "
         f"{q8.qweight.shape}")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     wide = (rng.standard_normal((32, 96)) * rng.uniform(0.1, 4, 96)).astype(np.float32)
     tall = (rng.standard_normal((128, 16)) * 0.02).astype(np.float32)
@@ -846,7 +846,7 @@ def test_unit_quantize_weights():
     assert weight_nbytes(four) < got, (
         f"int4 group 32 should hold fewer bytes than int8 ({weight_nbytes(four):,} vs {got:,})")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_replaced, {
         "one layer at int8": (tiny_model(layers=1), 8, 32),
@@ -963,7 +963,7 @@ def test_unit_prune_neurons():
     else:
         raise AssertionError("prune_neurons(model, 1.0) should raise ValueError (check_amount)")
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_sizes, {
         "half the neurons": (tiny_model(), 0.5),
@@ -1111,7 +1111,7 @@ def test_unit_optimize():
     json.dumps(entry.techniques)  # the settings go into submission.json
     json.dumps(pruned.techniques)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_listed, {
         "a cache alone": ({"bits": None, "cache": "dense", "fast": False}, ["kv_cache"], {}),
@@ -1212,7 +1212,7 @@ def test_unit_run_events():
 
     check_events(tiny_model, lambda: optimize(tiny_model(), bits=8), 3, [1, 2, 3], 6, 3)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_events, {
         "a one-token prompt and two new tokens": (
@@ -1367,7 +1367,7 @@ def test_unit_submission():
         assert not target.exists(), "an invalid submission must not be written to disk"
     check_derived((0.2, 4000, 2.0), (0.1, 2000, 2.0), (0.45, 0.55), True)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_derived, {
         "an optimized model that is slower": ((0.1, 100, 2.0), (0.12, 80, 2.03), (1.1, 1.3), True),
@@ -1480,7 +1480,7 @@ def test_unit_run_olympics():
 
     check_run(tiny_model, 2, [5, 6], 4)
     ### BEGIN HIDDEN TESTS
-    from tinytorch.core.tensor import hidden_cases
+    from tinytorch.testing import hidden_cases
 
     hidden_cases(check_run, {
         "one window and a one-token prompt": (lambda: tiny_model(seed=8), 1, [2], 3),

@@ -25,7 +25,7 @@ from tinytorch.core.layers import Module
 from tinytorch.core.losses import BCEWithLogitsFunction, CrossEntropyFunction
 from tinytorch.core.tensor import (
     Add, Div, Exp, GetItem, Log, MatMul, Max, Mean, Mul, Neg, Permute, Pow, Reshape, Sub,
-    Sum, Tensor, Transpose, time_runs,
+    Sum, Tensor, Transpose,
 )
 from tinytorch.models.transformer import LayerNormFunction, RMSNormFunction
 

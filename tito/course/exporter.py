@@ -10,12 +10,17 @@ Two callers, one code path:
 The package's ``__init__`` files are generated too, from the registry: they re-export the
 names of the modules that are present and explain, by name, which module to complete for
 the ones that are not.
+
+A lesson may also hold *given* code for a module of its own: cells marked
+``#| export testing`` become ``tinytorch/testing.py`` (the registry's ``gives`` names the
+targets a lesson may use). That file is course code, not the student's: every workspace gets
+it from its released notebook, whatever the student writes (``given_files``).
 """
 
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ExportError, NotebookError
@@ -32,6 +37,49 @@ class ModuleExport:
     module: Module
     text: str
     names: list[str]
+    # The files of the given modules the lesson holds (``gives``): the lesson's only, since
+    # a workspace writes them from its release (``given_files``), never from a student's cells.
+    given: dict[Path, str] = field(default_factory=dict)
+
+
+def given_path(target: str) -> Path:
+    return Path("tinytorch", *target.split(".")).with_suffix(".py")
+
+
+def _check_given_targets(module: Module, cells: list[Cell], label: str) -> None:
+    allowed = dict(module.gives)
+    for cell in cells:
+        if cell.given_target and cell.given_target not in allowed:
+            known = ", ".join(f"`#| export {t}`" for t in allowed) or "none"
+            raise ExportError(
+                f"{label}, cell {cell.index}: `#| export {cell.given_target}` names a target "
+                f"that module {module.key} does not give (it gives: {known}). Use plain "
+                "`#| export` for the module's own code, or add the target to the module's "
+                "`gives` in tito/course/registry.py."
+            )
+
+
+def render_given(module: Module, cells: list[Cell], label: str) -> dict[Path, str]:
+    """The files of ``module``'s given modules (``#| export <target>`` cells), path -> text."""
+    _check_given_targets(module, cells, label)
+    files = {}
+    for target, what in module.gives:
+        chosen = [c for c in cells if c.given_target == target]
+        if not chosen:
+            raise ExportError(
+                f"{label} has no `#| export {target}` cells, yet the registry says module "
+                f"{module.key} gives tinytorch.{target}. Mark its cells, or drop it from `gives`."
+            )
+        names = public_names([c for c in chosen if "export" in c.directives], label)
+        public_names(chosen, label)  # syntax-check every cell
+        body = "\n\n\n".join(c.code() for c in chosen)
+        files[given_path(target)] = (
+            f"{HEADER} from {label}: given code, the same in every workspace.\n"
+            "# Do not edit: change the lesson and export again.\n"
+            f'"""tinytorch.{target}: {what}, given in module {module.key} ({module.title})."""'
+            f"\n\n__all__ = {names!r}\n\n{body}\n"
+        )
+    return files
 
 
 def public_names(cells: list[Cell], label: str) -> list[str]:
@@ -79,6 +127,7 @@ def render_module(module: Module, cells: list[Cell], label: str, how: str) -> Mo
         + f'"""Module {module.key} ({module.title}): {module.summary}"""\n\n'
         f"__all__ = {names!r}\n\n{body}\n"
     )
+    _check_given_targets(module, cells, label)
     return ModuleExport(module, text, names)
 
 
@@ -88,7 +137,29 @@ def reference_export(module: Module) -> ModuleExport:
         cells = read_cells(module.source)
     except NotebookError as error:
         raise ExportError(str(error)) from None
-    return render_module(module, cells, label, " (reference solution)")
+    export = render_module(module, cells, label, " (reference solution)")
+    export.given = render_given(module, cells, label)
+    return export
+
+
+def given_files(module: Module, release: Path | None = None) -> dict[Path, str]:
+    """``module``'s given files for a workspace: from its released notebook ``release``
+    (JSON, fast; nbgrader keeps locked cells as they are), else from the course (the lesson,
+    or the packaged release of a student build). The student's own notebook is never read."""
+    if not module.gives:
+        return {}
+    if release is not None and release.is_file():
+        try:
+            return render_given(module, read_cells(release), f"released notebook {release.name}")
+        except (NotebookError, ExportError):
+            pass  # a damaged release: the course's own copy below
+    if module.source.is_file():
+        return reference_export(module).given
+    label = f"released notebook {module.dirname}.ipynb"
+    try:
+        return render_given(module, read_cells(module.packaged_release), label)
+    except NotebookError as error:
+        raise ExportError(str(error)) from None
 
 
 def export_names(module: Module) -> list[str]:
@@ -207,9 +278,13 @@ def reference_plan(only: list[Module] | None = None, root: Path | None = None) -
     present: dict[int, list[str]] = {}
     for m in written_modules():
         chosen = only is None or m in only
-        if not chosen and not (root / m.target_path).is_file():
+        on_disk = (root / m.target_path).is_file()
+        if not chosen and not on_disk and not m.gives:
             continue
         export = reference_export(m)
+        plan.update(export.given)  # given code: there whichever modules are exported
+        if not chosen and not on_disk:
+            continue
         present[m.number] = export.names
         if chosen:
             plan[m.target_path] = export.text

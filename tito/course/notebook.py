@@ -5,6 +5,8 @@ A lesson is a list of cells. Code cells may carry directives on their first line
     #| default_exp core.tensor     the export target of the whole module
     #| export                      this cell goes into the package (names in __all__)
     #| exporti                     exported too, but internal: not re-exported
+    #| export testing              given code exported to another file, tinytorch/testing.py
+                                   (the registry's ``gives`` of the module names each one)
 
 and nbgrader metadata (``grade``, ``grade_id``, ``points``, ``solution``, ``locked``).
 """
@@ -42,13 +44,25 @@ class Cell:
         return found
 
     @property
+    def given_target(self) -> str:
+        """The target named by ``#| export testing`` (or ``exporti``): a given module of its
+        own, not the lesson's ``default_exp``. "" for a cell without one."""
+        if self.kind != "code":
+            return ""
+        found = self.directives
+        return found.get("export") or found.get("exporti") or ""
+
+    @property
     def is_export(self) -> bool:
-        """``#| export`` (public API) or ``#| exporti`` (exported, kept out of ``__all__``)."""
-        return self.kind == "code" and ("export" in self.directives or "exporti" in self.directives)
+        """``#| export`` (public API) or ``#| exporti`` (exported, kept out of ``__all__``),
+        into the module's own file: a cell that names another target is given code."""
+        found = self.directives
+        return (self.kind == "code" and ("export" in found or "exporti" in found)
+                and not self.given_target)
 
     @property
     def is_public_export(self) -> bool:
-        return self.kind == "code" and "export" in self.directives
+        return self.is_export and "export" in self.directives
 
     @property
     def is_graded(self) -> bool:

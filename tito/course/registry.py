@@ -53,6 +53,10 @@ class Module:
     # Chosen names re-exported in a namespace of their own, a file of the package:
     # (("optim.lr_scheduler", ("StepLR", ...)),) makes ``tinytorch/optim/lr_scheduler.py``.
     reexports: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # Given modules of the package that this lesson holds, (target, what it is): its cells
+    # marked ``#| export <target>`` become ``tinytorch/<target>.py``, written from the release
+    # in every workspace (not from the student's code): module 01 gives ``tinytorch.testing``.
+    gives: tuple[tuple[str, str], ...] = ()
 
     # What is said about the module (its summary, time, difficulty, systems question, book
     # chapter) is in module_text.py, by number: this file keeps the structure.
@@ -129,7 +133,8 @@ class Milestone:
 
 
 MODULES: tuple[Module, ...] = (
-    Module(1, "tensor", "Tensor", "foundation", "core.tensor", (), ("",)),
+    Module(1, "tensor", "Tensor", "foundation", "core.tensor", (), ("",),
+           gives=(("testing", "the course's test and timing helpers"),)),
     Module(2, "activations", "Activations", "foundation", "core.activations", (1,), ("nn",)),
     Module(3, "layers", "Layers", "foundation", "core.layers", (1, 2), ("nn",)),
     Module(4, "losses", "Losses", "foundation", "core.losses", (1, 2), ("nn",)),

@@ -17,7 +17,14 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..course.exporter import PLACEHOLDER, export_names, init_files, placeholder, public_names
+from ..course.exporter import (
+    PLACEHOLDER,
+    export_names,
+    given_files,
+    init_files,
+    placeholder,
+    public_names,
+)
 from ..course.notebook import read_cells
 from ..course.registry import MODULES, Module, get_module
 from ..errors import ExportError, NotebookError, WorkspaceError
@@ -228,6 +235,9 @@ class Workspace:
                 for name in self.release_names(m):
                     missing.setdefault(name, m)
         files.update(init_files(present, missing, "your workspace"))
+        for m in MODULES:  # given code (tinytorch.testing): from the release, never the student
+            if m.gives and m.written:
+                files.update(given_files(m, self.release_path(m)))
         return files
 
     def package_files(self, module: Module, text: str) -> dict[Path, str]:

@@ -15,8 +15,8 @@ def _measure(B, H, D, lengths):
 
     from tinytorch import Tensor
     from tinytorch.core.attention import scaled_dot_product_attention
-    from tinytorch.core.tensor import best_time
     from tinytorch.perf.acceleration import fast_kernels
+    from tinytorch.testing import best_time
 
     rows = {False: ([], []), True: ([], [])}  # on -> (ms, MiB kept)
     for T in lengths:
