@@ -564,7 +564,8 @@ class WeightStore:
     >>> print(store.linear("proj", out_features=3, in_features=4))  # no bias stored: none
     Linear(in_features=4, out_features=3, bias=False)
 
-    WeightStore.from_path(folder) reads a checkpoint folder's .safetensors files (load_model).
+    WeightStore.from_path(folder) reads a checkpoint folder's .safetensors files (as
+    load_model does).
     """
 
     def __init__(self, tensors, source="weights"):

@@ -459,8 +459,8 @@ class Profiler:
     ...     model, x, y, SGD(model.parameters(), lr=0.1), loss_fn=cross_entropy)
     >>> sorted(step.phases), step.flops, step.backward_flops
     (['backward', 'forward', 'optimizer'], 14080, 19968)
-    >>> [(row.name, row.kind) for row in step.rows]  # the loss is outside the model
-    [('', 'Sequential'), ('0', 'Linear'), ('2', 'Linear'), ('(outside the model)', 'loss_fn')]
+    >>> [row.name for row in step.rows]  # "" is the model itself; the loss is outside it
+    ['', '0', '2', '(outside the model)']
     """
 
     def __init__(self, depth=1, repeat=5, warmup=1):
