@@ -90,7 +90,6 @@
 # %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
 #| default_exp models.transformer
 #| export
-import json
 import math
 import os
 from dataclasses import asdict, dataclass, fields
@@ -268,7 +267,14 @@ def _check_norm_input(x, weight, name):
 
 
 def layer_norm(x, weight, bias=None, eps=1e-5):
-    """(x - mean) / sqrt(var + eps) * weight + bias over the last axis (one fused op)."""
+    """(x - mean) / sqrt(var + eps) * weight + bias over the last axis (one fused op).
+
+    >>> x = Tensor([[1.0, 2.0, 3.0], [10.0, 20.0, 30.0]])  # each row on its own
+    >>> y = layer_norm(x, Tensor(np.ones(3, dtype=np.float32)))
+    >>> y.data.round(3)
+    array([[-1.225,  0.   ,  1.225],
+           [-1.225,  0.   ,  1.225]], dtype=float32)
+    """
     x = x if isinstance(x, Tensor) else Tensor(x)
     _check_norm_input(x, weight, "LayerNorm")
     inputs = (x, weight) if bias is None else (x, weight, bias)
@@ -281,6 +287,19 @@ class LayerNorm(Module):
     As in PyTorch, `normalized_shape` may be a tuple: the last len(normalized_shape) axes
     are normalized together, and weight and bias have that shape. With
     `elementwise_affine=False` there is no weight and no bias (both are None).
+
+    >>> norm = LayerNorm(4)
+    >>> print(norm)
+    LayerNorm(4, eps=1e-05, bias=True)
+    >>> norm.weight.shape, norm.bias.shape
+    ((4,), (4,))
+    >>> y = norm(Tensor(np.random.default_rng(0).standard_normal((2, 3, 4)) * 5 + 7))
+    >>> y.shape, y.dtype
+    ((2, 3, 4), dtype('float32'))
+    >>> bool(np.abs(y.data.mean(axis=-1)).max() < 1e-5)  # every row centred
+    True
+    >>> LayerNorm((2, 3)).weight.shape  # the last two axes normalized together
+    (2, 3)
     """
 
     def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True):
@@ -554,6 +573,11 @@ def rms_norm(x, weight, eps=1e-6):
     """x / sqrt(mean(x**2) + eps) * weight over the last axis (one fused op).
 
     eps=None is PyTorch's default: the machine epsilon of x's dtype (1.19e-7 for float32).
+
+    >>> x = Tensor([[3.0, 4.0], [-6.0, 8.0]])  # root mean squares 3.536 and 7.071
+    >>> rms_norm(x, Tensor(np.ones(2, dtype=np.float32))).data.round(4)
+    array([[ 0.8485,  1.1314],
+           [-0.8485,  1.1314]], dtype=float32)
     """
     x = x if isinstance(x, Tensor) else Tensor(x)
     _check_norm_input(x, weight, "RMSNorm")
@@ -569,6 +593,15 @@ class RMSNorm(Module):
     of this course follow and are compared with. PyTorch's torch.nn.RMSNorm defaults to
     eps=None, the machine epsilon of the input's dtype (1.19e-7 for float32): pass
     eps=None for that.
+
+    >>> norm = RMSNorm(4)
+    >>> print(norm)
+    RMSNorm(4, eps=1e-06)
+    >>> y = norm(Tensor(np.random.default_rng(0).standard_normal((2, 4)) * 10))
+    >>> y.shape, y.dtype
+    ((2, 4), dtype('float32'))
+    >>> print(np.sqrt((y.data ** 2).mean(axis=-1)).round(4).tolist())  # root mean square 1
+    [1.0, 1.0]
     """
 
     def __init__(self, dim, eps=1e-6):
@@ -704,12 +737,31 @@ test_unit_rms_norm()
 # %% nbgrader={"grade": false, "grade_id": "mlp", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 def swiglu_hidden(dim):
-    """LLaMA's hidden size for a SwiGLU that matches a 4*dim MLP: 8*dim/3, up to a multiple of 8."""
+    """LLaMA's hidden size for a SwiGLU that matches a 4*dim MLP: 8*dim/3, up to a multiple
+    of 8.
+
+    >>> swiglu_hidden(8), swiglu_hidden(128), swiglu_hidden(768)
+    (24, 344, 2048)
+    """
     return 8 * ((8 * dim // 3 + 7) // 8)
 
 
 class MLP(Module):
-    """GPT's feed-forward network: proj(gelu(fc(x))), widening to `hidden` (4 * dim) and back."""
+    """GPT's feed-forward network: proj(gelu(fc(x))), widening to `hidden` (4 * dim) and back.
+
+    >>> from tinytorch.core.tensor import manual_seed
+    >>> manual_seed(0)
+    >>> mlp = MLP(8)
+    >>> print(mlp)
+    MLP(
+      (fc): Linear(in_features=8, out_features=32, bias=True)
+      (proj): Linear(in_features=32, out_features=8, bias=True)
+      (dropout): Dropout(p=0.0)
+    )
+    >>> y = mlp(Tensor(np.random.default_rng(0).standard_normal((2, 5, 8))))
+    >>> y.shape, y.dtype, mlp.num_parameters()
+    ((2, 5, 8), dtype('float32'), 552)
+    """
 
     def __init__(self, dim, hidden=None, dropout=0.0, bias=True, approximate="tanh"):
         super().__init__()
@@ -737,7 +789,22 @@ class MLP(Module):
 
 
 class SwiGLU(Module):
-    """LLaMA's feed-forward network: down_proj(silu(gate_proj(x)) * up_proj(x))."""
+    """LLaMA's feed-forward network: down_proj(silu(gate_proj(x)) * up_proj(x)).
+
+    >>> from tinytorch.core.tensor import manual_seed
+    >>> manual_seed(0)
+    >>> ffn = SwiGLU(8)  # hidden = swiglu_hidden(8) = 24, no biases
+    >>> print(ffn)
+    SwiGLU(
+      (gate_proj): Linear(in_features=8, out_features=24, bias=False)
+      (up_proj): Linear(in_features=8, out_features=24, bias=False)
+      (down_proj): Linear(in_features=24, out_features=8, bias=False)
+      (dropout): Dropout(p=0.0)
+    )
+    >>> y = ffn(Tensor(np.random.default_rng(0).standard_normal((2, 5, 8))))
+    >>> y.shape, y.dtype, ffn.num_parameters()
+    ((2, 5, 8), dtype('float32'), 576)
+    """
 
     def __init__(self, dim, hidden=None, dropout=0.0, bias=False):
         super().__init__()
@@ -938,7 +1005,17 @@ def _positive_int(value):
 
 
 def gpt_config_problems(config):
-    """Every broken invariant of a GPTConfig, one sentence each with the fix; [] if none."""
+    """Every broken invariant of a GPTConfig, one sentence each with the fix; [] if none.
+
+    >>> gpt_config_problems(GPTConfig())
+    []
+    >>> from types import SimpleNamespace  # GPTConfig itself refuses these fields
+    >>> broken = SimpleNamespace(**(GPTConfig().to_dict() | {"dropout": 1.5, "bias": "no"}))
+    >>> for problem in gpt_config_problems(broken):
+    ...     print(problem)
+    dropout must be a probability in [0, 1), got 1.5
+    bias must be True or False, got 'no'
+    """
     problems = [f"{name} must be a positive integer, got {getattr(config, name)!r}"
                 for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd")
                 if not _positive_int(getattr(config, name))]
@@ -966,7 +1043,21 @@ def gpt_config_problems(config):
 #| export
 @dataclass
 class GPTConfig:
-    """The sizes of a GPT; defaults are nanoGPT's character-level CPU model."""
+    """The sizes of a GPT; defaults are nanoGPT's character-level CPU model.
+
+    >>> config = GPTConfig(vocab_size=10, block_size=8, n_layer=2, n_head=2, n_embd=16)
+    >>> config.head_dim, config.norm, config.mlp
+    (8, 'layernorm', 'gelu')
+    >>> GPTConfig.from_dict(config.to_dict()) == config
+    True
+    >>> try:
+    ...     GPTConfig(n_layer=0, norm="batchnorm")
+    ... except ValueError as error:
+    ...     print(error)
+    invalid GPTConfig:
+      - n_layer must be a positive integer, got 0
+      - norm must be one of ('layernorm', 'rmsnorm'), got 'batchnorm'
+    """
 
     vocab_size: int = 65
     block_size: int = 64
@@ -1007,14 +1098,27 @@ class GPTConfig:
 
 
 def make_norm(config):
-    """The norm the config asks for, at the model's width."""
+    """The norm the config asks for, at the model's width.
+
+    >>> print(make_norm(GPTConfig(n_embd=16, bias=True)))
+    LayerNorm(16, eps=1e-05, bias=True)
+    >>> print(make_norm(GPTConfig(n_embd=16, norm="rmsnorm")))
+    RMSNorm(16, eps=1e-06)
+    """
     if config.norm == "rmsnorm":
         return RMSNorm(config.n_embd)
     return LayerNorm(config.n_embd, bias=config.bias)
 
 
 def make_mlp(config):
-    """The feed-forward network the config asks for."""
+    """The feed-forward network the config asks for.
+
+    >>> type(make_mlp(GPTConfig(n_embd=16))).__name__
+    'MLP'
+    >>> ffn = make_mlp(GPTConfig(n_embd=16, mlp="swiglu"))
+    >>> type(ffn).__name__, ffn.gate_proj.weight.shape
+    ('SwiGLU', (48, 16))
+    """
     if config.mlp == "swiglu":
         return SwiGLU(config.n_embd, dropout=config.dropout, bias=config.bias)
     return MLP(config.n_embd, dropout=config.dropout, bias=config.bias,
@@ -1022,7 +1126,21 @@ def make_mlp(config):
 
 
 class TransformerBlock(Module):
-    """Pre-norm block: x + attn(ln1(x)), then + mlp(ln2(x)); causal attention."""
+    """Pre-norm block: x + attn(ln1(x)), then + mlp(ln2(x)); causal attention.
+
+    >>> from tinytorch.core.tensor import manual_seed
+    >>> manual_seed(0)
+    >>> block = TransformerBlock(GPTConfig(n_layer=1, n_head=2, n_embd=16))
+    >>> [name for name, _ in block.named_modules() if name.count(".") == 0 and name]
+    ['ln1', 'attn', 'ln2', 'mlp']
+    >>> x = np.random.default_rng(0).standard_normal((2, 5, 16)).astype(np.float32)
+    >>> y = block(Tensor(x))
+    >>> y.shape, y.dtype
+    ((2, 5, 16), dtype('float32'))
+    >>> x[:, 4] = 0  # change the last token: the outputs before it stay the same
+    >>> bool(np.allclose(block(Tensor(x)).data[:, :4], y.data[:, :4]))
+    True
+    """
 
     def __init__(self, config):
         super().__init__()
@@ -1057,8 +1175,9 @@ def test_unit_config():
          listing),
         ({"block_size": 64.0}, ["block_size"], "sizes are integers: " + listing),
     ]
-    for fields, words, fix in cases:
-        expect_error(f"GPTConfig({fields})", lambda: GPTConfig(**fields), ValueError, words, fix)
+    for overrides, words, fix in cases:
+        expect_error(f"GPTConfig({overrides})", lambda: GPTConfig(**overrides), ValueError, words,
+                     fix)
     assert GPTConfig.from_dict(config.to_dict()) == config, "to_dict/from_dict must round-trip"
 
     def check_refused(fields):
@@ -1245,7 +1364,23 @@ _RESIDUAL_PROJECTIONS = ("attn.proj.weight", "mlp.proj.weight", "mlp.down_proj.w
 
 
 class GPT(Module):
-    """A decoder-only transformer language model (GPT-2 / nanoGPT)."""
+    """A decoder-only transformer language model (GPT-2 / nanoGPT).
+
+    >>> from tinytorch.core.tensor import manual_seed
+    >>> manual_seed(0)
+    >>> config = GPTConfig(vocab_size=10, block_size=8, n_layer=2, n_head=2, n_embd=16)
+    >>> model = GPT(config)
+    >>> model.num_parameters()
+    6512
+    >>> idx = np.random.default_rng(0).integers(0, 10, size=(2, 8))  # (B, T) token ids
+    >>> logits, loss = model(idx, targets=idx)
+    >>> logits.shape, logits.dtype
+    ((2, 8, 10), dtype('float32'))
+    >>> bool(abs(loss.item() - np.log(10)) < 0.2)  # about log(V) at initialization
+    True
+    >>> model.generate(np.array([1, 2, 3]), max_new_tokens=4, seed=0).shape
+    (7,)
+    """
 
     def __init__(self, config):
         super().__init__()
@@ -1513,7 +1648,14 @@ test_unit_gpt_forward()
 # %% nbgrader={"grade": false, "grade_id": "param-count", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 def gpt_parameter_count(config):
-    """Parameters of GPT(config) by formula: a dict of the pieces and their "total"."""
+    """Parameters of GPT(config) by formula: a dict of the pieces and their "total".
+
+    >>> counts = gpt_parameter_count(GPTConfig())  # nanoGPT's character-level model
+    >>> counts["per_block"], counts["lm_head"], counts["total"]  # the head is tied to wte
+    (196864, 0, 804096)
+    >>> gpt_parameter_count(GPTConfig(tie_weights=False))["lm_head"]
+    8320
+    """
     ### BEGIN SOLUTION
     c, v = config.n_embd, config.vocab_size
     b = 1 if config.bias else 0
@@ -1648,7 +1790,15 @@ test_unit_param_count()
 # %% nbgrader={"grade": false, "grade_id": "generate", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 def sample_logits(logits, temperature=1.0, top_k=None, top_p=None, rng=None):
-    """One token id per row of `logits` (B, V): temperature, then top-k, then top-p."""
+    """One token id per row of `logits` (B, V): temperature, then top-k, then top-p.
+
+    >>> logits = np.array([[1.0, 3.0, 2.0], [0.0, 0.0, 5.0]])
+    >>> sample_logits(logits, temperature=0).tolist()  # greedy: the largest logit
+    [1, 2]
+    >>> rng = np.random.default_rng(0)
+    >>> sorted({int(sample_logits(logits[0], top_k=2, rng=rng)) for _ in range(50)})
+    [1, 2]
+    """
     logits = np.asarray(logits.data if isinstance(logits, Tensor) else logits, dtype=np.float64)
     if logits.ndim == 1:
         return sample_logits(logits[None], temperature, top_k, top_p, rng)[0]
@@ -1687,6 +1837,17 @@ def generate_ids(model, prompt_ids, max_new_tokens, temperature=1.0, top_k=None,
     """Extend `prompt_ids` ((T,) or (B, T)) by max_new_tokens sampled ids; same shape kind.
 
     The context fed to the model is cropped to its last block_size tokens.
+
+    >>> from tinytorch.core.tensor import manual_seed
+    >>> manual_seed(0)
+    >>> model = GPT(GPTConfig(vocab_size=10, block_size=4, n_layer=1, n_head=2, n_embd=8))
+    >>> ids = generate_ids(model, np.array([1, 2, 3]), max_new_tokens=6, seed=0)
+    >>> ids.shape, ids[:3].tolist()  # longer than block_size: the context is cropped
+    ((9,), [1, 2, 3])
+    >>> generate_ids(model, np.array([[1], [2]]), max_new_tokens=2, temperature=0).shape
+    (2, 3)
+    >>> bool(np.array_equal(ids, generate_ids(model, np.array([1, 2, 3]), 6, seed=0)))
+    True
     """
     ids = model._check_ids(prompt_ids, "prompt_ids")
     single = ids.ndim == 1
@@ -1867,7 +2028,11 @@ test_unit_sampling()
 # %% nbgrader={"grade": false, "grade_id": "checkpoints", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 def config_mismatches(saved, wanted):
-    """Lines "field: checkpoint X, requested Y" for each field where two configs differ."""
+    """Lines "field: checkpoint X, requested Y" for each field where two configs differ.
+
+    >>> config_mismatches(GPTConfig(n_layer=4), {"n_layer": 6, "n_embd": 128})
+    ['n_layer: checkpoint 4, requested 6']
+    """
     ### BEGIN SOLUTION
     saved = saved.to_dict() if isinstance(saved, GPTConfig) else dict(saved)
     wanted = wanted.to_dict() if isinstance(wanted, GPTConfig) else dict(wanted)
@@ -1877,13 +2042,33 @@ def config_mismatches(saved, wanted):
 
 
 def save_gpt(path, model, optimizer=None, step=0, extra=None):
-    """Module 08's checkpoint plus the model's config (and your JSON `extra`)."""
+    """Module 08's checkpoint plus the model's config (and your JSON `extra`).
+
+    >>> import tempfile
+    >>> model = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=1, n_head=2, n_embd=8))
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(folder.name, "gpt.npz")
+    >>> save_gpt(path, model, step=100, extra={"dataset": "shakespeare"})
+    >>> os.listdir(folder.name)
+    ['gpt.npz']
+    >>> folder.cleanup()
+    """
     save_checkpoint(path, model, optimizer, step=step,
                     extra={"gpt_config": model.config.to_dict(), "user": extra})
 
 
 def read_gpt_config(path):
-    """The GPTConfig saved in a checkpoint by save_gpt (without loading the weights)."""
+    """The GPTConfig saved in a checkpoint by save_gpt (without loading the weights).
+
+    >>> import tempfile
+    >>> config = GPTConfig(vocab_size=10, block_size=8, n_layer=1, n_head=2, n_embd=8)
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(folder.name, "gpt.npz")
+    >>> save_gpt(path, GPT(config))
+    >>> read_gpt_config(path) == config
+    True
+    >>> folder.cleanup()
+    """
     from tinytorch.core.training import read_checkpoint_meta
 
     meta = read_checkpoint_meta(path)
@@ -1901,6 +2086,21 @@ def load_gpt(path, config=None, **overrides):
 
     `config` (a GPTConfig, or field=value overrides) is what the caller expects; any
     field that differs from the checkpoint's is listed in one CheckpointError.
+
+    >>> import tempfile
+    >>> model = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=1, n_head=2, n_embd=8))
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(folder.name, "gpt.npz")
+    >>> save_gpt(path, model, step=100, extra={"dataset": "shakespeare"})
+    >>> loaded, step, extra = load_gpt(path)
+    >>> step, extra, bool(np.array_equal(loaded.wte.weight.data, model.wte.weight.data))
+    (100, {'dataset': 'shakespeare'}, True)
+    >>> try:
+    ...     load_gpt(path, n_layer=2, n_embd=8)
+    ... except CheckpointError as error:
+    ...     print(str(error).splitlines()[1].strip())
+    n_layer: checkpoint 1, requested 2
+    >>> folder.cleanup()
     """
     saved = read_gpt_config(path)
     wanted = dict(config.to_dict() if config is not None else {}, **overrides)

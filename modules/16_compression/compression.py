@@ -111,7 +111,16 @@ from tinytorch.models.transformer import GPT, GPTConfig
 # %% nbgrader={"grade": false, "grade_id": "magnitude", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 def check_amount(amount, what="pruning amount"):
-    """A float in [0, 1), or a ValueError that says what the amount means."""
+    """A float in [0, 1), or a ValueError that says what the amount means.
+
+    >>> check_amount(0.5), check_amount(0)
+    (0.5, 0.0)
+    >>> try:
+    ...     check_amount(1)
+    ... except ValueError as error:
+    ...     print(str(error).split(":")[0])
+    the pruning amount must be a fraction in [0, 1), got 1
+    """
     if isinstance(amount, bool) or not isinstance(amount, (int, float, np.floating)) \
             or not 0 <= amount < 1:
         raise ValueError(
@@ -121,7 +130,13 @@ def check_amount(amount, what="pruning amount"):
 
 
 def magnitude_mask(w, amount):
-    """Boolean mask of w's shape: False on the floor(amount * size) smallest |w|."""
+    """Boolean mask of w's shape: False on the floor(amount * size) smallest |w|.
+
+    >>> w = np.array([[0.5, -0.1, 2.0], [-3.0, 0.05, 0.2]], dtype=np.float32)
+    >>> magnitude_mask(w, 0.5)  # the 3 smallest in magnitude: -0.1, 0.05 and 0.2
+    array([[ True, False,  True],
+           [ True, False, False]])
+    """
     amount = check_amount(amount)
     w = np.asarray(w.data if isinstance(w, Tensor) else w)
     ### BEGIN SOLUTION
@@ -135,7 +150,23 @@ def magnitude_mask(w, amount):
 
 
 class MaskedOptimizer:
-    """An optimizer whose step() keeps pruned weights at exactly zero."""
+    """An optimizer whose step() keeps pruned weights at exactly zero.
+
+    >>> from tinytorch.core.tensor import manual_seed
+    >>> from tinytorch.nn import Linear, Sequential
+    >>> from tinytorch.optim import AdamW
+    >>> manual_seed(0)
+    >>> model = Sequential(Linear(8, 16), Linear(16, 4))
+    >>> masks = prune_magnitude(model, 0.75)
+    >>> opt = MaskedOptimizer(AdamW(model.parameters(), lr=0.01), masks)  # masks.wrap(...)
+    >>> x = Tensor(np.random.default_rng(0).standard_normal((4, 8)))
+    >>> for _ in range(3):
+    ...     opt.zero_grad()
+    ...     (model(x) ** 2).mean().backward()
+    ...     opt.step()
+    >>> masks.sparsity(), opt.lr  # still 75% zeros; the wrapped optimizer's settings show
+    (0.75, 0.01)
+    """
 
     def __init__(self, optimizer, masks):
         self.optimizer, self.masks = optimizer, masks
@@ -157,7 +188,18 @@ class MaskedOptimizer:
 
 
 class PruningMasks:
-    """The masks of a pruned model: {parameter: bool mask}, by parameter identity."""
+    """The masks of a pruned model: {parameter: bool mask}, by parameter identity.
+
+    >>> from tinytorch.nn import Linear
+    >>> layer = Linear(4, 2)
+    >>> masks = PruningMasks()
+    >>> masks.add("weight", layer.weight, np.array([[True, False] * 2, [False, True] * 2]))
+    >>> masks.apply()  # zero the masked-out weights, in place
+    >>> masks.sparsity(), masks.layer_sparsity()
+    (0.5, {'weight': 0.5})
+    >>> int(np.count_nonzero(layer.weight.data))
+    4
+    """
 
     def __init__(self):
         self.entries = []  # (name, parameter, mask)
@@ -186,13 +228,36 @@ class PruningMasks:
 
 
 def prunable_weights(model, skip=("lm_head",)):
-    """(name, weight Parameter) of every Linear whose dotted name is not in skip."""
+    """(name, weight Parameter) of every Linear whose dotted name is not in skip.
+
+    >>> from tinytorch.nn import GPT, GPTConfig
+    >>> model = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=1, n_head=2, n_embd=8))
+    >>> for name, weight in prunable_weights(model):  # lm_head is skipped
+    ...     print(name, weight.shape)
+    blocks.0.attn.qkv.weight (24, 8)
+    blocks.0.attn.proj.weight (8, 8)
+    blocks.0.mlp.fc.weight (32, 8)
+    blocks.0.mlp.proj.weight (8, 32)
+    """
     return [(f"{name}.weight", m.weight) for name, m in model.named_modules()
             if isinstance(m, Linear) and name not in skip]
 
 
 def prune_magnitude(model, amount, scope="layer", skip=("lm_head",)):
-    """Zero the smallest weights of every Linear (per layer, or ranked globally); the masks."""
+    """Zero the smallest weights of every Linear (per layer, or ranked globally); the masks.
+
+    >>> from tinytorch.nn import Linear, Sequential
+    >>> def small_model():
+    ...     model = Sequential(Linear(4, 2), Linear(2, 1))
+    ...     model[0].weight.data[...] = [[1, 2, 3, 4], [5, 6, 7, 8]]
+    ...     model[1].weight.data[...] = [[0.5, 0.6]]
+    ...     return model
+    >>> prune_magnitude(small_model(), 0.5).layer_sparsity()  # half of each layer
+    {'0.weight': 0.5, '1.weight': 0.5}
+    >>> masks = prune_magnitude(small_model(), 0.5, scope="global")  # the 5 smallest of 10
+    >>> masks.sparsity(), masks.layer_sparsity()
+    (0.5, {'0.weight': 0.375, '1.weight': 1.0})
+    """
     amount = check_amount(amount)
     if scope not in ("layer", "global"):
         raise ValueError(f"scope must be 'layer' or 'global', got {scope!r}")
@@ -358,7 +423,21 @@ test_unit_masks_survive()
 # %% nbgrader={"grade": false, "grade_id": "csr", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 class CSRMatrix:
-    """A 2-D float32 matrix in compressed sparse row form."""
+    """A 2-D float32 matrix in compressed sparse row form.
+
+    >>> w = np.array([[0.5, 0.0, 2.0], [-3.0, 0.0, 0.0]], dtype=np.float32)
+    >>> m = CSRMatrix.from_dense(w)
+    >>> m.data  # the nonzero values, row by row
+    array([ 0.5,  2. , -3. ], dtype=float32)
+    >>> m.indices, m.indptr  # their columns, and where each row starts in data
+    (array([0, 2, 0], dtype=int32), array([0, 2, 3], dtype=int32))
+    >>> m.nnz, m.nbytes, w.nbytes
+    (3, 36, 24)
+    >>> bool(np.array_equal(m.to_dense(), w))
+    True
+    >>> m.matmul_t(np.ones((1, 3), dtype=np.float32))  # x @ W.T
+    array([[ 2.5, -3. ]], dtype=float32)
+    """
 
     def __init__(self, data, indices, indptr, shape):
         self.data, self.indices, self.indptr = data, indices, indptr
@@ -523,7 +602,19 @@ def _sliced_linear(linear, rows=None, cols=None):
 
 
 def prune_mlp_neurons(model, amount):
-    """Remove floor(amount * hidden) hidden neurons of every MLP/SwiGLU; {name: (H, H')}."""
+    """Remove floor(amount * hidden) hidden neurons of every MLP/SwiGLU; {name: (H, H')}.
+
+    >>> from tinytorch.core.tensor import manual_seed
+    >>> from tinytorch.nn import GPT, GPTConfig
+    >>> manual_seed(0)
+    >>> model = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=2, n_head=4, n_embd=16))
+    >>> model.num_parameters()
+    6512
+    >>> prune_mlp_neurons(model, 0.5)
+    {'blocks.0.mlp': (64, 32), 'blocks.1.mlp': (64, 32)}
+    >>> model.num_parameters(), model.blocks[0].mlp.fc.weight.shape
+    (4464, (32, 16))
+    """
     amount = check_amount(amount)
     sizes = {}
     for name, m in model.named_modules():
@@ -551,7 +642,20 @@ def prune_mlp_neurons(model, amount):
 
 
 class HeadPrunedAttention(Module):
-    """Causal self-attention with num_heads heads of head_dim each, inner width != embed_dim."""
+    """Causal self-attention with num_heads heads of head_dim each, inner width != embed_dim.
+
+    >>> from tinytorch.nn import Linear
+    >>> attn = HeadPrunedAttention(Linear(16, 24), Linear(8, 16), num_heads=2, head_dim=4)
+    >>> print(attn)  # two heads of 4 left in a 16-wide model
+    HeadPrunedAttention(
+      embed_dim=16, num_heads=2, head_dim=4
+      (qkv): Linear(in_features=16, out_features=24, bias=True)
+      (proj): Linear(in_features=8, out_features=16, bias=True)
+      (resid_dropout): Dropout(p=0.0)
+    )
+    >>> attn(Tensor(np.zeros((2, 5, 16))), is_causal=True).shape
+    (2, 5, 16)
+    """
 
     def __init__(self, qkv, proj, num_heads, head_dim, dropout=0.0):
         super().__init__()
@@ -573,7 +677,20 @@ class HeadPrunedAttention(Module):
 
 
 def prune_heads(model, amount):
-    """Remove floor(amount * heads) heads of every MultiHeadAttention; {name: (H, H')}."""
+    """Remove floor(amount * heads) heads of every MultiHeadAttention; {name: (H, H')}.
+
+    >>> from tinytorch.core.tensor import manual_seed
+    >>> from tinytorch.nn import GPT, GPTConfig
+    >>> manual_seed(0)
+    >>> model = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=2, n_head=4, n_embd=16))
+    >>> prune_heads(model, 0.5)
+    {'blocks.0.attn': (4, 2), 'blocks.1.attn': (4, 2)}
+    >>> type(model.blocks[0].attn).__name__, model.blocks[0].attn.qkv.weight.shape
+    ('HeadPrunedAttention', (24, 16))
+    >>> ids = np.random.default_rng(0).integers(0, 10, size=(2, 8))
+    >>> model(ids)[0].shape  # the model still runs, with fewer heads
+    (2, 8, 10)
+    """
     amount = check_amount(amount)
     sizes = {}
     for parent_name, parent in list(model.named_modules()):
@@ -738,7 +855,17 @@ test_unit_structured()
 #| export
 def distillation_loss(student_logits, teacher_logits, targets=None, temperature=2.0,
                       alpha=0.5):
-    """alpha * T^2 * KL(softmax(t/T) || softmax(s/T)) + (1 - alpha) * CE(s, targets)."""
+    """alpha * T^2 * KL(softmax(t/T) || softmax(s/T)) + (1 - alpha) * CE(s, targets).
+
+    >>> teacher = np.array([[2.0, 1.0, 0.0]])
+    >>> distillation_loss(Tensor([[2.0, 1.0, 0.0]]), teacher).item()  # the same: no loss
+    0.0
+    >>> loss = distillation_loss(Tensor([[0.0, 0.0, 0.0]], requires_grad=True), teacher)
+    >>> round(loss.item(), 4), loss.dtype
+    (0.3137, dtype('float32'))
+    >>> round(distillation_loss(Tensor([[2.0, 1.0, 0.0]]), teacher, targets=[0]).item(), 4)
+    0.2038
+    """
     s = student_logits if isinstance(student_logits, Tensor) else Tensor(student_logits)
     t = np.asarray(teacher_logits.data if isinstance(teacher_logits, Tensor) else teacher_logits)
     if s.shape != t.shape:

@@ -187,7 +187,14 @@ import time
 # %% nbgrader={"grade": false, "grade_id": "config", "locked": true, "schema_version": 3, "solution": false, "task": false}
 #| export
 class ConfigError(ValueError):
-    """A config.json this engine cannot run; the message names the field."""
+    """A config.json this engine cannot run; the message names the field.
+
+    >>> try:
+    ...     Config.from_dict({"model_type": "llama", "vocab_size": 32})
+    ... except ConfigError as error:
+    ...     print(str(error).split(";")[0])
+    config: the field 'hidden_size' is missing
+    """
 
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "gpt2")
@@ -211,7 +218,21 @@ def _id_list(value):
 
 @dataclass
 class Config:
-    """The architecture of a decoder-only checkpoint, with Hugging Face's field names."""
+    """The architecture of a decoder-only checkpoint, with Hugging Face's field names.
+
+    >>> config = Config.from_dict({"model_type": "llama", "vocab_size": 32,
+    ...     "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+    ...     "num_key_value_heads": 2, "intermediate_size": 32, "rms_norm_eps": 1e-6,
+    ...     "eos_token_id": 2})
+    >>> config.head_dim, config.num_key_value_heads, config.eos_token_id
+    (4, 2, (2,))
+    >>> config.kv_bytes_per_token()  # 2 (k, v) x 2 layers x 2 kv heads x 4 dims x 4 bytes
+    128
+    >>> gpt2 = Config.from_dict({"model_type": "gpt2", "vocab_size": 32, "n_embd": 16,
+    ...                          "n_layer": 1, "n_head": 2})  # GPT-2's names, mapped
+    >>> gpt2.hidden_size, gpt2.intermediate_size, gpt2.tie_word_embeddings, gpt2.norm_eps
+    (16, 64, True, 1e-05)
+    """
 
     model_type: str
     vocab_size: int
@@ -394,7 +415,18 @@ class Config:
 #| export
 @dataclass(frozen=True)
 class ModelFeatures:
-    """Which code runs the model. The defaults are the lessons' plain code."""
+    """Which code runs the model. The defaults are the lessons' plain code.
+
+    >>> ModelFeatures()
+    ModelFeatures(kernels='plain', weights='float32', group_size=128, attention='plain')
+    >>> ModelFeatures(weights="int8").bits, ModelFeatures(weights="int4").bits
+    (8, 4)
+    >>> try:
+    ...     ModelFeatures(weights="int3")
+    ... except ValueError as error:
+    ...     print(error)
+    ModelFeatures(weights='int3'): weights must be one of 'float32', 'int8', 'int4'
+    """
 
     kernels: str = "plain"  # "plain": the lessons' code; "fast": module 17's kernel table
     weights: str = "float32"  # "float32" | "int8" (per channel) | "int4" (group-wise)
@@ -455,7 +487,14 @@ def _is_attention_kernel(key):
 @contextlib.contextmanager
 def kernel_choice(features):
     """Module 17's kernels switched on as `features` asks while the block runs, then the
-    table restored as it was. Plain features touch nothing."""
+    table restored as it was. Plain features touch nothing.
+
+    >>> with kernel_choice(ModelFeatures()):  # plain: the lessons' code runs
+    ...     print(nn.rms_norm(Tensor([[3.0, 4.0]]), Tensor([1.0, 1.0])).data.round(3))
+    [[0.849 1.131]]
+
+    ModelFeatures(kernels="fast") switches on module 17's compiled kernels (numba) here.
+    """
     if features.kernels == "plain" and features.attention == "plain":
         yield
         return
@@ -483,14 +522,30 @@ def kernel_choice(features):
 # %% nbgrader={"grade": false, "grade_id": "weights", "locked": true, "schema_version": 3, "solution": false, "task": false}
 #| export
 class WeightError(KeyError):
-    """A tensor missing from a checkpoint, or of the wrong shape."""
+    """A tensor missing from a checkpoint, or of the wrong shape.
+
+    >>> store = WeightStore({"lm_head.weight": np.zeros((32, 16))}, source="demo")
+    >>> try:
+    ...     store.tensor("lm_head.weight", shape=(16, 32))
+    ... except WeightError as error:
+    ...     print(str(error).split(" from")[0])
+    demo: tensor 'lm_head.weight' has shape (32, 16), expected (16, 32)
+    """
 
     def __str__(self):
         return str(self.args[0])
 
 
 def linear_layer(weight, bias=None):
-    """Module 03's Linear around existing arrays, weight (out, in): no copy, no random draw."""
+    """Module 03's Linear around existing arrays, weight (out, in): no copy, no random draw.
+
+    >>> weight = np.ones((3, 4), np.float32)
+    >>> layer = linear_layer(weight, bias=np.zeros(3, np.float32))
+    >>> print(layer)
+    Linear(in_features=4, out_features=3, bias=True)
+    >>> layer.weight.data is weight, layer(Tensor(np.ones((1, 4)))).data.tolist()
+    (True, [[4.0, 4.0, 4.0]])
+    """
     layer = Linear.__new__(Linear)
     Module.__init__(layer)
     layer.out_features, layer.in_features = (int(n) for n in weight.shape)
@@ -500,7 +555,18 @@ def linear_layer(weight, bias=None):
 
 
 class WeightStore:
-    """Named float32 arrays of a checkpoint (memory-mapped when read from files)."""
+    """Named float32 arrays of a checkpoint (memory-mapped when read from files).
+
+    >>> store = WeightStore({"transformer.ln_f.weight": np.ones(4, np.float16)})
+    >>> store.has("ln_f.weight"), store.tensor("ln_f.weight").dtype  # GPT-2's two spellings
+    (True, dtype('float32'))
+    >>> store = WeightStore({"proj.weight": np.ones((3, 4), np.float32)})
+    >>> print(store.linear("proj", out_features=3, in_features=4))  # no bias stored: none
+    Linear(in_features=4, out_features=3, bias=False)
+
+    WeightStore.from_path(folder) reads a checkpoint folder's .safetensors files (as
+    load_model does).
+    """
 
     def __init__(self, tensors, source="weights"):
         self.tensors = dict(tensors)
@@ -590,7 +656,15 @@ def quantized(layer, features, name, rows_per_block=8192):
     int8 or int4 weights, else `layer` itself. Large weights are quantized a block of rows at
     a time (each output row has its own scales, so the blocks join exactly), and a
     memory-mapped weight's pages are let go after each block: the float32 weights are never
-    all resident."""
+    all resident.
+
+    >>> layer = linear_layer(np.ones((3, 4), np.float32))
+    >>> quantized(layer, ModelFeatures(), "demo") is layer  # float32: the layer itself
+    True
+    >>> q = quantized(layer, ModelFeatures(weights="int8"), "demo")
+    >>> type(q).__name__, q(Tensor(np.ones((1, 4)))).data.tolist()
+    ('QuantizedLinear', [[4.0, 4.0, 4.0]])
+    """
     if not features.bits:
         return layer
     QuantizedLinear = _completed("tinytorch.perf.quantization", "QuantizedLinear", 15,
@@ -626,7 +700,14 @@ def _adopt(layer, built):
 
 
 class RMSNorm(nn.RMSNorm):
-    """Module 13's RMSNorm holding a checkpoint's weight."""
+    """Module 13's RMSNorm holding a checkpoint's weight.
+
+    >>> norm = RMSNorm(4, np.full(4, 2.0, np.float32))
+    >>> print(norm)
+    RMSNorm(4, eps=1e-06)
+    >>> norm(Tensor([[3.0, 4.0, 3.0, 4.0]])).data.round(4)  # x / rms(x) * weight
+    array([[1.6971, 2.2627, 1.6971, 2.2627]], dtype=float32)
+    """
 
     def __init__(self, dim, weight, eps=1e-6):
         super().__init__(dim, eps)
@@ -638,7 +719,12 @@ class RMSNorm(nn.RMSNorm):
 
 
 class LayerNorm(nn.LayerNorm):
-    """Module 13's LayerNorm holding a checkpoint's weight and bias (GPT-2)."""
+    """Module 13's LayerNorm holding a checkpoint's weight and bias (GPT-2).
+
+    >>> norm = LayerNorm(3, np.ones(3, np.float32), np.full(3, 0.5, np.float32))
+    >>> norm(Tensor([[1.0, 2.0, 3.0]])).data.round(4)
+    array([[-0.7247,  0.5   ,  1.7247]], dtype=float32)
+    """
 
     def __init__(self, dim, weight, bias, eps=1e-5):
         super().__init__(dim, eps=eps)
@@ -646,7 +732,13 @@ class LayerNorm(nn.LayerNorm):
 
 
 class Embedding(nn.Embedding):
-    """Module 11's Embedding around a checkpoint's table (V, D) (or a Linear's weight)."""
+    """Module 11's Embedding around a checkpoint's table (V, D) (or a Linear's weight).
+
+    >>> table = np.arange(10, dtype=np.float32).reshape(5, 2)  # 5 tokens, 2 dimensions
+    >>> embedding = Embedding(5, 2, table)
+    >>> embedding(np.array([[4, 0]])).data.tolist()  # rows 4 and 0 of the table
+    [[[8.0, 9.0], [0.0, 1.0]]]
+    """
 
     def __init__(self, vocab_size, embedding_dim, weight):
         table = weight.weight.data if isinstance(weight, Linear) else weight
@@ -658,7 +750,12 @@ class Embedding(nn.Embedding):
 
 
 def linear(x, layer):
-    """The output of a checkpoint's linear layer (a Linear or a QuantizedLinear) on x."""
+    """The output of a checkpoint's linear layer (a Linear or a QuantizedLinear) on x.
+
+    >>> layer = linear_layer(np.ones((3, 4), np.float32))
+    >>> linear(Tensor(np.ones((2, 4))), layer).shape
+    (2, 3)
+    """
     return layer(x)
 
 
@@ -670,7 +767,17 @@ def _rotary(head_dim, max_len, base, scaling):
 
 
 def rotary_for(config):
-    """Module 11's RotaryEmbedding for the config's heads, positions and rope settings."""
+    """Module 11's RotaryEmbedding for the config's heads, positions and rope settings.
+
+    >>> config = Config.from_dict({"model_type": "llama", "vocab_size": 32,
+    ...     "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+    ...     "num_key_value_heads": 2, "intermediate_size": 32, "rms_norm_eps": 1e-6,
+    ...     "eos_token_id": 2})
+    >>> rotary_for(config)
+    RotaryEmbedding(head_dim=4, max_len=2048, base=10000)
+    >>> rotary_for(config) is rotary_for(config)  # one table, shared by every layer
+    True
+    """
     scaling = None if config.rope_scaling is None else tuple(sorted(
         (k, v) for k, v in config.rope_scaling.items() if isinstance(v, (int, float, str))))
     return _rotary(config.head_dim, config.max_position_embeddings, config.rope_theta, scaling)
@@ -687,7 +794,19 @@ def _mask_args(mask):
 
 class Attention(nn.GroupedQueryAttention):
     """Module 12's grouped-query attention with a checkpoint's projections (Llama, Qwen),
-    called as a block calls it: attn(x, offset, cache, mask)."""
+    called as a block calls it: attn(x, offset, cache, mask).
+
+    >>> config = Config.from_dict({"model_type": "llama", "vocab_size": 32,
+    ...     "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+    ...     "num_key_value_heads": 2, "intermediate_size": 32, "rms_norm_eps": 1e-6,
+    ...     "eos_token_id": 2})
+    >>> attn = Attention("model.layers.0", config, random_weights(config))
+    >>> attn.num_heads, attn.num_kv_heads, attn.head_dim, attn.k_proj.weight.shape
+    (4, 2, 4, (8, 16))
+    >>> x = Tensor(np.random.default_rng(0).standard_normal((1, 5, 16)))  # (B, T, C)
+    >>> attn(x, mask="causal").shape
+    (1, 5, 16)
+    """
 
     def __init__(self, prefix, config, weights, features=None):
         c, features = config, _check_features(features)
@@ -715,7 +834,17 @@ class Attention(nn.GroupedQueryAttention):
 
 
 class GPT2Attention(nn.MultiHeadAttention):
-    """Module 12's multi-head attention with GPT-2's fused c_attn and c_proj."""
+    """Module 12's multi-head attention with GPT-2's fused c_attn and c_proj.
+
+    >>> config = Config.from_dict({"model_type": "gpt2", "vocab_size": 32, "n_embd": 16,
+    ...                            "n_layer": 1, "n_head": 2})
+    >>> attn = GPT2Attention("transformer.h.0", config, random_weights(config))
+    >>> attn.num_heads, attn.qkv.weight.shape  # c_attn is stored (in, out): read transposed
+    (2, (48, 16))
+    >>> x = Tensor(np.random.default_rng(0).standard_normal((1, 5, 16)))  # (B, T, C)
+    >>> attn(x, mask="causal").shape
+    (1, 5, 16)
+    """
 
     def __init__(self, prefix, config, weights, features=None):
         c, features = config, _check_features(features)
@@ -730,7 +859,19 @@ class GPT2Attention(nn.MultiHeadAttention):
 
 
 class MLP(nn.SwiGLU):
-    """Module 13's SwiGLU with a checkpoint's gate_proj, up_proj and down_proj."""
+    """Module 13's SwiGLU with a checkpoint's gate_proj, up_proj and down_proj.
+
+    >>> config = Config.from_dict({"model_type": "llama", "vocab_size": 32,
+    ...     "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+    ...     "num_key_value_heads": 2, "intermediate_size": 32, "rms_norm_eps": 1e-6,
+    ...     "eos_token_id": 2})
+    >>> mlp = MLP("model.layers.0.mlp", config, random_weights(config))
+    >>> mlp.gate_proj.weight.shape, mlp.down_proj.weight.shape
+    ((32, 16), (16, 32))
+    >>> x = Tensor(np.random.default_rng(0).standard_normal((1, 5, 16)))  # (B, T, C)
+    >>> mlp(x).shape
+    (1, 5, 16)
+    """
 
     def __init__(self, prefix, config, weights, features=None, hidden=None):
         c, features = config, _check_features(features)
@@ -745,7 +886,17 @@ class MLP(nn.SwiGLU):
 
 
 class GPT2MLP(nn.MLP):
-    """Module 13's GELU MLP with GPT-2's c_fc and c_proj."""
+    """Module 13's GELU MLP with GPT-2's c_fc and c_proj.
+
+    >>> config = Config.from_dict({"model_type": "gpt2", "vocab_size": 32, "n_embd": 16,
+    ...                            "n_layer": 1, "n_head": 2})
+    >>> mlp = GPT2MLP("transformer.h.0.mlp", config, random_weights(config))
+    >>> mlp.fc.weight.shape, mlp.proj.weight.shape  # (out, in), as module 03's Linear
+    ((64, 16), (16, 64))
+    >>> x = Tensor(np.random.default_rng(0).standard_normal((1, 5, 16)))  # (B, T, C)
+    >>> mlp(x).shape
+    (1, 5, 16)
+    """
 
     def __init__(self, prefix, config, weights, features=None):
         c, features = config, _check_features(features)
@@ -766,7 +917,18 @@ class GPT2MLP(nn.MLP):
 # %% nbgrader={"grade": false, "grade_id": "random-checkpoints", "locked": true, "schema_version": 3, "solution": false, "task": false}
 #| export
 def checkpoint_shapes(config):
-    """{tensor name: shape} of every weight a checkpoint of `config` holds."""
+    """{tensor name: shape} of every weight a checkpoint of `config` holds.
+
+    >>> config = Config.from_dict({"model_type": "llama", "vocab_size": 32,
+    ...     "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+    ...     "num_key_value_heads": 2, "intermediate_size": 32, "rms_norm_eps": 1e-6,
+    ...     "eos_token_id": 2})
+    >>> shapes = checkpoint_shapes(config)
+    >>> len(shapes), shapes["model.layers.0.self_attn.k_proj.weight"]
+    (21, (8, 16))
+    >>> list(shapes)[:3]
+    ['model.embed_tokens.weight', 'model.norm.weight', 'lm_head.weight']
+    """
     c, C, D = config, config.hidden_size, config.head_dim
     shapes = {}
     if c.model_type == "gpt2":
@@ -822,7 +984,19 @@ def checkpoint_shapes(config):
 
 def random_weights(config, seed=0):
     """A WeightStore with every tensor the config needs: random float32, norms near 1 and
-    biases near 0 but never exactly (a forgotten norm or bias must change the output)."""
+    biases near 0 but never exactly (a forgotten norm or bias must change the output).
+
+    >>> config = Config.from_dict({"model_type": "llama", "vocab_size": 32,
+    ...     "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+    ...     "num_key_value_heads": 2, "intermediate_size": 32, "rms_norm_eps": 1e-6,
+    ...     "eos_token_id": 2})
+    >>> weights = random_weights(config, seed=0)
+    >>> len(weights.tensors), weights.tensor("model.norm.weight").shape
+    (21, (16,))
+    >>> bool(np.array_equal(weights.tensor("lm_head.weight"),
+    ...                     random_weights(config, seed=0).tensor("lm_head.weight")))
+    True
+    """
     rng = np.random.default_rng(seed)
     tensors = {}
     for name, shape in checkpoint_shapes(config).items():
@@ -890,12 +1064,14 @@ def reference_swiglu(x, store, prefix):
 # A Llama or Qwen decoder layer is module 13's pre-norm block with other parts. Each part is
 # one of your classes, holding the checkpoint's arrays:
 #
-# | attribute | class | checkpoint tensors (`model.layers.{i}.` ...) |
+# | attribute | class (module) | checkpoint tensors (`model.layers.{i}.` ...) |
 # |---|---|---|
-# | `input_layernorm` | module 13's `RMSNorm` | `input_layernorm.weight` |
-# | `self_attn` | module 12's `GroupedQueryAttention` + module 11's `RotaryEmbedding` | `self_attn.{q,k,v,o}_proj.weight` (+ biases, Qwen3's `q_norm`, `k_norm`) |
-# | `post_attention_layernorm` | module 13's `RMSNorm` | `post_attention_layernorm.weight` |
-# | `mlp` | module 13's `SwiGLU`, or `Moe` below | `mlp.{gate,up,down}_proj.weight` |
+# | `input_layernorm` | `RMSNorm` (13) | `input_layernorm.weight` |
+# | `self_attn` | `GroupedQueryAttention` (12) with RoPE (11) | `self_attn.{q,k,v,o}_proj.weight` |
+# | `post_attention_layernorm` | `RMSNorm` (13) | `post_attention_layernorm.weight` |
+# | `mlp` | `SwiGLU` (13), or `Moe` below | `mlp.{gate,up,down}_proj.weight` |
+#
+# The attention projections may also have biases, and Qwen3's attention has `q_norm` and `k_norm`.
 #
 # GPT-2 has the same four parts under other names: LayerNorms with biases (`ln_1`, `ln_2`),
 # module 12's `MultiHeadAttention` with a fused `c_attn`, module 13's GELU `MLP`. The given
@@ -913,7 +1089,19 @@ def reference_swiglu(x, store, prefix):
 # %% nbgrader={"grade": false, "grade_id": "block", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 class TransformerBlock(Module):
-    """One decoder layer: pre-norm attention and pre-norm MLP (or experts), each residual."""
+    """One decoder layer: pre-norm attention and pre-norm MLP (or experts), each residual.
+
+    >>> config = Config.from_dict({"model_type": "llama", "vocab_size": 32,
+    ...     "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+    ...     "num_key_value_heads": 2, "intermediate_size": 32, "rms_norm_eps": 1e-6,
+    ...     "eos_token_id": 2})
+    >>> block = TransformerBlock(0, config, random_weights(config))
+    >>> [name for name, _ in block.named_modules() if name and "." not in name]
+    ['input_layernorm', 'post_attention_layernorm', 'self_attn', 'mlp']
+    >>> x = Tensor(np.random.default_rng(0).standard_normal((1, 5, 16)))  # (B, T, C)
+    >>> block(x, mask="causal").shape
+    (1, 5, 16)
+    """
 
     def __init__(self, layer_idx, config, weights, features=None):
         super().__init__()
@@ -1116,7 +1304,20 @@ test_unit_block()
 # %% nbgrader={"grade": false, "grade_id": "moe", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 class Moe(Module):
-    """Top-k routed experts (your SwiGLU), plus Qwen2-MoE's gated shared expert."""
+    """Top-k routed experts (your SwiGLU), plus Qwen2-MoE's gated shared expert.
+
+    >>> config = Config.from_dict({"model_type": "qwen3_moe", "vocab_size": 32,
+    ...     "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 4,
+    ...     "num_key_value_heads": 2, "intermediate_size": 32, "rms_norm_eps": 1e-6,
+    ...     "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 8})
+    >>> moe = Moe("model.layers.0.mlp", config, random_weights(config))
+    >>> len(moe.experts), moe.experts[0].gate_proj.weight.shape  # 4 small SwiGLUs
+    (4, (8, 16))
+    >>> x = Tensor(np.random.default_rng(0).standard_normal((1, 5, 16)))  # (B, T, C)
+    >>> chosen, weights = moe.route(x.reshape(5, 16))  # 2 experts for each token
+    >>> chosen.shape, weights.shape, moe(x).shape
+    ((5, 2), (5, 2), (1, 5, 16))
+    """
 
     def __init__(self, prefix, config, weights, features=None):
         super().__init__()
@@ -1326,7 +1527,24 @@ test_unit_moe()
 # %% nbgrader={"grade": false, "grade_id": "model", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 class ModelForCausalLM(Module):
-    """A decoder-only language model from a Config and a WeightStore, built of your layers."""
+    """A decoder-only language model from a Config and a WeightStore, built of your layers.
+
+    >>> config = Config.from_dict({"model_type": "llama", "vocab_size": 32,
+    ...     "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+    ...     "num_key_value_heads": 2, "intermediate_size": 32, "rms_norm_eps": 1e-6,
+    ...     "eos_token_id": 2})
+    >>> model = ModelForCausalLM(config, random_weights(config))
+    >>> model.num_parameters(), model.nbytes()  # float32: 4 bytes a number
+    (5712, 22848)
+    >>> logits = model(np.array([[1, 5, 7, 3]]))  # token ids (B, T)
+    >>> logits.shape, logits.dtype
+    ((1, 4, 32), dtype('float32'))
+    >>> model(np.array([[1, 5, 7, 3]]), logits_to_keep=1).shape  # only the last position
+    (1, 1, 32)
+    >>> cache = model.create_kv_cache("dense")  # one cache per layer
+    >>> len(cache), model(np.array([[1, 5, 7]]), cache=cache).shape, cache[0].lengths
+    (2, (1, 3, 32), array([3]))
+    """
 
     def __init__(self, config, weights, features=None):
         super().__init__()
@@ -1482,7 +1700,29 @@ class ModelForCausalLM(Module):
 
 
 def load_model(model_path, features=None):
-    """Config + weights of a checkpoint folder -> ModelForCausalLM (weights memory-mapped)."""
+    """Config + weights of a checkpoint folder -> ModelForCausalLM (weights memory-mapped).
+
+    A checkpoint folder holds config.json and .safetensors files; here, a random one:
+
+    >>> import tempfile
+    >>> from tinytorch.core.training import save_safetensors
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> values = ({"model_type": "llama", "vocab_size": 32,
+    ...     "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+    ...     "num_key_value_heads": 2, "intermediate_size": 32, "rms_norm_eps": 1e-6,
+    ...     "eos_token_id": 2})
+    >>> with open(os.path.join(folder.name, "config.json"), "w") as f:
+    ...     json.dump(values, f)
+    >>> weights = random_weights(Config.from_dict(values))
+    >>> save_safetensors(os.path.join(folder.name, "model.safetensors"), weights.tensors)
+    >>> model = load_model(folder.name)
+    >>> model.config.model_type, model.num_parameters()
+    ('llama', 5712)
+    >>> type(model.embedding.weight.data.base).__name__  # read from the file as needed
+    'memmap'
+    >>> del model
+    >>> folder.cleanup()
+    """
     config = Config.from_json_file(os.path.join(os.fspath(model_path), "config.json"))
     store = WeightStore.from_path(model_path)
     return ModelForCausalLM(config, store, features)
@@ -1652,7 +1892,17 @@ test_unit_model()
 # %% nbgrader={"grade": false, "grade_id": "dense-cache", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 def cache_mask(start, n_new, T, S):
-    """(B, 1, T, S) bool: query t of row b sees slots s <= start[b] + t, s < start[b] + n_new[b]."""
+    """(B, 1, T, S) bool: query t of row b sees slots s <= start[b] + t, and
+    s < start[b] + n_new[b].
+
+    >>> start, n_new = np.array([0, 2]), np.array([2, 1])  # row 1 holds 2, adds 1 (padded)
+    >>> cache_mask(start, n_new, T=2, S=3).astype(int)[:, 0]
+    array([[[1, 0, 0],
+            [1, 1, 0]],
+    <BLANKLINE>
+           [[1, 1, 1],
+            [1, 1, 1]]])
+    """
     ### BEGIN SOLUTION
     s = np.arange(S)
     end = (start + n_new)[:, None, None]  # (B, 1, 1)
@@ -1695,7 +1945,17 @@ class _KvRows:
 
 
 class TinyKvFullCache(_KvRows):
-    """One layer's dense keys and values (B, H_kv, capacity, D), grown by concatenation."""
+    """One layer's dense keys and values (B, H_kv, capacity, D), grown by concatenation.
+
+    >>> cache = TinyKvFullCache()
+    >>> k = v = np.ones((1, 2, 3, 4), np.float32)  # a prompt of 3 tokens: (B, H_kv, T, D)
+    >>> keys, values = cache.update(k, v)
+    >>> keys.shape, cache.lengths, cache.nbytes()
+    ((1, 2, 3, 4), array([3]), 192)
+    >>> keys, values = cache.update(k[:, :, :1], v[:, :, :1])  # one new token
+    >>> keys.shape, cache.lengths
+    ((1, 2, 4, 4), array([4]))
+    """
 
     def __init__(self):
         self.keys = self.values = None
@@ -1729,9 +1989,11 @@ class TinyKvFullCache(_KvRows):
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_dense_cache", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_dense_cache():
-    """The dense cache stores each row at its own length; decoding with it equals the full forward."""
+    """The dense cache keeps each row at its own length; decoding with it equals a full forward."""
     m = cache_mask(np.array([0, 2]), np.array([3, 1]), 3, 4)
-    assert m.shape == (2, 1, 3, 4), f"cache_mask should be (B, 1, T, S) = (2, 1, 3, 4), got {m.shape}"
+    assert m.shape == (2, 1, 3, 4), (
+        f"cache_mask should be (B, 1, T, S) = (2, 1, 3, 4), got {m.shape}"
+    )
     assert m[0, 0].tolist() == [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0]], (
         f"row 0 starts empty with 3 new tokens: a causal (3, 4) mask over slots 0..2, got "
         f"{m[0, 0].astype(int).tolist()}"
@@ -1933,7 +2195,20 @@ test_unit_dense_cache()
 # %% nbgrader={"grade": false, "grade_id": "paged-cache", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 class TinyKvPagedPool:
-    """Fixed-size pages of one layer's keys and values, shared by every sequence."""
+    """Fixed-size pages of one layer's keys and values, shared by every sequence.
+
+    >>> pool = TinyKvPagedPool(page_size=16, max_pages=2)
+    >>> pool.allocate(num_kv_heads=2, head_dim=8), pool.allocate(2, 8), pool.pages_in_use
+    (0, 1, 2)
+    >>> try:
+    ...     pool.allocate(2, 8)
+    ... except MemoryError as error:
+    ...     print(str(error).split(".")[0])
+    the KV page pool is exhausted: all 2 pages of 16 tokens are in use
+    >>> pool.release([0])
+    >>> pool.allocate(2, 8), pool.nbytes()  # page 0 again; 2 x (2, 2, 16, 8) float32
+    (0, 4096)
+    """
 
     def __init__(self, page_size=128, max_pages=None, dtype=np.float32):
         if isinstance(page_size, bool) or not isinstance(page_size, (int, np.integer)) \
@@ -1973,7 +2248,18 @@ class TinyKvPagedPool:
 
 
 class TinyKvPagedCache(_KvRows):
-    """One layer's KV cache for a batch of sequences, as page tables into a shared pool."""
+    """One layer's KV cache for a batch of sequences, as page tables into a shared pool.
+
+    >>> pool = TinyKvPagedPool(page_size=4)
+    >>> cache = TinyKvPagedCache(pool)
+    >>> k = v = np.ones((1, 2, 6, 8), np.float32)  # 6 tokens: two pages of 4
+    >>> keys, values = cache.update(k, v)
+    >>> keys.shape, cache.tables, pool.pages_in_use
+    ((1, 2, 6, 8), [[0, 1]], 2)
+    >>> cache.release()  # the sequence is done: its pages go back to the pool
+    >>> pool.pages_in_use, pool.free
+    (0, [0, 1])
+    """
 
     def __init__(self, pool, tables=None, lengths=None):
         self.pool = pool
@@ -2028,7 +2314,7 @@ class TinyKvPagedCache(_KvRows):
 
 # %% nbgrader={"grade": true, "grade_id": "test_unit_paged_cache", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_paged_cache():
-    """Pages are allocated per sequence, gathered in order, reused after release; decoding matches."""
+    """Pages are allocated per sequence, gathered in order, reused when released; decode matches."""
     pool = TinyKvPagedPool(page_size=4, max_pages=5)
     cache = TinyKvPagedCache(pool)
     rng = np.random.default_rng(1)
@@ -2045,8 +2331,10 @@ def test_unit_paged_cache():
     )
     k2, v2 = rng.standard_normal((2, 2, 2, 1, 3)).astype(np.float32)
     K, V = cache.update(Tensor(k2), Tensor(v2))
-    assert np.array_equal(K.data[0, :, :6], k[0]) and np.array_equal(K.data[0, :, 6], k2[0, :, 0]) \
-        and np.array_equal(K.data[1, :, 3], k2[1, :, 0]), "new tokens go after each sequence's own end"
+    assert (np.array_equal(K.data[0, :, :6], k[0]) and np.array_equal(K.data[0, :, 6], k2[0, :, 0])
+            and np.array_equal(K.data[1, :, 3], k2[1, :, 0])), (
+        "new tokens go after each sequence's own end"
+    )
     assert pool.pages_in_use == 3, f"7 + 4 tokens in pages of 4: 3 pages, got {pool.pages_in_use}"
     cache.release()
     assert pool.pages_in_use == 0 and len(pool.pages) == 3, (
@@ -2223,7 +2511,22 @@ def _prompts(prompt_ids):
 
 def generate(model, prompt_ids, max_new_tokens, temperature=0.0, top_k=None, top_p=None,
              seed=None, cache="dense", page_size=128, on_token=None, stop_ids=None):
-    """Each prompt followed by its new ids (at most max_new_tokens; stops after a stop id)."""
+    """Each prompt followed by its new ids (at most max_new_tokens; stops after a stop id).
+
+    >>> config = Config.from_dict({"model_type": "llama", "vocab_size": 32,
+    ...     "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+    ...     "num_key_value_heads": 2, "intermediate_size": 32, "rms_norm_eps": 1e-6,
+    ...     "eos_token_id": 2})
+    >>> model = ModelForCausalLM(config, random_weights(config))
+    >>> ids = generate(model, [1, 5, 7], max_new_tokens=5)  # greedy by default
+    >>> ids.shape, ids[:3].tolist()
+    ((8,), [1, 5, 7])
+    >>> same = [generate(model, [1, 5, 7], 5, cache=c) for c in (None, "paged")]
+    >>> all(np.array_equal(ids, other) for other in same)  # no cache, dense, paged: equal
+    True
+    >>> [len(row) for row in generate(model, [[1, 5, 7], [4]], max_new_tokens=3)]
+    [6, 4]
+    """
     prompts, single = _prompts(prompt_ids)
     if cache not in ("dense", "paged", None):
         raise ValueError(f"cache must be 'dense', 'paged' or None, got {cache!r}")
@@ -2471,7 +2774,19 @@ test_unit_generate()
 #| export
 @dataclass(eq=False)
 class Request:
-    """One request the engine serves: its settings and where it is (given)."""
+    """One request the engine serves: its settings and where it is (given).
+
+    >>> config = Config.from_dict({"model_type": "llama", "vocab_size": 32,
+    ...     "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+    ...     "num_key_value_heads": 2, "intermediate_size": 32, "rms_norm_eps": 1e-6,
+    ...     "eos_token_id": 2})
+    >>> model = ModelForCausalLM(config, random_weights(config))
+    >>> engine = Engine(model, page_size=4)
+    >>> rid = engine.add_request([1, 5, 7], max_new_tokens=4)
+    >>> request = engine.waiting[0]
+    >>> request.rid, request.prompt, request.pages, request.finished  # 3 + 4 - 1 slots
+    (0, [1, 5, 7], 2, False)
+    """
 
     rid: int
     prompt: list
@@ -2490,7 +2805,26 @@ class Request:
 
 
 class Engine:
-    """Continuous batching over the paged KV cache: requests join and leave a running batch."""
+    """Continuous batching over the paged KV cache: requests join and leave a running batch.
+
+    >>> config = Config.from_dict({"model_type": "llama", "vocab_size": 32,
+    ...     "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+    ...     "num_key_value_heads": 2, "intermediate_size": 32, "rms_norm_eps": 1e-6,
+    ...     "eos_token_id": 2})
+    >>> model = ModelForCausalLM(config, random_weights(config))
+    >>> engine = Engine(model, max_batch=2, page_size=4)
+    >>> first = engine.add_request([1, 5, 7], max_new_tokens=4)
+    >>> second = engine.add_request([3], max_new_tokens=2)
+    >>> third = engine.add_request([9, 9], max_new_tokens=3)  # waits for a free slot
+    >>> emitted = engine.step()  # (rid, token) pairs
+    >>> [rid for rid, _ in emitted], len(engine.active), len(engine.waiting)
+    ([0, 1], 2, 1)
+    >>> results = engine.run()
+    >>> {rid: len(tokens) for rid, tokens in results.items()}
+    {0: 4, 1: 2, 2: 3}
+    >>> results[first] == generate(model, [1, 5, 7], 4)[3:].tolist()  # as generate alone
+    True
+    """
 
     def __init__(self, model, max_batch=8, page_size=16, prefill_chunk=64, max_pages=None):
         for name, value in (("max_batch", max_batch), ("page_size", page_size),
@@ -2843,11 +3177,12 @@ batching_throughput()
 #
 # | | this engine | transformers |
 # |---|---|---|
-# | float32 decode tokens/s (1 / median step, 5 rounds) | 5.49 | 5.44 (ratio 1.01, 95% interval 0.97-1.04) |
+# | float32 decode tokens/s (1 / median step, 5 rounds) | 5.49 | 5.44 (ratio 1.01) |
 # | peak resident memory / float32 weights | 1.06x | 1.19x |
 # | load | 0.2-0.5 s (memory-mapped) | 4-8 s |
 #
-# with identical greedy tokens, at load average 0.3-1.0. Decoding reads every weight once
+# (the ratio's 95% interval: 0.97-1.04), with identical greedy tokens, at load average
+# 0.3-1.0. Decoding reads every weight once
 # per token, so both sit at the memory-bandwidth floor (1.84 GiB per token, about 160-200 ms
 # here); the engine's resident memory is the weights plus about 110 MiB, because
 # `x @ weight.T` reads the mapped file in place. Built of your layers, the engine is as fast

@@ -231,7 +231,15 @@ SUBMISSION_SCHEMA = {
 
 
 class SubmissionError(ValueError):
-    """A submission that breaks the schema or contradicts itself; names every field."""
+    """A submission that breaks the schema or contradicts itself; names every field.
+
+    >>> error = SubmissionError("submission.json", ["rule: missing", "derived: missing"])
+    >>> print(error)
+    submission.json: rule: missing
+    submission.json: derived: missing
+    >>> error.problems
+    ['rule: missing', 'derived: missing']
+    """
 
     def __init__(self, source, problems):
         self.source, self.problems = source, list(problems)
@@ -329,6 +337,37 @@ def validate_submission(submission, source="submission.json"):
     """Check a submission (a dict, or the path of a JSON file) against the rules.
 
     Returns the submission (a dict); raises SubmissionError naming every failing field.
+
+    >>> from tinytorch.models.llm import Config, ModelForCausalLM, random_weights
+    >>> config = Config.from_dict({"model_type": "gpt2", "vocab_size": 32, "n_embd": 16,
+    ...                            "n_layer": 2, "n_head": 2, "n_positions": 32})
+    >>> def load():  # a tiny random GPT-2-layout engine model, the same every call
+    ...     return ModelForCausalLM(config, random_weights(config))
+    >>> windows = np.random.default_rng(0).integers(0, 32, size=(4, 9))
+    >>> x, y = windows[:, :-1], windows[:, 1:]  # (N, T) inputs, targets shifted by one
+    >>> from tinytorch.perf.benchmarking import Benchmark
+    >>> optimized = optimize(load(), bits=8, cache="dense", fast=False)
+    >>> figures, comparison = run_events(baseline_entry(load()), optimized, x, y,
+    ...                                  [1, 2, 3], 4, Benchmark(warmup=0, repeats=3))
+    >>> submission = make_submission(
+    ...     figures, comparison, optimized.techniques,
+    ...     model_info={"checkpoint": "tiny", "parameters": 7616},
+    ...     workload={"prompt_tokens": 3, "new_tokens": 4, "val_windows": 4,
+    ...               "val_tokens": 32},
+    ...     env={"cpu": "example"})
+    >>> validate_submission(submission) is submission
+    True
+    >>> wrong = dict(submission, derived=dict(submission["derived"], size_ratio=9.0))
+    >>> try:
+    ...     validate_submission(wrong)
+    ... except SubmissionError as error:
+    ...     print(str(error).split(" but")[0])
+    submission.json: derived.size_ratio is 9.0
+    >>> try:
+    ...     validate_submission({k: v for k, v in submission.items() if k != "rule"})
+    ... except SubmissionError as error:
+    ...     print(error)
+    submission.json: rule: missing (a required field)
     """
     if isinstance(submission, (str, Path)):
         path = Path(submission)
@@ -336,7 +375,8 @@ def validate_submission(submission, source="submission.json"):
         try:
             submission = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise SubmissionError(source, ["no such file: write it with write_submission"])
+            raise SubmissionError(
+                source, ["no such file: write it with write_submission"]) from None
         except json.JSONDecodeError as error:
             raise SubmissionError(source, [f"not valid JSON (line {error.lineno}, column "
                                            f"{error.colno}: {error.msg})"]) from None
@@ -423,7 +463,21 @@ def _walkable(obj):
 
 
 def weight_nbytes(model):
-    """Bytes of every ndarray reachable from `model`, each array counted once."""
+    """Bytes of every ndarray reachable from `model`, each array counted once.
+
+    >>> from tinytorch.models.llm import Config, ModelForCausalLM, random_weights
+    >>> config = Config.from_dict({"model_type": "gpt2", "vocab_size": 32, "n_embd": 16,
+    ...                            "n_layer": 2, "n_head": 2, "n_positions": 32})
+    >>> def load():  # a tiny random GPT-2-layout engine model, the same every call
+    ...     return ModelForCausalLM(config, random_weights(config))
+    >>> model = load()
+    >>> weight_nbytes(model), model.num_parameters() * 4  # float32; the tied head once
+    (30464, 30464)
+    >>> quantize_weights(model, bits=8)[:1]
+    ['transformer.h.0.attn.c_attn.weight']
+    >>> weight_nbytes(model)  # int8 block weights, with their scales
+    13184
+    """
     ### BEGIN SOLUTION
     seen_arrays, seen_objects, total = set(), set(), 0
     stack = [model]
@@ -522,7 +576,18 @@ test_unit_weight_nbytes()
 # %% nbgrader={"grade": false, "grade_id": "val-loss", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 def val_loss(model, x, y, batch_size=64):
-    """Mean cross-entropy over every token of windows x -> y (int arrays (N, T)), exact."""
+    """Mean cross-entropy over every token of windows x -> y (int arrays (N, T)), exact.
+
+    >>> from tinytorch.models.llm import Config, ModelForCausalLM, random_weights
+    >>> config = Config.from_dict({"model_type": "gpt2", "vocab_size": 32, "n_embd": 16,
+    ...                            "n_layer": 2, "n_head": 2, "n_positions": 32})
+    >>> def load():  # a tiny random GPT-2-layout engine model, the same every call
+    ...     return ModelForCausalLM(config, random_weights(config))
+    >>> windows = np.random.default_rng(0).integers(0, 32, size=(4, 9))
+    >>> x, y = windows[:, :-1], windows[:, 1:]  # (N, T) inputs, targets shifted by one
+    >>> round(val_loss(load(), x, y), 4)  # random weights: near log(32) = 3.4657
+    3.8919
+    """
     x, y = np.asarray(x), np.asarray(y)
     if x.ndim != 2 or x.shape != y.shape:
         raise ValueError(f"val_loss needs inputs and targets of the same shape (N, T), got x "
@@ -643,7 +708,18 @@ test_unit_val_loss()
 # %% nbgrader={"grade": false, "grade_id": "quantized-weight", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 class QuantizedWeight:
-    """An (in, out) Conv1D weight stored as int8 per output channel, or int4 in groups."""
+    """An (in, out) Conv1D weight stored as int8 per output channel, or int4 in groups.
+
+    >>> weight = np.random.default_rng(0).standard_normal((16, 8)).astype(np.float32)
+    >>> qw = QuantizedWeight(weight)  # (in, out) = (16, 8)
+    >>> qw, qw.qweight.dtype, qw.scale.shape  # one scale per output channel
+    (QuantizedWeight(shape=(16, 8), int8 per-channel), dtype('int8'), (8,))
+    >>> x = np.ones((2, 16), np.float32)
+    >>> (x @ qw).shape, bool(np.abs(x @ qw - x @ weight).max() < 0.1)  # close to float32
+    ((2, 8), True)
+    >>> QuantizedWeight(weight, bits=4, group_size=8)
+    QuantizedWeight(shape=(16, 8), int4 group 8)
+    """
 
     __array_ufunc__ = None  # NumPy defers: `x @ qw` calls qw.__rmatmul__(x)
 
@@ -745,7 +821,14 @@ test_unit_quantized_weight()
 # %% nbgrader={"grade": false, "grade_id": "quantize-weights", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 class QuantizedLayer(Module):
-    """An engine layer whose weight is a QuantizedWeight (in, out): x @ weight + bias (given)."""
+    """An engine layer whose weight is a QuantizedWeight (in, out): x @ weight + bias (given).
+
+    >>> weight = np.random.default_rng(0).standard_normal((16, 8)).astype(np.float32)
+    >>> layer = QuantizedLayer(QuantizedWeight(weight))
+    >>> y = layer(Tensor(np.ones((1, 5, 16))))
+    >>> y.shape, y.dtype
+    ((1, 5, 8), dtype('float32'))
+    """
 
     def __init__(self, weight, bias=None):
         super().__init__()
@@ -762,7 +845,23 @@ _GPT2_LAYERS = (("self_attn", "qkv", "attn.c_attn"), ("self_attn", "proj", "attn
 
 
 def quantize_weights(model, bits=8, group_size=32):
-    """Replace the block layers of a GPT-2-layout engine model by QuantizedLayers, in place."""
+    """Replace the block layers of a GPT-2-layout engine model by QuantizedLayers, in place.
+
+    >>> from tinytorch.models.llm import Config, ModelForCausalLM, random_weights
+    >>> config = Config.from_dict({"model_type": "gpt2", "vocab_size": 32, "n_embd": 16,
+    ...                            "n_layer": 2, "n_head": 2, "n_positions": 32})
+    >>> def load():  # a tiny random GPT-2-layout engine model, the same every call
+    ...     return ModelForCausalLM(config, random_weights(config))
+    >>> model = load()
+    >>> names = quantize_weights(model, bits=8)  # 4 layers in each of 2 blocks
+    >>> len(names), names[0], type(model.layers[0].mlp.fc).__name__
+    (8, 'transformer.h.0.attn.c_attn.weight', 'QuantizedLayer')
+    >>> try:
+    ...     quantize_weights(model)
+    ... except ValueError as error:
+    ...     print(str(error).split(":")[0])
+    layer 0 attn.c_attn is already quantized
+    """
     if model.config.model_type != "gpt2":
         raise ValueError(f"quantize_weights handles GPT-2-layout models (your TinyGPT), got "
                          f"model_type {model.config.model_type!r}")
@@ -883,7 +982,17 @@ test_unit_quantize_weights()
 # %% nbgrader={"grade": false, "grade_id": "prune-neurons", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 def prune_neurons(model, amount):
-    """Remove the int(amount * H) weakest hidden neurons of every block's MLP; (H, H')."""
+    """Remove the int(amount * H) weakest hidden neurons of every block's MLP; (H, H').
+
+    >>> from tinytorch.models.llm import Config, ModelForCausalLM, random_weights
+    >>> config = Config.from_dict({"model_type": "gpt2", "vocab_size": 32, "n_embd": 16,
+    ...                            "n_layer": 2, "n_head": 2, "n_positions": 32})
+    >>> def load():  # a tiny random GPT-2-layout engine model, the same every call
+    ...     return ModelForCausalLM(config, random_weights(config))
+    >>> model = load()
+    >>> prune_neurons(model, 0.5), model.layers[0].mlp.fc.weight.shape
+    ((64, 32), (32, 16))
+    """
     amount = check_amount(amount)
     if model.config.model_type != "gpt2":
         raise ValueError(f"prune_neurons handles GPT-2-layout models (your TinyGPT), got "
@@ -1003,7 +1112,17 @@ test_unit_prune_neurons()
 #| export
 @dataclass
 class Entry:
-    """A contestant: a model, how generate runs it, and the techniques applied to it."""
+    """A contestant: a model, how generate runs it, and the techniques applied to it.
+
+    >>> from tinytorch.models.llm import Config, ModelForCausalLM, random_weights
+    >>> config = Config.from_dict({"model_type": "gpt2", "vocab_size": 32, "n_embd": 16,
+    ...                            "n_layer": 2, "n_head": 2, "n_positions": 32})
+    >>> def load():  # a tiny random GPT-2-layout engine model, the same every call
+    ...     return ModelForCausalLM(config, random_weights(config))
+    >>> entry = Entry(load(), cache="dense")
+    >>> entry.decode([1, 2, 3], 4).tolist()  # greedy: the prompt and 4 new ids
+    [1, 2, 3, 6, 21, 21, 6]
+    """
 
     model: object
     cache: str = None  # None (recompute every step), "dense" or "paged"
@@ -1024,14 +1143,41 @@ class Entry:
 # %% nbgrader={"grade": false, "grade_id": "optimize", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 def baseline_entry(model):
-    """The float32 model as it is: no cache, plain kernels, no techniques."""
+    """The float32 model as it is: no cache, plain kernels, no techniques.
+
+    >>> from tinytorch.models.llm import Config, ModelForCausalLM, random_weights
+    >>> config = Config.from_dict({"model_type": "gpt2", "vocab_size": 32, "n_embd": 16,
+    ...                            "n_layer": 2, "n_head": 2, "n_positions": 32})
+    >>> def load():  # a tiny random GPT-2-layout engine model, the same every call
+    ...     return ModelForCausalLM(config, random_weights(config))
+    >>> entry = baseline_entry(load())
+    >>> entry.cache, entry.fast, entry.techniques
+    (None, False, [])
+    >>> entry.decode([1, 2, 3], 4).tolist()
+    [1, 2, 3, 6, 21, 21, 6]
+    """
     ### BEGIN SOLUTION
     return Entry(model, cache=None, fast=False, techniques=[])
     ### END SOLUTION
 
 
 def optimize(model, bits=8, group_size=32, cache="dense", fast=True, prune=0.0):
-    """Apply the techniques to `model` (in place) and return its Entry."""
+    """Apply the techniques to `model` (in place) and return its Entry.
+
+    >>> from tinytorch.models.llm import Config, ModelForCausalLM, random_weights
+    >>> config = Config.from_dict({"model_type": "gpt2", "vocab_size": 32, "n_embd": 16,
+    ...                            "n_layer": 2, "n_head": 2, "n_positions": 32})
+    >>> def load():  # a tiny random GPT-2-layout engine model, the same every call
+    ...     return ModelForCausalLM(config, random_weights(config))
+    >>> entry = optimize(load(), bits=8, cache="dense", fast=False, prune=0.25)
+    >>> for technique in entry.techniques:
+    ...     print(technique["name"], technique["settings"])
+    pruning {'unit': 'mlp neurons', 'amount': 0.25, 'hidden': [64, 48]}
+    quantization {'bits': 8, 'group_size': None, 'layers': 8}
+    kv_cache {'mode': 'dense'}
+
+    fast=True (the default) also switches on module 17's compiled kernels while it runs.
+    """
     if bits not in (None, 4, 8):
         raise ValueError(f"bits must be 8, 4 or None (no quantization), got {bits!r}")
     if cache not in (None, "dense", "paged"):
@@ -1148,13 +1294,38 @@ test_unit_optimize()
 # %% nbgrader={"grade": false, "grade_id": "events", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 def latency_figures(m):
-    """A module 19 Measurement as the submission's latency block (given)."""
+    """A module 19 Measurement as the submission's latency block (given).
+
+    >>> from tinytorch.perf.benchmarking import Measurement
+    >>> block = latency_figures(Measurement((0.010, 0.014, 0.012)))
+    >>> block["median"], block["n"], block["unit"], sorted(block)
+    (0.012, 3, 's', ['iqr', 'median', 'n', 'q1', 'q3', 'unit'])
+    """
     return {"median": float(m.median), "q1": float(m.q1), "q3": float(m.q3),
             "iqr": float(m.iqr), "n": int(m.n), "unit": "s"}
 
 
 def run_events(baseline, optimized, x, y, prompt_ids, new_tokens, bench):
-    """Measure both entries: ({"baseline": figures, "optimized": figures}, Comparison)."""
+    """Measure both entries: ({"baseline": figures, "optimized": figures}, Comparison).
+
+    >>> from tinytorch.models.llm import Config, ModelForCausalLM, random_weights
+    >>> config = Config.from_dict({"model_type": "gpt2", "vocab_size": 32, "n_embd": 16,
+    ...                            "n_layer": 2, "n_head": 2, "n_positions": 32})
+    >>> def load():  # a tiny random GPT-2-layout engine model, the same every call
+    ...     return ModelForCausalLM(config, random_weights(config))
+    >>> windows = np.random.default_rng(0).integers(0, 32, size=(4, 9))
+    >>> x, y = windows[:, :-1], windows[:, 1:]  # (N, T) inputs, targets shifted by one
+    >>> from tinytorch.perf.benchmarking import Benchmark
+    >>> optimized = optimize(load(), bits=8, cache="dense", fast=False)
+    >>> figures, comparison = run_events(baseline_entry(load()), optimized, x, y,
+    ...                                  [1, 2, 3], 4, Benchmark(warmup=0, repeats=3))
+    >>> sorted(figures["baseline"])  # the times depend on the machine; the rest does not
+    ['latency', 'tokens_per_s', 'val_loss', 'weight_bytes']
+    >>> figures["baseline"]["weight_bytes"], figures["optimized"]["weight_bytes"]
+    (30464, 13184)
+    >>> comparison.baseline.n
+    3
+    """
     ### BEGIN SOLUTION
     comparison = bench.compare(lambda: baseline.decode(prompt_ids, new_tokens),
                                lambda: optimized.decode(prompt_ids, new_tokens))
@@ -1249,7 +1420,30 @@ test_unit_run_events()
 # %% nbgrader={"grade": false, "grade_id": "submission", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 def make_submission(figures, comparison, techniques, model_info, workload, env):
-    """The submission dict (schema version 1) with its derived figures and the rule."""
+    """The submission dict (schema version 1) with its derived figures and the rule.
+
+    >>> from tinytorch.models.llm import Config, ModelForCausalLM, random_weights
+    >>> config = Config.from_dict({"model_type": "gpt2", "vocab_size": 32, "n_embd": 16,
+    ...                            "n_layer": 2, "n_head": 2, "n_positions": 32})
+    >>> def load():  # a tiny random GPT-2-layout engine model, the same every call
+    ...     return ModelForCausalLM(config, random_weights(config))
+    >>> windows = np.random.default_rng(0).integers(0, 32, size=(4, 9))
+    >>> x, y = windows[:, :-1], windows[:, 1:]  # (N, T) inputs, targets shifted by one
+    >>> from tinytorch.perf.benchmarking import Benchmark
+    >>> optimized = optimize(load(), bits=8, cache="dense", fast=False)
+    >>> figures, comparison = run_events(baseline_entry(load()), optimized, x, y,
+    ...                                  [1, 2, 3], 4, Benchmark(warmup=0, repeats=3))
+    >>> submission = make_submission(
+    ...     figures, comparison, optimized.techniques,
+    ...     model_info={"checkpoint": "tiny", "parameters": 7616},
+    ...     workload={"prompt_tokens": 3, "new_tokens": 4, "val_windows": 4,
+    ...               "val_tokens": 32},
+    ...     env={"cpu": "example"})
+    >>> list(submission)[:5]
+    ['schema_version', 'environment', 'model', 'workload', 'baseline']
+    >>> round(submission["derived"]["size_ratio"], 3), submission["rule"]
+    (2.311, {'max_loss_increase': 0.05, 'qualified': True})
+    """
     ### BEGIN SOLUTION
     b, o = figures["baseline"], figures["optimized"]
     low, high = comparison.ci  # of the ratio optimized / baseline
@@ -1275,7 +1469,32 @@ def make_submission(figures, comparison, techniques, model_info, workload, env):
 
 
 def write_submission(path, submission):
-    """Validate `submission`, then write it as JSON to `path`; returns the Path."""
+    """Validate `submission`, then write it as JSON to `path`; returns the Path.
+
+    >>> import tempfile
+    >>> from tinytorch.models.llm import Config, ModelForCausalLM, random_weights
+    >>> config = Config.from_dict({"model_type": "gpt2", "vocab_size": 32, "n_embd": 16,
+    ...                            "n_layer": 2, "n_head": 2, "n_positions": 32})
+    >>> def load():  # a tiny random GPT-2-layout engine model, the same every call
+    ...     return ModelForCausalLM(config, random_weights(config))
+    >>> windows = np.random.default_rng(0).integers(0, 32, size=(4, 9))
+    >>> x, y = windows[:, :-1], windows[:, 1:]  # (N, T) inputs, targets shifted by one
+    >>> from tinytorch.perf.benchmarking import Benchmark
+    >>> optimized = optimize(load(), bits=8, cache="dense", fast=False)
+    >>> figures, comparison = run_events(baseline_entry(load()), optimized, x, y,
+    ...                                  [1, 2, 3], 4, Benchmark(warmup=0, repeats=3))
+    >>> submission = make_submission(
+    ...     figures, comparison, optimized.techniques,
+    ...     model_info={"checkpoint": "tiny", "parameters": 7616},
+    ...     workload={"prompt_tokens": 3, "new_tokens": 4, "val_windows": 4,
+    ...               "val_tokens": 32},
+    ...     env={"cpu": "example"})
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = write_submission(Path(folder.name) / "runs" / "submission.json", submission)
+    >>> path.name, validate_submission(path)["rule"]["qualified"]  # folders made as needed
+    ('submission.json', True)
+    >>> folder.cleanup()
+    """
     ### BEGIN SOLUTION
     path = Path(path)
     validate_submission(submission, source=str(path))
@@ -1404,7 +1623,26 @@ test_unit_submission()
 #| export
 def run_olympics(load, x, y, prompt_ids, new_tokens, out, checkpoint="model", bits=8,
                  group_size=32, cache="dense", fast=True, prune=0.0, warmup=2, repeats=10):
-    """Baseline vs optimized on a checkpoint: measure, write and validate `out`."""
+    """Baseline vs optimized on a checkpoint: measure, write and validate `out`.
+
+    >>> import tempfile
+    >>> from tinytorch.models.llm import Config, ModelForCausalLM, random_weights
+    >>> config = Config.from_dict({"model_type": "gpt2", "vocab_size": 32, "n_embd": 16,
+    ...                            "n_layer": 2, "n_head": 2, "n_positions": 32})
+    >>> def load():  # a tiny random GPT-2-layout engine model, the same every call
+    ...     return ModelForCausalLM(config, random_weights(config))
+    >>> windows = np.random.default_rng(0).integers(0, 32, size=(4, 9))
+    >>> x, y = windows[:, :-1], windows[:, 1:]  # (N, T) inputs, targets shifted by one
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> out = Path(folder.name) / "submission.json"
+    >>> submission, comparison = run_olympics(load, x, y, [1, 2, 3], 4, out, fast=False,
+    ...                                       warmup=0, repeats=3)
+    >>> [t["name"] for t in submission["techniques"]], submission["rule"]["qualified"]
+    (['quantization', 'kv_cache'], True)
+    >>> out.exists()
+    True
+    >>> folder.cleanup()
+    """
     ### BEGIN SOLUTION
     base = baseline_entry(load())
     opt = optimize(load(), bits=bits, group_size=group_size, cache=cache, fast=fast,

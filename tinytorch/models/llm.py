@@ -23,7 +23,14 @@ from tinytorch.models.transformer import sample_logits
 
 
 class ConfigError(ValueError):
-    """A config.json this engine cannot run; the message names the field."""
+    """A config.json this engine cannot run; the message names the field.
+
+    >>> try:
+    ...     Config.from_dict({"model_type": "llama", "vocab_size": 32})
+    ... except ConfigError as error:
+    ...     print(str(error).split(";")[0])
+    config: the field 'hidden_size' is missing
+    """
 
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "gpt2")
@@ -47,7 +54,21 @@ def _id_list(value):
 
 @dataclass
 class Config:
-    """The architecture of a decoder-only checkpoint, with Hugging Face's field names."""
+    """The architecture of a decoder-only checkpoint, with Hugging Face's field names.
+
+    >>> config = Config.from_dict({"model_type": "llama", "vocab_size": 32,
+    ...     "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+    ...     "num_key_value_heads": 2, "intermediate_size": 32, "rms_norm_eps": 1e-6,
+    ...     "eos_token_id": 2})
+    >>> config.head_dim, config.num_key_value_heads, config.eos_token_id
+    (4, 2, (2,))
+    >>> config.kv_bytes_per_token()  # 2 (k, v) x 2 layers x 2 kv heads x 4 dims x 4 bytes
+    128
+    >>> gpt2 = Config.from_dict({"model_type": "gpt2", "vocab_size": 32, "n_embd": 16,
+    ...                          "n_layer": 1, "n_head": 2})  # GPT-2's names, mapped
+    >>> gpt2.hidden_size, gpt2.intermediate_size, gpt2.tie_word_embeddings, gpt2.norm_eps
+    (16, 64, True, 1e-05)
+    """
 
     model_type: str
     vocab_size: int
@@ -228,7 +249,18 @@ class Config:
 
 @dataclass(frozen=True)
 class ModelFeatures:
-    """Which code runs the model. The defaults are the lessons' plain code."""
+    """Which code runs the model. The defaults are the lessons' plain code.
+
+    >>> ModelFeatures()
+    ModelFeatures(kernels='plain', weights='float32', group_size=128, attention='plain')
+    >>> ModelFeatures(weights="int8").bits, ModelFeatures(weights="int4").bits
+    (8, 4)
+    >>> try:
+    ...     ModelFeatures(weights="int3")
+    ... except ValueError as error:
+    ...     print(error)
+    ModelFeatures(weights='int3'): weights must be one of 'float32', 'int8', 'int4'
+    """
 
     kernels: str = "plain"  # "plain": the lessons' code; "fast": module 17's kernel table
     weights: str = "float32"  # "float32" | "int8" (per channel) | "int4" (group-wise)
@@ -289,7 +321,14 @@ def _is_attention_kernel(key):
 @contextlib.contextmanager
 def kernel_choice(features):
     """Module 17's kernels switched on as `features` asks while the block runs, then the
-    table restored as it was. Plain features touch nothing."""
+    table restored as it was. Plain features touch nothing.
+
+    >>> with kernel_choice(ModelFeatures()):  # plain: the lessons' code runs
+    ...     print(nn.rms_norm(Tensor([[3.0, 4.0]]), Tensor([1.0, 1.0])).data.round(3))
+    [[0.849 1.131]]
+
+    ModelFeatures(kernels="fast") switches on module 17's compiled kernels (numba) here.
+    """
     if features.kernels == "plain" and features.attention == "plain":
         yield
         return
@@ -315,14 +354,30 @@ def kernel_choice(features):
 
 
 class WeightError(KeyError):
-    """A tensor missing from a checkpoint, or of the wrong shape."""
+    """A tensor missing from a checkpoint, or of the wrong shape.
+
+    >>> store = WeightStore({"lm_head.weight": np.zeros((32, 16))}, source="demo")
+    >>> try:
+    ...     store.tensor("lm_head.weight", shape=(16, 32))
+    ... except WeightError as error:
+    ...     print(str(error).split(" from")[0])
+    demo: tensor 'lm_head.weight' has shape (32, 16), expected (16, 32)
+    """
 
     def __str__(self):
         return str(self.args[0])
 
 
 def linear_layer(weight, bias=None):
-    """Module 03's Linear around existing arrays, weight (out, in): no copy, no random draw."""
+    """Module 03's Linear around existing arrays, weight (out, in): no copy, no random draw.
+
+    >>> weight = np.ones((3, 4), np.float32)
+    >>> layer = linear_layer(weight, bias=np.zeros(3, np.float32))
+    >>> print(layer)
+    Linear(in_features=4, out_features=3, bias=True)
+    >>> layer.weight.data is weight, layer(Tensor(np.ones((1, 4)))).data.tolist()
+    (True, [[4.0, 4.0, 4.0]])
+    """
     layer = Linear.__new__(Linear)
     Module.__init__(layer)
     layer.out_features, layer.in_features = (int(n) for n in weight.shape)
@@ -332,7 +387,18 @@ def linear_layer(weight, bias=None):
 
 
 class WeightStore:
-    """Named float32 arrays of a checkpoint (memory-mapped when read from files)."""
+    """Named float32 arrays of a checkpoint (memory-mapped when read from files).
+
+    >>> store = WeightStore({"transformer.ln_f.weight": np.ones(4, np.float16)})
+    >>> store.has("ln_f.weight"), store.tensor("ln_f.weight").dtype  # GPT-2's two spellings
+    (True, dtype('float32'))
+    >>> store = WeightStore({"proj.weight": np.ones((3, 4), np.float32)})
+    >>> print(store.linear("proj", out_features=3, in_features=4))  # no bias stored: none
+    Linear(in_features=4, out_features=3, bias=False)
+
+    WeightStore.from_path(folder) reads a checkpoint folder's .safetensors files (as
+    load_model does).
+    """
 
     def __init__(self, tensors, source="weights"):
         self.tensors = dict(tensors)
@@ -422,7 +488,15 @@ def quantized(layer, features, name, rows_per_block=8192):
     int8 or int4 weights, else `layer` itself. Large weights are quantized a block of rows at
     a time (each output row has its own scales, so the blocks join exactly), and a
     memory-mapped weight's pages are let go after each block: the float32 weights are never
-    all resident."""
+    all resident.
+
+    >>> layer = linear_layer(np.ones((3, 4), np.float32))
+    >>> quantized(layer, ModelFeatures(), "demo") is layer  # float32: the layer itself
+    True
+    >>> q = quantized(layer, ModelFeatures(weights="int8"), "demo")
+    >>> type(q).__name__, q(Tensor(np.ones((1, 4)))).data.tolist()
+    ('QuantizedLinear', [[4.0, 4.0, 4.0]])
+    """
     if not features.bits:
         return layer
     QuantizedLinear = _completed("tinytorch.perf.quantization", "QuantizedLinear", 15,
@@ -456,7 +530,14 @@ def _adopt(layer, built):
 
 
 class RMSNorm(nn.RMSNorm):
-    """Module 13's RMSNorm holding a checkpoint's weight."""
+    """Module 13's RMSNorm holding a checkpoint's weight.
+
+    >>> norm = RMSNorm(4, np.full(4, 2.0, np.float32))
+    >>> print(norm)
+    RMSNorm(4, eps=1e-06)
+    >>> norm(Tensor([[3.0, 4.0, 3.0, 4.0]])).data.round(4)  # x / rms(x) * weight
+    array([[1.6971, 2.2627, 1.6971, 2.2627]], dtype=float32)
+    """
 
     def __init__(self, dim, weight, eps=1e-6):
         super().__init__(dim, eps)
@@ -468,7 +549,12 @@ class RMSNorm(nn.RMSNorm):
 
 
 class LayerNorm(nn.LayerNorm):
-    """Module 13's LayerNorm holding a checkpoint's weight and bias (GPT-2)."""
+    """Module 13's LayerNorm holding a checkpoint's weight and bias (GPT-2).
+
+    >>> norm = LayerNorm(3, np.ones(3, np.float32), np.full(3, 0.5, np.float32))
+    >>> norm(Tensor([[1.0, 2.0, 3.0]])).data.round(4)
+    array([[-0.7247,  0.5   ,  1.7247]], dtype=float32)
+    """
 
     def __init__(self, dim, weight, bias, eps=1e-5):
         super().__init__(dim, eps=eps)
@@ -476,7 +562,13 @@ class LayerNorm(nn.LayerNorm):
 
 
 class Embedding(nn.Embedding):
-    """Module 11's Embedding around a checkpoint's table (V, D) (or a Linear's weight)."""
+    """Module 11's Embedding around a checkpoint's table (V, D) (or a Linear's weight).
+
+    >>> table = np.arange(10, dtype=np.float32).reshape(5, 2)  # 5 tokens, 2 dimensions
+    >>> embedding = Embedding(5, 2, table)
+    >>> embedding(np.array([[4, 0]])).data.tolist()  # rows 4 and 0 of the table
+    [[[8.0, 9.0], [0.0, 1.0]]]
+    """
 
     def __init__(self, vocab_size, embedding_dim, weight):
         table = weight.weight.data if isinstance(weight, Linear) else weight
@@ -488,7 +580,12 @@ class Embedding(nn.Embedding):
 
 
 def linear(x, layer):
-    """The output of a checkpoint's linear layer (a Linear or a QuantizedLinear) on x."""
+    """The output of a checkpoint's linear layer (a Linear or a QuantizedLinear) on x.
+
+    >>> layer = linear_layer(np.ones((3, 4), np.float32))
+    >>> linear(Tensor(np.ones((2, 4))), layer).shape
+    (2, 3)
+    """
     return layer(x)
 
 
@@ -500,7 +597,17 @@ def _rotary(head_dim, max_len, base, scaling):
 
 
 def rotary_for(config):
-    """Module 11's RotaryEmbedding for the config's heads, positions and rope settings."""
+    """Module 11's RotaryEmbedding for the config's heads, positions and rope settings.
+
+    >>> config = Config.from_dict({"model_type": "llama", "vocab_size": 32,
+    ...     "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+    ...     "num_key_value_heads": 2, "intermediate_size": 32, "rms_norm_eps": 1e-6,
+    ...     "eos_token_id": 2})
+    >>> rotary_for(config)
+    RotaryEmbedding(head_dim=4, max_len=2048, base=10000)
+    >>> rotary_for(config) is rotary_for(config)  # one table, shared by every layer
+    True
+    """
     scaling = None if config.rope_scaling is None else tuple(sorted(
         (k, v) for k, v in config.rope_scaling.items() if isinstance(v, (int, float, str))))
     return _rotary(config.head_dim, config.max_position_embeddings, config.rope_theta, scaling)
@@ -517,7 +624,19 @@ def _mask_args(mask):
 
 class Attention(nn.GroupedQueryAttention):
     """Module 12's grouped-query attention with a checkpoint's projections (Llama, Qwen),
-    called as a block calls it: attn(x, offset, cache, mask)."""
+    called as a block calls it: attn(x, offset, cache, mask).
+
+    >>> config = Config.from_dict({"model_type": "llama", "vocab_size": 32,
+    ...     "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+    ...     "num_key_value_heads": 2, "intermediate_size": 32, "rms_norm_eps": 1e-6,
+    ...     "eos_token_id": 2})
+    >>> attn = Attention("model.layers.0", config, random_weights(config))
+    >>> attn.num_heads, attn.num_kv_heads, attn.head_dim, attn.k_proj.weight.shape
+    (4, 2, 4, (8, 16))
+    >>> x = Tensor(np.random.default_rng(0).standard_normal((1, 5, 16)))  # (B, T, C)
+    >>> attn(x, mask="causal").shape
+    (1, 5, 16)
+    """
 
     def __init__(self, prefix, config, weights, features=None):
         c, features = config, _check_features(features)
@@ -545,7 +664,17 @@ class Attention(nn.GroupedQueryAttention):
 
 
 class GPT2Attention(nn.MultiHeadAttention):
-    """Module 12's multi-head attention with GPT-2's fused c_attn and c_proj."""
+    """Module 12's multi-head attention with GPT-2's fused c_attn and c_proj.
+
+    >>> config = Config.from_dict({"model_type": "gpt2", "vocab_size": 32, "n_embd": 16,
+    ...                            "n_layer": 1, "n_head": 2})
+    >>> attn = GPT2Attention("transformer.h.0", config, random_weights(config))
+    >>> attn.num_heads, attn.qkv.weight.shape  # c_attn is stored (in, out): read transposed
+    (2, (48, 16))
+    >>> x = Tensor(np.random.default_rng(0).standard_normal((1, 5, 16)))  # (B, T, C)
+    >>> attn(x, mask="causal").shape
+    (1, 5, 16)
+    """
 
     def __init__(self, prefix, config, weights, features=None):
         c, features = config, _check_features(features)
@@ -560,7 +689,19 @@ class GPT2Attention(nn.MultiHeadAttention):
 
 
 class MLP(nn.SwiGLU):
-    """Module 13's SwiGLU with a checkpoint's gate_proj, up_proj and down_proj."""
+    """Module 13's SwiGLU with a checkpoint's gate_proj, up_proj and down_proj.
+
+    >>> config = Config.from_dict({"model_type": "llama", "vocab_size": 32,
+    ...     "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+    ...     "num_key_value_heads": 2, "intermediate_size": 32, "rms_norm_eps": 1e-6,
+    ...     "eos_token_id": 2})
+    >>> mlp = MLP("model.layers.0.mlp", config, random_weights(config))
+    >>> mlp.gate_proj.weight.shape, mlp.down_proj.weight.shape
+    ((32, 16), (16, 32))
+    >>> x = Tensor(np.random.default_rng(0).standard_normal((1, 5, 16)))  # (B, T, C)
+    >>> mlp(x).shape
+    (1, 5, 16)
+    """
 
     def __init__(self, prefix, config, weights, features=None, hidden=None):
         c, features = config, _check_features(features)
@@ -575,7 +716,17 @@ class MLP(nn.SwiGLU):
 
 
 class GPT2MLP(nn.MLP):
-    """Module 13's GELU MLP with GPT-2's c_fc and c_proj."""
+    """Module 13's GELU MLP with GPT-2's c_fc and c_proj.
+
+    >>> config = Config.from_dict({"model_type": "gpt2", "vocab_size": 32, "n_embd": 16,
+    ...                            "n_layer": 1, "n_head": 2})
+    >>> mlp = GPT2MLP("transformer.h.0.mlp", config, random_weights(config))
+    >>> mlp.fc.weight.shape, mlp.proj.weight.shape  # (out, in), as module 03's Linear
+    ((64, 16), (16, 64))
+    >>> x = Tensor(np.random.default_rng(0).standard_normal((1, 5, 16)))  # (B, T, C)
+    >>> mlp(x).shape
+    (1, 5, 16)
+    """
 
     def __init__(self, prefix, config, weights, features=None):
         c, features = config, _check_features(features)
@@ -586,7 +737,18 @@ class GPT2MLP(nn.MLP):
 
 
 def checkpoint_shapes(config):
-    """{tensor name: shape} of every weight a checkpoint of `config` holds."""
+    """{tensor name: shape} of every weight a checkpoint of `config` holds.
+
+    >>> config = Config.from_dict({"model_type": "llama", "vocab_size": 32,
+    ...     "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+    ...     "num_key_value_heads": 2, "intermediate_size": 32, "rms_norm_eps": 1e-6,
+    ...     "eos_token_id": 2})
+    >>> shapes = checkpoint_shapes(config)
+    >>> len(shapes), shapes["model.layers.0.self_attn.k_proj.weight"]
+    (21, (8, 16))
+    >>> list(shapes)[:3]
+    ['model.embed_tokens.weight', 'model.norm.weight', 'lm_head.weight']
+    """
     c, C, D = config, config.hidden_size, config.head_dim
     shapes = {}
     if c.model_type == "gpt2":
@@ -642,7 +804,19 @@ def checkpoint_shapes(config):
 
 def random_weights(config, seed=0):
     """A WeightStore with every tensor the config needs: random float32, norms near 1 and
-    biases near 0 but never exactly (a forgotten norm or bias must change the output)."""
+    biases near 0 but never exactly (a forgotten norm or bias must change the output).
+
+    >>> config = Config.from_dict({"model_type": "llama", "vocab_size": 32,
+    ...     "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+    ...     "num_key_value_heads": 2, "intermediate_size": 32, "rms_norm_eps": 1e-6,
+    ...     "eos_token_id": 2})
+    >>> weights = random_weights(config, seed=0)
+    >>> len(weights.tensors), weights.tensor("model.norm.weight").shape
+    (21, (16,))
+    >>> bool(np.array_equal(weights.tensor("lm_head.weight"),
+    ...                     random_weights(config, seed=0).tensor("lm_head.weight")))
+    True
+    """
     rng = np.random.default_rng(seed)
     tensors = {}
     for name, shape in checkpoint_shapes(config).items():
@@ -655,7 +829,19 @@ def random_weights(config, seed=0):
 
 
 class TransformerBlock(Module):
-    """One decoder layer: pre-norm attention and pre-norm MLP (or experts), each residual."""
+    """One decoder layer: pre-norm attention and pre-norm MLP (or experts), each residual.
+
+    >>> config = Config.from_dict({"model_type": "llama", "vocab_size": 32,
+    ...     "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+    ...     "num_key_value_heads": 2, "intermediate_size": 32, "rms_norm_eps": 1e-6,
+    ...     "eos_token_id": 2})
+    >>> block = TransformerBlock(0, config, random_weights(config))
+    >>> [name for name, _ in block.named_modules() if name and "." not in name]
+    ['input_layernorm', 'post_attention_layernorm', 'self_attn', 'mlp']
+    >>> x = Tensor(np.random.default_rng(0).standard_normal((1, 5, 16)))  # (B, T, C)
+    >>> block(x, mask="causal").shape
+    (1, 5, 16)
+    """
 
     def __init__(self, layer_idx, config, weights, features=None):
         super().__init__()
@@ -691,7 +877,20 @@ class TransformerBlock(Module):
 
 
 class Moe(Module):
-    """Top-k routed experts (your SwiGLU), plus Qwen2-MoE's gated shared expert."""
+    """Top-k routed experts (your SwiGLU), plus Qwen2-MoE's gated shared expert.
+
+    >>> config = Config.from_dict({"model_type": "qwen3_moe", "vocab_size": 32,
+    ...     "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 4,
+    ...     "num_key_value_heads": 2, "intermediate_size": 32, "rms_norm_eps": 1e-6,
+    ...     "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 8})
+    >>> moe = Moe("model.layers.0.mlp", config, random_weights(config))
+    >>> len(moe.experts), moe.experts[0].gate_proj.weight.shape  # 4 small SwiGLUs
+    (4, (8, 16))
+    >>> x = Tensor(np.random.default_rng(0).standard_normal((1, 5, 16)))  # (B, T, C)
+    >>> chosen, weights = moe.route(x.reshape(5, 16))  # 2 experts for each token
+    >>> chosen.shape, weights.shape, moe(x).shape
+    ((5, 2), (5, 2), (1, 5, 16))
+    """
 
     def __init__(self, prefix, config, weights, features=None):
         super().__init__()
@@ -738,7 +937,24 @@ class Moe(Module):
 
 
 class ModelForCausalLM(Module):
-    """A decoder-only language model from a Config and a WeightStore, built of your layers."""
+    """A decoder-only language model from a Config and a WeightStore, built of your layers.
+
+    >>> config = Config.from_dict({"model_type": "llama", "vocab_size": 32,
+    ...     "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+    ...     "num_key_value_heads": 2, "intermediate_size": 32, "rms_norm_eps": 1e-6,
+    ...     "eos_token_id": 2})
+    >>> model = ModelForCausalLM(config, random_weights(config))
+    >>> model.num_parameters(), model.nbytes()  # float32: 4 bytes a number
+    (5712, 22848)
+    >>> logits = model(np.array([[1, 5, 7, 3]]))  # token ids (B, T)
+    >>> logits.shape, logits.dtype
+    ((1, 4, 32), dtype('float32'))
+    >>> model(np.array([[1, 5, 7, 3]]), logits_to_keep=1).shape  # only the last position
+    (1, 1, 32)
+    >>> cache = model.create_kv_cache("dense")  # one cache per layer
+    >>> len(cache), model(np.array([[1, 5, 7]]), cache=cache).shape, cache[0].lengths
+    (2, (1, 3, 32), array([3]))
+    """
 
     def __init__(self, config, weights, features=None):
         super().__init__()
@@ -892,14 +1108,46 @@ class ModelForCausalLM(Module):
 
 
 def load_model(model_path, features=None):
-    """Config + weights of a checkpoint folder -> ModelForCausalLM (weights memory-mapped)."""
+    """Config + weights of a checkpoint folder -> ModelForCausalLM (weights memory-mapped).
+
+    A checkpoint folder holds config.json and .safetensors files; here, a random one:
+
+    >>> import tempfile
+    >>> from tinytorch.core.training import save_safetensors
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> values = ({"model_type": "llama", "vocab_size": 32,
+    ...     "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+    ...     "num_key_value_heads": 2, "intermediate_size": 32, "rms_norm_eps": 1e-6,
+    ...     "eos_token_id": 2})
+    >>> with open(os.path.join(folder.name, "config.json"), "w") as f:
+    ...     json.dump(values, f)
+    >>> weights = random_weights(Config.from_dict(values))
+    >>> save_safetensors(os.path.join(folder.name, "model.safetensors"), weights.tensors)
+    >>> model = load_model(folder.name)
+    >>> model.config.model_type, model.num_parameters()
+    ('llama', 5712)
+    >>> type(model.embedding.weight.data.base).__name__  # read from the file as needed
+    'memmap'
+    >>> del model
+    >>> folder.cleanup()
+    """
     config = Config.from_json_file(os.path.join(os.fspath(model_path), "config.json"))
     store = WeightStore.from_path(model_path)
     return ModelForCausalLM(config, store, features)
 
 
 def cache_mask(start, n_new, T, S):
-    """(B, 1, T, S) bool: query t of row b sees slots s <= start[b] + t, s < start[b] + n_new[b]."""
+    """(B, 1, T, S) bool: query t of row b sees slots s <= start[b] + t, and
+    s < start[b] + n_new[b].
+
+    >>> start, n_new = np.array([0, 2]), np.array([2, 1])  # row 1 holds 2, adds 1 (padded)
+    >>> cache_mask(start, n_new, T=2, S=3).astype(int)[:, 0]
+    array([[[1, 0, 0],
+            [1, 1, 0]],
+    <BLANKLINE>
+           [[1, 1, 1],
+            [1, 1, 1]]])
+    """
     s = np.arange(S)
     end = (start + n_new)[:, None, None]  # (B, 1, 1)
     last = start[:, None, None] + np.arange(T)[None, :, None]  # (B, T, 1)
@@ -940,7 +1188,17 @@ class _KvRows:
 
 
 class TinyKvFullCache(_KvRows):
-    """One layer's dense keys and values (B, H_kv, capacity, D), grown by concatenation."""
+    """One layer's dense keys and values (B, H_kv, capacity, D), grown by concatenation.
+
+    >>> cache = TinyKvFullCache()
+    >>> k = v = np.ones((1, 2, 3, 4), np.float32)  # a prompt of 3 tokens: (B, H_kv, T, D)
+    >>> keys, values = cache.update(k, v)
+    >>> keys.shape, cache.lengths, cache.nbytes()
+    ((1, 2, 3, 4), array([3]), 192)
+    >>> keys, values = cache.update(k[:, :, :1], v[:, :, :1])  # one new token
+    >>> keys.shape, cache.lengths
+    ((1, 2, 4, 4), array([4]))
+    """
 
     def __init__(self):
         self.keys = self.values = None
@@ -971,7 +1229,20 @@ class TinyKvFullCache(_KvRows):
 
 
 class TinyKvPagedPool:
-    """Fixed-size pages of one layer's keys and values, shared by every sequence."""
+    """Fixed-size pages of one layer's keys and values, shared by every sequence.
+
+    >>> pool = TinyKvPagedPool(page_size=16, max_pages=2)
+    >>> pool.allocate(num_kv_heads=2, head_dim=8), pool.allocate(2, 8), pool.pages_in_use
+    (0, 1, 2)
+    >>> try:
+    ...     pool.allocate(2, 8)
+    ... except MemoryError as error:
+    ...     print(str(error).split(".")[0])
+    the KV page pool is exhausted: all 2 pages of 16 tokens are in use
+    >>> pool.release([0])
+    >>> pool.allocate(2, 8), pool.nbytes()  # page 0 again; 2 x (2, 2, 16, 8) float32
+    (0, 4096)
+    """
 
     def __init__(self, page_size=128, max_pages=None, dtype=np.float32):
         if isinstance(page_size, bool) or not isinstance(page_size, (int, np.integer)) \
@@ -1007,7 +1278,18 @@ class TinyKvPagedPool:
 
 
 class TinyKvPagedCache(_KvRows):
-    """One layer's KV cache for a batch of sequences, as page tables into a shared pool."""
+    """One layer's KV cache for a batch of sequences, as page tables into a shared pool.
+
+    >>> pool = TinyKvPagedPool(page_size=4)
+    >>> cache = TinyKvPagedCache(pool)
+    >>> k = v = np.ones((1, 2, 6, 8), np.float32)  # 6 tokens: two pages of 4
+    >>> keys, values = cache.update(k, v)
+    >>> keys.shape, cache.tables, pool.pages_in_use
+    ((1, 2, 6, 8), [[0, 1]], 2)
+    >>> cache.release()  # the sequence is done: its pages go back to the pool
+    >>> pool.pages_in_use, pool.free
+    (0, [0, 1])
+    """
 
     def __init__(self, pool, tables=None, lengths=None):
         self.pool = pool
@@ -1069,7 +1351,22 @@ def _prompts(prompt_ids):
 
 def generate(model, prompt_ids, max_new_tokens, temperature=0.0, top_k=None, top_p=None,
              seed=None, cache="dense", page_size=128, on_token=None, stop_ids=None):
-    """Each prompt followed by its new ids (at most max_new_tokens; stops after a stop id)."""
+    """Each prompt followed by its new ids (at most max_new_tokens; stops after a stop id).
+
+    >>> config = Config.from_dict({"model_type": "llama", "vocab_size": 32,
+    ...     "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+    ...     "num_key_value_heads": 2, "intermediate_size": 32, "rms_norm_eps": 1e-6,
+    ...     "eos_token_id": 2})
+    >>> model = ModelForCausalLM(config, random_weights(config))
+    >>> ids = generate(model, [1, 5, 7], max_new_tokens=5)  # greedy by default
+    >>> ids.shape, ids[:3].tolist()
+    ((8,), [1, 5, 7])
+    >>> same = [generate(model, [1, 5, 7], 5, cache=c) for c in (None, "paged")]
+    >>> all(np.array_equal(ids, other) for other in same)  # no cache, dense, paged: equal
+    True
+    >>> [len(row) for row in generate(model, [[1, 5, 7], [4]], max_new_tokens=3)]
+    [6, 4]
+    """
     prompts, single = _prompts(prompt_ids)
     if cache not in ("dense", "paged", None):
         raise ValueError(f"cache must be 'dense', 'paged' or None, got {cache!r}")
@@ -1129,7 +1426,19 @@ def generate(model, prompt_ids, max_new_tokens, temperature=0.0, top_k=None, top
 
 @dataclass(eq=False)
 class Request:
-    """One request the engine serves: its settings and where it is (given)."""
+    """One request the engine serves: its settings and where it is (given).
+
+    >>> config = Config.from_dict({"model_type": "llama", "vocab_size": 32,
+    ...     "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+    ...     "num_key_value_heads": 2, "intermediate_size": 32, "rms_norm_eps": 1e-6,
+    ...     "eos_token_id": 2})
+    >>> model = ModelForCausalLM(config, random_weights(config))
+    >>> engine = Engine(model, page_size=4)
+    >>> rid = engine.add_request([1, 5, 7], max_new_tokens=4)
+    >>> request = engine.waiting[0]
+    >>> request.rid, request.prompt, request.pages, request.finished  # 3 + 4 - 1 slots
+    (0, [1, 5, 7], 2, False)
+    """
 
     rid: int
     prompt: list
@@ -1148,7 +1457,26 @@ class Request:
 
 
 class Engine:
-    """Continuous batching over the paged KV cache: requests join and leave a running batch."""
+    """Continuous batching over the paged KV cache: requests join and leave a running batch.
+
+    >>> config = Config.from_dict({"model_type": "llama", "vocab_size": 32,
+    ...     "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+    ...     "num_key_value_heads": 2, "intermediate_size": 32, "rms_norm_eps": 1e-6,
+    ...     "eos_token_id": 2})
+    >>> model = ModelForCausalLM(config, random_weights(config))
+    >>> engine = Engine(model, max_batch=2, page_size=4)
+    >>> first = engine.add_request([1, 5, 7], max_new_tokens=4)
+    >>> second = engine.add_request([3], max_new_tokens=2)
+    >>> third = engine.add_request([9, 9], max_new_tokens=3)  # waits for a free slot
+    >>> emitted = engine.step()  # (rid, token) pairs
+    >>> [rid for rid, _ in emitted], len(engine.active), len(engine.waiting)
+    ([0, 1], 2, 1)
+    >>> results = engine.run()
+    >>> {rid: len(tokens) for rid, tokens in results.items()}
+    {0: 4, 1: 2, 2: 3}
+    >>> results[first] == generate(model, [1, 5, 7], 4)[3:].tolist()  # as generate alone
+    True
+    """
 
     def __init__(self, model, max_batch=8, page_size=16, prefill_chunk=64, max_pages=None):
         for name, value in (("max_batch", max_batch), ("page_size", page_size),

@@ -17,7 +17,11 @@ import numpy as np
 
 
 def quartiles(samples):
-    """(q1, median, q3) of the samples, linear interpolation between order statistics."""
+    """(q1, median, q3) of the samples, linear interpolation between order statistics.
+
+    >>> quartiles([4, 1, 3, 2, 5]), quartiles([1.0, 2.0])
+    ((2.0, 3.0, 4.0), (1.25, 1.5, 1.75))
+    """
     x = np.sort(np.asarray(samples, dtype=np.float64))
     if x.size == 0:
         raise ValueError("quartiles of no samples: measure at least once (repeats >= 1)")
@@ -34,7 +38,13 @@ _UNITS = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9))
 
 
 def format_seconds(seconds, spread=None):
-    """'12.3 ms' (or '12.3 ms ± 0.4' with a spread in the same unit), three figures."""
+    """'12.3 ms' (or '12.3 ms ± 0.4' with a spread in the same unit), three figures.
+
+    >>> format_seconds(0.0123), format_seconds(0.0123, spread=0.0004)
+    ('12.3 ms', '12.3 ms ± 0.4')
+    >>> format_seconds(2.5), format_seconds(0.150), format_seconds(3.2e-6)
+    ('2.50 s', '150 ms', '3.20 µs')
+    """
     unit, scale = next(((u, s) for u, s in _UNITS if abs(seconds) >= s), _UNITS[-1])
     value = seconds / scale
     decimals = 0 if value >= 100 else 1 if value >= 10 else 2
@@ -58,7 +68,14 @@ def _check_samples(samples, what):
 
 @dataclass(frozen=True)
 class Measurement:
-    """Timed samples of one function, in seconds, and their robust summary."""
+    """Timed samples of one function, in seconds, and their robust summary.
+
+    >>> m = Measurement((0.010, 0.012, 0.011, 0.030, 0.011))  # one slow outlier
+    >>> print(m)  # the median and the interquartile range shrug it off
+    11.0 ms ± 1.0 (IQR, n=5)
+    >>> m.median, m.min, m.n
+    (0.011, 0.01, 5)
+    """
 
     samples: tuple
 
@@ -105,7 +122,24 @@ def _check_count(name, value, least):
 
 
 class Benchmark:
-    """Warm-up calls, then `repeats` timed samples of `number` calls each, on `clock`."""
+    """Warm-up calls, then `repeats` timed samples of `number` calls each, on `clock`.
+
+    A pretend clock makes the example exact: each function moves it on by its cost.
+
+    >>> now = [0.0]
+    >>> def clock():
+    ...     return now[0]
+    >>> def slow():
+    ...     now[0] += 0.002
+    >>> def fast():
+    ...     now[0] += 0.001
+    >>> bench = Benchmark(warmup=1, repeats=6, clock=clock)
+    >>> print(bench.run(slow))
+    2.00 ms ± 0.00 (IQR, n=6)
+    >>> comparison = bench.compare(slow, fast, names=("numpy", "fused"))
+    >>> round(comparison.speedup, 3), comparison.verdict
+    (2.0, 'faster')
+    """
 
     def __init__(self, warmup=2, repeats=10, clock=time.perf_counter, number=1):
         self.warmup = _check_count("warmup", warmup, 0)
@@ -152,7 +186,14 @@ NO_DIFFERENCE = "no difference (within noise)"
 
 def bootstrap_ratio_ci(baseline, candidate, confidence=0.95, resamples=2000, paired=False,
                        seed=0):
-    """(low, high): percentile bootstrap interval of median(candidate) / median(baseline)."""
+    """(low, high): percentile bootstrap interval of median(candidate) / median(baseline).
+
+    >>> numpy_s = [1.0, 1.1, 0.9, 1.0, 1.05]  # seconds per call, measured elsewhere
+    >>> fused_s = [0.5, 0.55, 0.45, 0.5, 0.52]
+    >>> low, high = bootstrap_ratio_ci(numpy_s, fused_s)  # seeded: the same every run
+    >>> round(low, 3), round(high, 3)  # about half the time, and surely below 1
+    (0.45, 0.556)
+    """
     b = np.asarray(_check_samples(baseline, "baseline"), dtype=np.float64)
     c = np.asarray(_check_samples(candidate, "candidate"), dtype=np.float64)
     if not 0 < confidence < 1:
@@ -173,7 +214,13 @@ def bootstrap_ratio_ci(baseline, candidate, confidence=0.95, resamples=2000, pai
 
 
 def verdict(ci):
-    """'faster' | 'slower' | NO_DIFFERENCE, from the interval of candidate / baseline time."""
+    """'faster' | 'slower' | NO_DIFFERENCE, from the interval of candidate / baseline time.
+
+    >>> verdict((0.45, 0.56)), verdict((1.2, 1.5))
+    ('faster', 'slower')
+    >>> verdict((0.9, 1.1))
+    'no difference (within noise)'
+    """
     low, high = ci
     if high < 1.0:
         return "faster"
@@ -184,7 +231,19 @@ def verdict(ci):
 
 @dataclass(frozen=True)
 class Comparison:
-    """Baseline against candidate: medians, their ratio, its bootstrap interval, a verdict."""
+    """Baseline against candidate: medians, their ratio, its bootstrap interval, a verdict.
+
+    >>> numpy_s = [1.0, 1.1, 0.9, 1.0, 1.05]  # seconds per call, measured elsewhere
+    >>> fused_s = [0.5, 0.55, 0.45, 0.5, 0.52]
+    >>> c = Comparison.from_samples(numpy_s, fused_s, names=("numpy", "fused"))
+    >>> round(c.ratio, 3), round(c.speedup, 3), c.verdict
+    (0.5, 2.0, 'faster')
+    >>> print(str(c).split("; ")[0])  # then each side's median ± IQR
+    fused / numpy: 0.500x time [0.450, 0.556] (95% CI, unpaired): faster
+    >>> record = c.to_dict()  # JSON-ready, samples included
+    >>> record["verdict"], record["baseline"]["samples"] == numpy_s
+    ('faster', True)
+    """
 
     baseline: Measurement
     candidate: Measurement
@@ -248,7 +307,16 @@ def _comparisons(comparisons):
 
 
 def table(comparisons, title=None):
-    """A rich Table: one row per named comparison (a dict, or one Comparison)."""
+    """A rich Table: one row per named comparison (a dict, or one Comparison).
+
+    >>> numpy_s = [1.0, 1.1, 0.9, 1.0, 1.05]  # seconds per call, measured elsewhere
+    >>> fused_s = [0.5, 0.55, 0.45, 0.5, 0.52]
+    >>> t = table({"matmul": Comparison.from_samples(numpy_s, fused_s)}, title="speed")
+    >>> t.row_count, [column.header for column in t.columns][-3:]
+    (1, ['95% CI', 'speed-up', 'verdict'])
+
+    Print it with rich: `rich.print(t)`.
+    """
     from rich.table import Table
 
     rows = _comparisons(comparisons)
@@ -272,7 +340,18 @@ def table(comparisons, title=None):
 
 
 def plot(comparisons, path):
-    """Samples of each comparison by round, medians dashed, and the ratio's interval."""
+    """Samples of each comparison by round, medians dashed, and the ratio's interval.
+
+    >>> import tempfile
+    >>> numpy_s = [1.0, 1.1, 0.9, 1.0, 1.05]  # seconds per call, measured elsewhere
+    >>> fused_s = [0.5, 0.55, 0.45, 0.5, 0.52]
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = plot({"matmul": Comparison.from_samples(numpy_s, fused_s)},
+    ...             Path(folder.name) / "figures" / "matmul.png")
+    >>> path.name, path.stat().st_size > 0  # folders made as needed
+    ('matmul.png', True)
+    >>> folder.cleanup()
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -343,7 +422,14 @@ def _threadpools():
 
 
 def environment():
-    """Where a figure was measured: CPU, cores, platform, versions, BLAS and threads."""
+    """Where a figure was measured: CPU, cores, platform, versions, BLAS and threads.
+
+    >>> env = environment()
+    >>> sorted(env)[:6]
+    ['blas', 'cores', 'cpu', 'load_average', 'numpy', 'platform']
+    >>> env["numpy"] == np.__version__, json.loads(json.dumps(env)) == env  # JSON as it is
+    (True, True)
+    """
     try:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
@@ -384,7 +470,11 @@ def environment():
 
 def interleaved_order(rounds):
     """[0, 1, 1, 0, 0, 1, ...]: baseline (0) and candidate (1), the first of each pair
-    alternating, `rounds` pairs."""
+    alternating, `rounds` pairs.
+
+    >>> interleaved_order(3)  # A B, B A, A B: neither side always runs first
+    [0, 1, 1, 0, 0, 1]
+    """
     rounds = _check_count("rounds", rounds, 1)
     order = []
     for r in range(rounds):

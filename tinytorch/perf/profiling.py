@@ -49,7 +49,13 @@ def _batch(*leading_shapes):
 
 
 def matmul_flops(a_shape, b_shape):
-    """2 * m * k * n for (..., m, k) @ (..., k, n), times the broadcast batch; 1-D = vector."""
+    """2 * m * k * n for (..., m, k) @ (..., k, n), times the broadcast batch; 1-D = vector.
+
+    >>> matmul_flops((4, 3), (3, 5)), matmul_flops((8, 4, 3), (3, 5))  # 8 matrices
+    (120, 960)
+    >>> matmul_flops((3,), (3, 5))  # a vector is one row
+    30
+    """
     a_shape, b_shape = tuple(a_shape), tuple(b_shape)
     if len(a_shape) == 1:
         a_shape = (1,) + a_shape  # a vector on the left is one row
@@ -61,7 +67,14 @@ def matmul_flops(a_shape, b_shape):
 
 
 def attention_flops(q_shape, k_shape, v_shape, dropout=False):
-    """Per (batch, head): 2TSD scores + 2TSDv values + 6TS scale and softmax (+TS dropout)."""
+    """Per (batch, head): 2TSD scores + 2TSDv values + 6TS scale and softmax (+TS dropout).
+
+    >>> shape = (2, 4, 8, 16)  # (B, H, T, D): 2 sequences, 4 heads, 8 tokens
+    >>> attention_flops(shape, shape, shape)
+    35840
+    >>> attention_flops(shape, shape, shape, dropout=True)  # + T * S per (batch, head)
+    36352
+    """
     t, d = q_shape[-2:]
     s, dv = k_shape[-2], v_shape[-1]
     per_head = 2 * t * s * d + 2 * t * s * dv + 6 * t * s + (t * s if dropout else 0)
@@ -69,7 +82,15 @@ def attention_flops(q_shape, k_shape, v_shape, dropout=False):
 
 
 def op_flops(fn, arrays, params, output):
-    """FLOPs of one operation that ran: fn (its Function class) on input arrays -> output."""
+    """FLOPs of one operation that ran: fn (its Function class) on input arrays -> output.
+
+    >>> a, b = np.ones((4, 3), np.float32), np.ones((3, 5), np.float32)
+    >>> out = a @ b
+    >>> op_flops(MatMul, (a, b), {}, out), op_flops(Add, (out, out), {}, out)
+    (120, 20)
+    >>> op_flops(Reshape, (out,), {}, out.reshape(20))  # moves data, no arithmetic
+    0
+    """
     if fn is MatMul:
         return matmul_flops(arrays[0].shape, arrays[1].shape)
     if fn is AttentionFunction:
@@ -89,14 +110,25 @@ def op_flops(fn, arrays, params, output):
 
 
 def buffer_of(array):
-    """The array that owns the memory `array` is a view of (itself when it owns its data)."""
+    """The array that owns the memory `array` is a view of (itself when it owns its data).
+
+    >>> a = np.zeros((4, 4), np.float32)
+    >>> buffer_of(a[1:, ::2].T) is a, buffer_of(a) is a, buffer_of(a.copy()) is a
+    (True, True, False)
+    """
     while isinstance(array.base, np.ndarray):
         array = array.base
     return array
 
 
 def kept_arrays(ctx):
-    """Every NumPy array an op's record keeps alive: inputs, output, saved, array params."""
+    """Every NumPy array an op's record keeps alive: inputs, output, saved, array params.
+
+    >>> x = Tensor(np.ones((4, 3)), requires_grad=True)
+    >>> y = x @ Tensor(np.ones((3, 5)))  # y._ctx: the record of this matmul
+    >>> [a.shape for a in kept_arrays(y._ctx)]  # the two inputs and the output
+    [(4, 3), (3, 5), (4, 5)]
+    """
     arrays = list(ctx.inputs) + [ctx.output]
     if isinstance(ctx.saved, (tuple, list)):
         arrays.extend(ctx.saved)
@@ -107,7 +139,19 @@ def kept_arrays(ctx):
 
 
 def new_saved_bytes(ctx, seen):
-    """Bytes of the buffers ctx keeps that are not in `seen` (id -> buffer); records them."""
+    """Bytes of the buffers ctx keeps that are not in `seen` (id -> buffer); records them.
+
+    >>> x = Tensor(np.ones((4, 3)), requires_grad=True)  # float32: 4 bytes a number
+    >>> y = x @ Tensor(np.ones((3, 5)))
+    >>> z = y.exp()
+    >>> seen = {}
+    >>> new_saved_bytes(y._ctx, seen)  # (12 + 15 + 20) * 4
+    188
+    >>> new_saved_bytes(z._ctx, seen)  # its input is y's output, already counted
+    80
+    >>> new_saved_bytes(y._ctx, seen)
+    0
+    """
     total = 0
     for array in kept_arrays(ctx):
         buffer = buffer_of(array)
@@ -118,7 +162,11 @@ def new_saved_bytes(ctx, seen):
 
 
 def row_depth(name):
-    """How deep a dotted module name is: "" (the model) is 0, "blocks.0.attn" is 3."""
+    """How deep a dotted module name is: "" (the model) is 0, "blocks.0.attn" is 3.
+
+    >>> row_depth(""), row_depth("lm_head"), row_depth("blocks.0.attn")
+    (0, 1, 3)
+    """
     return 0 if name == "" else name.count(".") + 1
 
 
@@ -176,7 +224,16 @@ OUTSIDE = "(outside the model)"  # ops of a loss function called on the model's 
 
 
 def backward_flops(ctx, forward):
-    """FLOPs of the derivative of the op recorded in ctx (forward = its forward FLOPs)."""
+    """FLOPs of the derivative of the op recorded in ctx (forward = its forward FLOPs).
+
+    >>> x = Tensor(np.ones((4, 3)), requires_grad=True)
+    >>> w = Tensor(np.ones((3, 5)), requires_grad=True)
+    >>> y = x @ w  # 120 FLOPs forward
+    >>> backward_flops(y._ctx, 120)  # one matmul for each input's gradient
+    240
+    >>> backward_flops((x @ Tensor(np.ones((3, 5))))._ctx, 120)  # only x needs one
+    120
+    """
     needs = [p.requires_grad for p in ctx.parents]
     if not any(needs):
         return 0
@@ -196,12 +253,26 @@ def backward_flops(ctx, forward):
 
 
 class ProfileError(ValueError):
-    """The model cannot be profiled on this input; the message names both shapes."""
+    """The model cannot be profiled on this input; the message names both shapes.
+
+    >>> from tinytorch.nn import Linear
+    >>> try:
+    ...     Profiler(repeat=1).profile_forward_pass(Linear(8, 4), Tensor(np.zeros((2, 5))))
+    ... except ProfileError as error:
+    ...     print(str(error).split(": the model")[0])
+    cannot profile Linear on an input of shape (2, 5)
+    """
 
 
 @dataclass
 class LayerRow:
-    """One row of a profile: a module's own (self) figures."""
+    """One row of a profile: a module's own (self) figures.
+
+    >>> row = LayerRow("blocks.0", "TransformerBlock", params=3104, time=0.002, flops=98304,
+    ...                backward_flops=196608, saved_bytes=65536, calls=1)
+    >>> print(f"{row.name}: {row.flops / row.time / 1e9:.3f} GFLOP/s")
+    blocks.0: 0.049 GFLOP/s
+    """
 
     name: str
     kind: str
@@ -215,7 +286,26 @@ class LayerRow:
 
 @dataclass
 class Profile:
-    """What a Profiler measured: one row per layer, and the run as a whole."""
+    """What a Profiler measured: one row per layer, and the run as a whole.
+
+    >>> from tinytorch.core.tensor import manual_seed
+    >>> from tinytorch.nn import Linear, ReLU, Sequential
+    >>> manual_seed(0)
+    >>> model = Sequential(Linear(8, 16), ReLU(), Linear(16, 4))
+    >>> x = Tensor(np.random.default_rng(0).standard_normal((32, 8)))
+    >>> profile = Profiler(repeat=2).profile_forward_pass(model, x)
+    >>> profile.what, profile.model, profile.input_shape
+    ('forward pass', 'Sequential', (32, 8))
+    >>> profile.flops, profile.saved_bytes
+    (13440, 8192)
+    >>> first = profile.row("0")  # the first Linear
+    >>> first.kind, first.params, first.flops, round(profile.share(first, "flops"), 3)
+    ('Linear', 144, 8704, 0.648)
+    >>> sorted((group.name, group.flops) for group in profile.grouped())  # summed by class
+    [('Linear', 12928), ('Sequential', 512)]
+
+    ReLU (module 02) is not a Module, so its FLOPs are the model's own: row "".
+    """
 
     what: str  # "forward pass" or "training step"
     model: str
@@ -357,6 +447,20 @@ class Profiler:
     are merged into their ancestor). repeat: timed runs (medians are reported). warmup:
     untimed runs first (at least 1: the first run is the one whose FLOPs and bytes are
     counted, since counting slows it down).
+
+    >>> from tinytorch.core.tensor import manual_seed
+    >>> from tinytorch.nn import Linear, ReLU, Sequential, cross_entropy
+    >>> from tinytorch.optim import SGD
+    >>> manual_seed(0)
+    >>> model = Sequential(Linear(8, 16), ReLU(), Linear(16, 4))
+    >>> rng = np.random.default_rng(0)
+    >>> x, y = Tensor(rng.standard_normal((32, 8))), rng.integers(0, 4, size=32)
+    >>> step = Profiler(repeat=2).profile_training_step(
+    ...     model, x, y, SGD(model.parameters(), lr=0.1), loss_fn=cross_entropy)
+    >>> sorted(step.phases), step.flops, step.backward_flops
+    (['backward', 'forward', 'optimizer'], 14080, 19968)
+    >>> [row.name for row in step.rows]  # "" is the model itself; the loss is outside it
+    ['', '0', '2', '(outside the model)']
     """
 
     def __init__(self, depth=1, repeat=5, warmup=1):
