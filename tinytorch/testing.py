@@ -11,7 +11,17 @@ __all__ = ['hidden_cases', 'time_runs', 'best_time', 'short_repr', 'expect_close
 # by the instructor on inputs you have not seen.
 def hidden_cases(check, cases):
     """Run check(*args) for each `label: args` of `cases` (args not a tuple: check(args)); a
-    failure is reported by its label, the kind of case, never by its inputs."""
+    failure is reported by its label, the kind of case, never by its inputs.
+
+    >>> def doubles(x):
+    ...     assert x * 2 == x + x
+    >>> hidden_cases(doubles, {"zero": 0, "negative": -3})  # all pass: nothing happens
+    >>> try:
+    ...     hidden_cases(lambda x: 1 / x, {"zero": 0})
+    ... except AssertionError as error:
+    ...     print(str(error)[:48])
+    hidden case 'zero' failed with ZeroDivisionError
+    """
     if not cases:
         raise ValueError("hidden_cases() needs at least one case, or it tests nothing")
     for label, args in cases.items():
@@ -35,7 +45,12 @@ import time
 
 
 def time_runs(fn, repeat=5, warmup=1, min_time=0.0):
-    """Seconds per call of fn(), one figure per timed run (after `warmup` untimed calls)."""
+    """Seconds per call of fn(), one figure per timed run (after `warmup` untimed calls).
+
+    >>> runs = time_runs(lambda: sum(range(1000)), repeat=3)
+    >>> len(runs), all(t > 0 for t in runs)
+    (3, True)
+    """
     for _ in range(warmup):
         fn()
     number = 1  # calls per run: enough for a run to last min_time seconds
@@ -53,7 +68,12 @@ def time_runs(fn, repeat=5, warmup=1, min_time=0.0):
 
 
 def best_time(fn, repeat=5, warmup=1, min_time=0.0):
-    """Seconds per call of fn(): the fastest of `repeat` timed runs (see time_runs)."""
+    """Seconds per call of fn(): the fastest of `repeat` timed runs (see time_runs).
+
+    >>> seconds = best_time(lambda: sum(range(1000)), repeat=3)
+    >>> 0 < seconds < 1
+    True
+    """
     return min(time_runs(fn, repeat, warmup, min_time))
 
 
@@ -61,7 +81,13 @@ import numpy as np
 
 
 def short_repr(a):
-    """A short text for an array in a message: its values when small, else shape and dtype."""
+    """A short text for an array in a message: its values when small, else shape and dtype.
+
+    >>> short_repr(np.array([0.1, 2.0], dtype=np.float32))
+    '[0.1, 2.0]'
+    >>> short_repr(np.zeros((4, 5), dtype=np.float32))
+    'an array of shape (4, 5) (float32)'
+    """
     a = np.asarray(a)
     if a.size > 12:
         return f"an array of shape {a.shape} ({a.dtype})"
@@ -72,7 +98,15 @@ def short_repr(a):
 
 def expect_close(what, got, want, fix, rtol=1e-6, atol=1e-7):
     """Assert that `got` equals `want` within rtol/atol (NaN where NaN is expected), shape
-    included; the message names `what`, both values, the worst element and the `fix`."""
+    included; the message names `what`, both values, the worst element and the `fix`.
+
+    >>> expect_close("2 * [1, 2]", np.array([2.0, 4.0]), [2.0, 4.0], "double it")
+    >>> try:
+    ...     expect_close("2 * [1, 2]", np.array([2.0, 5.0]), [2.0, 4.0], "double it")
+    ... except AssertionError as error:
+    ...     print(error)
+    2 * [1, 2] gave [2.0, 5.0], expected [2.0, 4.0] (worst at index (1,): 5 instead of 4): double it
+    """
     got, want = np.asarray(got), np.asarray(want)
     assert got.shape == want.shape, f"{what} has shape {got.shape}, expected {want.shape}: {fix}"
     if np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True):
@@ -93,7 +127,17 @@ def expect_close(what, got, want, fix, rtol=1e-6, atol=1e-7):
 def expect_error(what, fn, kind, words=(), fix=""):
     """fn() must raise `kind` with every string of `words` in its message; the error. Another
     exception (say a KeyError escaping where a ValueError should explain) fails with both
-    named; NotImplementedError, an unwritten solution, passes through as it is."""
+    named; NotImplementedError, an unwritten solution, passes through as it is.
+
+    >>> error = expect_error("int('x')", lambda: int("x"), ValueError, words=("invalid",))
+    >>> type(error).__name__
+    'ValueError'
+    >>> try:
+    ...     expect_error("int('7')", lambda: int("7"), ValueError, fix="refuse it")
+    ... except AssertionError as failure:
+    ...     print(failure)
+    int('7') must raise ValueError: refuse it
+    """
     try:
         fn()
     except kind as error:
@@ -113,7 +157,16 @@ def expect_error(what, fn, kind, words=(), fix=""):
 
 def explain(what, check, fix):
     """Run check() (a gradcheck, say); an AssertionError from it is raised again with `what`
-    in front and the likely `fix` after, so a generic check still teaches."""
+    in front and the likely `fix` after, so a generic check still teaches.
+
+    >>> def generic_check():
+    ...     assert 1 + 1 == 3, "values differ."
+    >>> try:
+    ...     explain("adding one", generic_check, "Check the carry.")
+    ... except AssertionError as error:
+    ...     print(error)
+    adding one: values differ. Check the carry.
+    """
     try:
         return check()
     except AssertionError as error:
@@ -122,7 +175,12 @@ def explain(what, check, fix):
 
 def float64_inputs(rng, *shapes):
     """Float64 Tensors that require grad, drawn N(0, 1) from `rng`, one per shape: the inputs
-    a central-difference gradient check needs (float32 would drown the differences)."""
+    a central-difference gradient check needs (float32 would drown the differences).
+
+    >>> a, b = float64_inputs(np.random.default_rng(0), (2, 3), (3,))
+    >>> a.shape, b.shape, a.dtype, a.requires_grad
+    ((2, 3), (3,), dtype('float64'), True)
+    """
     from tinytorch.core.tensor import Tensor  # your package's Tensor, once module 01 is done
 
     made = [Tensor(rng.standard_normal(shape), dtype=np.float64, requires_grad=True)
@@ -132,7 +190,16 @@ def float64_inputs(rng, *shapes):
 
 def no_fp_errors(what, fn, fix):
     """fn() with NumPy's overflow, invalid-value (0/0, inf/inf) and divide-by-zero errors
-    raised; one becomes an assertion naming `what` and the `fix`. Underflow to 0 is fine."""
+    raised; one becomes an assertion naming `what` and the `fix`. Underflow to 0 is fine.
+
+    >>> print(no_fp_errors("exp(-1000)", lambda: np.exp(np.float32(-1000.0)), ""))
+    0.0
+    >>> try:
+    ...     no_fp_errors("exp(1000)", lambda: np.exp(np.float32(1000.0)), "subtract the max")
+    ... except AssertionError as error:
+    ...     print(error)
+    exp(1000) raised 'overflow encountered in exp': subtract the max
+    """
     with np.errstate(over="raise", invalid="raise", divide="raise"):
         try:
             return fn()
