@@ -869,6 +869,7 @@ def int4_matmul_rows(x_even, x_odd, packed, scales, out, parts):
     groups = scales.shape[1]
     group_bytes = n_bytes // groups
     T = x_even.dtype.type
+    sixteenth, sixteen, eight = T(1 / 16), T(16), T(8)
     for p in prange(parts):
         for o in range(p * n_out // parts, (p + 1) * n_out // parts):
             for r in range(n_rows):
@@ -878,8 +879,9 @@ def int4_matmul_rows(x_even, x_odd, packed, scales, out, parts):
                     w, xe, xo = packed[o, lo:hi], x_even[r, lo:hi], x_odd[r, lo:hi]
                     acc = T(0)
                     for j in range(group_bytes):
-                        b = np.int32(w[j])
-                        acc += xe[j] * T((b & 15) - 8) + xo[j] * T((b >> 4) - 8)
+                        b = T(w[j])  # the byte as a float, 0..255: exact
+                        high = np.floor(b * sixteenth)  # b >> 4, in float32 lanes
+                        acc += xe[j] * (b - sixteen * high - eight) + xo[j] * (high - eight)
                     total += acc * scales[o, g]
                 out[r, o] = total
 
