@@ -1,9 +1,14 @@
-"""What every milestone script shares: arguments, the student's package, data, output.
+"""What every milestone script shares: arguments, the student's package, data, output, and
+the last line.
 
 Milestones run with the student's own `tinytorch` first on the path (`tito milestone run`
 arranges that). If a module they need is missing, the package's own placeholder explains
-which module to complete; we show that message instead of a traceback. The data sets and
-their splits are in `tito.course.datasets` (shared with the tests and benchmarks).
+which module to complete; `needs` shows that message instead of a traceback, and
+`cannot_load` does the same for a checkpoint folder that does not load. A milestone ends
+with `report_verdict`: did it reach its target (exit status 0) or not (1). The exit statuses
+are the same in every script: 0 reached, 1 missed, 2 nothing to run (missing modules, a missing or
+unreadable checkpoint, bad arguments). The data sets and their splits are in
+`tito.course.datasets` (shared with the tests and benchmarks).
 """
 
 from __future__ import annotations
@@ -11,11 +16,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
-
 
 console = Console(highlight=False)
 
@@ -27,24 +32,67 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
+NOTHING_TO_RUN = 2  # the exit status of a run that could not start
+
+
+@contextmanager
+def needs(what: str = "modules you have not completed"):
+    """Imports of the student's package inside this block that fail (a module not completed,
+    a name it does not define yet) end the run with status 2 and the import's own message:
+
+        with needs("module 09 (convolutions)"):
+            from tinytorch.nn import Conv2d
+
+    No ``tinytorch`` at all means the wrong folder, which it says; a missing dependency
+    (NumPy...) is not the student's module to complete, and keeps its traceback.
+    """
+    try:
+        yield
+    except ModuleNotFoundError as error:
+        if error.name == "tinytorch":
+            console.print(f"[red]No tinytorch package can be imported here[/] (you are in "
+                          f"{Path.cwd()}). Run milestones inside your workspace, the folder "
+                          "`tito init DIR` made: `cd` there, then `tito milestone run NAME`.")
+            sys.exit(NOTHING_TO_RUN)
+        if not (error.name or "").startswith("tinytorch."):
+            raise
+        console.print(f"[red]This milestone needs {what}:[/] {error}")
+        sys.exit(NOTHING_TO_RUN)
+    except (ImportError, AttributeError) as error:
+        console.print(f"[red]This milestone needs {what}:[/] {error}")
+        sys.exit(NOTHING_TO_RUN)
+
+
+@contextmanager
+def cannot_load(folder, errors=(ValueError, KeyError, OSError, RuntimeError)):
+    """A checkpoint folder that fails to load inside this block ends the run with status 2,
+    naming the folder and what was wrong (a missing file, a bad config, a shape mismatch)."""
+    try:
+        yield
+    except errors as error:
+        console.print(f"[red]Cannot load {folder}:[/] {error}")
+        sys.exit(NOTHING_TO_RUN)
+
+
+def report_verdict(reached: bool, yes: str, no: str) -> int:
+    """The milestone's last line: ``yes`` in green when it reached its target, else ``no`` in
+    red. Returns the exit status (0 reached, 1 not)."""
+    console.print(f"[green]{yes}[/]" if reached else f"[red]{no}[/]")
+    return 0 if reached else 1
+
+
+def report_target(score: float, target: float) -> int:
+    """`report_verdict` for a score that must reach ``target`` (a test accuracy, as fractions)."""
+    return report_verdict(score >= target, f"Reached the {target:.0%} target.",
+                   f"Below the {target:.0%} target.")
+
+
 def need_tinytorch():
     """Import the student's package, or exit with the message that names the module to do."""
-    try:
-        import tinytorch  # noqa: F401
+    with needs():
+        import tinytorch
         from tinytorch import Tensor  # noqa: F401
         from tinytorch.core import autograd  # noqa: F401  (backward lives there)
-    except ModuleNotFoundError as error:
-        if error.name != "tinytorch":
-            raise
-        # no package at all: the wrong folder, not a module to complete
-        console.print(f"[red]No tinytorch package can be imported here[/] (you are in {Path.cwd()}). "
-                      "Run milestones inside your workspace, the folder `tito init DIR` made: "
-                      "`cd` there, then `tito milestone run NAME`.", markup=True)
-        sys.exit(2)
-    except (ImportError, AttributeError) as error:
-        console.print(f"[red]This milestone needs modules you have not completed:[/] {error}")
-        sys.exit(2)
-    import tinytorch
 
     console.print(f"[dim]using tinytorch from {Path(tinytorch.__file__).parent}[/]")
     return tinytorch
@@ -63,8 +111,12 @@ def curve_table(title: str, rows: list[dict], columns: list[str]) -> Table:
     t = Table(title=title, title_justify="left")
     for c in columns:
         t.add_column(c, justify="right")
+    def cell(value) -> str:
+        return value if isinstance(value, str) else f"{value:.4f}" if isinstance(value, float) \
+            else str(value)
+
     for r in rows:
-        t.add_row(*[r[c] if isinstance(r[c], str) else f"{r[c]:.4f}" if isinstance(r[c], float) else str(r[c]) for c in columns])
+        t.add_row(*[cell(r[c]) for c in columns])
     return t
 
 

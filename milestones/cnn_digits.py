@@ -26,7 +26,15 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402  (after the thread setting, which numpy reads at import)
 
 from _common import (  # noqa: E402
-    Timer, console, curve_table, epoch_rows, need_tinytorch, parser)
+    Timer,
+    console,
+    curve_table,
+    epoch_rows,
+    need_tinytorch,
+    needs,
+    parser,
+    report_target,
+)
 from tito.course.architectures import digits_mlp as mlp  # noqa: E402
 from tito.course.architectures import lenet  # noqa: E402
 from tito.course.datasets import load_digits  # noqa: E402
@@ -114,11 +122,8 @@ def main() -> int:
                    help="save the first-layer filters and the confusion matrix as a PNG")
     args = p.parse_args()
     tt = need_tinytorch()
-    try:
-        from tinytorch.nn import Conv2d  # noqa: F401  (module 09)
-    except (ImportError, AttributeError) as error:
-        console.print(f"[red]This milestone needs module 09 (convolutions):[/] {error}")
-        return 2
+    with needs("module 09 (convolutions)"):
+        from tinytorch.nn import Conv2d  # noqa: F401
     from tinytorch import CosineWarmup, accuracy, nn, train
     from tinytorch.data import DataLoader, TensorDataset
     from tinytorch.optim import Adam
@@ -179,11 +184,7 @@ def main() -> int:
         save_figure(args.plot, filters, counts, f"confusion matrix, test accuracy {final:.1%}")
     if args.quick or args.model == "mlp":
         return 0
-    if final >= TARGET:
-        console.print(f"[green]Reached the {TARGET:.0%} target.[/]")
-        return 0
-    console.print(f"[red]Below the {TARGET:.0%} target.[/]")
-    return 1
+    return report_target(final, TARGET)
 
 
 def confusion_table(counts):

@@ -43,7 +43,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import console, need_tinytorch, parser
+from _common import cannot_load, console, need_tinytorch, needs, parser
 
 DEFAULT_MODEL = Path("runs/tinygpt")
 
@@ -170,11 +170,8 @@ def serve(model, prompt_ids, args, tokenizer):
 def main(argv=None):
     args = arguments(argv)
     need_tinytorch()
-    try:
+    with needs("module 18 (KV Caching and Serving)"):
         from tinytorch.models import ModelFeatures, load_model
-    except (ImportError, AttributeError) as error:
-        console.print(f"[red]This milestone needs module 18 (KV Caching and Serving):[/] {error}")
-        sys.exit(2)
     folder = args.model or DEFAULT_MODEL
     if not (folder / "config.json").is_file():
         no_checkpoint(folder)
@@ -188,13 +185,10 @@ def main(argv=None):
         console.print("[red]--requests must be at least 1[/]")
         sys.exit(2)
     t0 = time.perf_counter()
-    try:
+    with cannot_load(folder):
         features = ModelFeatures(kernels=args.kernels, weights=args.weights,
                                  group_size=args.group_size)
         model = load_model(folder, features)
-    except (ValueError, KeyError, OSError, RuntimeError) as error:
-        console.print(f"[red]Cannot load {folder}:[/] {error}")
-        sys.exit(2)
     c = model.config
     load_s = time.perf_counter() - t0
     params = model.num_parameters()

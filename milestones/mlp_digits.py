@@ -8,7 +8,16 @@ and is scored on a held-out 20% it never trains on. Target: at least 95% test ac
 
 import sys
 
-from _common import Timer, console, curve_table, epoch_rows, need_tinytorch, parser, save_plot
+from _common import (
+    Timer,
+    console,
+    curve_table,
+    epoch_rows,
+    need_tinytorch,
+    parser,
+    report_target,
+    save_plot,
+)
 from tito.course.architectures import digits_mlp
 from tito.course.datasets import load_digits
 
@@ -21,18 +30,19 @@ def main() -> int:
     p.add_argument("--plot", metavar="PNG", help="save the training curve as a PNG")
     args = p.parse_args()
     tt = need_tinytorch()
-    from tinytorch import accuracy, train
+    from tinytorch import accuracy, nn, train
     from tinytorch.data import DataLoader, TensorDataset
-    from tinytorch import nn
     from tinytorch.nn import cross_entropy
     from tinytorch.optim import Adam
 
     tt.manual_seed(args.seed)
     x_train, y_train, x_test, y_test = load_digits(args.seed)
-    console.print(f"digits: {len(x_train)} training and {len(x_test)} held-out test images, 64 pixels each")
+    console.print(f"digits: {len(x_train)} training and {len(x_test)} held-out test images, "
+                  "64 pixels each")
     model = digits_mlp(nn)  # 64 -> 128 -> 64 -> 10
     optimizer = Adam(model.parameters(), lr=2e-3)
-    loader = DataLoader(TensorDataset(x_train, y_train), batch_size=32, shuffle=True, seed=args.seed)
+    loader = DataLoader(TensorDataset(x_train, y_train), batch_size=32, shuffle=True,
+                        seed=args.seed)
     test_loader = DataLoader(TensorDataset(x_test, y_test), batch_size=256)
     epochs = 2 if args.quick else args.epochs
     with Timer() as timer:
@@ -40,7 +50,8 @@ def main() -> int:
                         eval_loader=test_loader, eval_every=len(loader), metric=accuracy,
                         progress=console)
     rows = epoch_rows(history, len(loader))
-    console.print(curve_table("training curve", rows, ["epoch", "train loss", "test loss", "test acc"]))
+    console.print(curve_table("training curve", rows,
+                              ["epoch", "train loss", "test loss", "test acc"]))
     model.eval()
     with tt.no_grad():
         train_acc = accuracy(model(tt.Tensor(x_train)), y_train)
@@ -54,11 +65,7 @@ def main() -> int:
                   "epoch", "MLP on 8x8 digits")
     if args.quick:
         return 0
-    if final >= TARGET:
-        console.print(f"[green]Reached the {TARGET:.0%} target.[/]")
-        return 0
-    console.print(f"[red]Below the {TARGET:.0%} target.[/]")
-    return 1
+    return report_target(final, TARGET)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from _common import console, need_tinytorch, parser
+from _common import cannot_load, console, need_tinytorch, needs, parser
 from tito.course.checkpoints import save_pretrained
 from tito.course.datasets import encode_splits, load_text, tiled_windows
 
@@ -139,15 +139,11 @@ def scoreboard(s, comparison):
 def main(argv=None):
     args = arguments(argv)
     need_tinytorch()
-    try:
+    with needs("modules 17-20 (the capstone imports acceleration, benchmarking, "
+               "quantization, the KV cache)"):
         from tinytorch.capstone import run_olympics, validate_submission
         from tinytorch.models import load_model
-    except (ImportError, AttributeError) as error:
-        console.print(f"[red]This milestone needs modules 17-20 (the capstone imports "
-                      f"acceleration, benchmarking, quantization, the KV cache):[/] {error}")
-        sys.exit(2)
     from tinytorch.perf.acceleration import set_blas_threads
-
     from tinytorch.text.tokenization import CharTokenizer
 
     if args.threads is None and args.quick:
@@ -170,11 +166,8 @@ def main(argv=None):
             checkpoint = str(folder)
             if not (folder / "config.json").is_file():
                 no_checkpoint(folder)
-        try:
+        with cannot_load(folder):
             model = load_model(folder)
-        except (ValueError, KeyError, OSError) as error:
-            console.print(f"[red]Cannot load {folder}:[/] {error}")
-            sys.exit(2)
         c = model.config
         info = json.loads((folder / "config.json").read_text(encoding="utf-8"))
         chars = (info.get("tinytorch") or {}).get("chars")

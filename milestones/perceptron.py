@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from _common import Timer, console, need_tinytorch, parser
+from _common import Timer, console, need_tinytorch, parser, report_verdict
 
 
 def make_data(n: int, seed: int):
@@ -37,7 +37,7 @@ def main() -> int:
     xs, ys = tt.Tensor(x), tt.Tensor(y.reshape(-1, 1))
     epochs = 30 if args.quick else 200
     with Timer() as timer:
-        for epoch in range(1, epochs + 1):
+        for epoch in range(1, epochs + 1):  # noqa: B007 (printed after the loop)
             scores = neuron(xs)
             loss = relu(-(ys * scores)).mean()
             optimizer.zero_grad()
@@ -49,11 +49,10 @@ def main() -> int:
     w, b = neuron.weight.data.ravel(), neuron.bias.data.item()
     console.print(f"epochs: {epoch}, accuracy: {acc:.1%}, time: {timer.seconds:.2f} s")
     console.print(f"decision line: {w[0]:+.3f}*x1 {w[1]:+.3f}*x2 {b:+.3f} = 0")
-    if acc < 1.0:
-        console.print("[red]The perceptron did not separate the data.[/]")
-        return 0 if args.quick else 1
-    console.print("[green]100% accuracy: the classes are separated by one straight line.[/]")
-    return 0
+    status = report_verdict(acc == 1.0,
+                            "100% accuracy: the classes are separated by one straight line.",
+                            "The perceptron did not separate the data.")
+    return 0 if args.quick else status
 
 
 if __name__ == "__main__":

@@ -44,10 +44,16 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import console, curve_table, need_tinytorch, parser
+from _common import console, curve_table, need_tinytorch, needs, parser, report_verdict
 from tito.course.checkpoints import (
-    GPT2_CONFIG, GPT2_WEIGHTS, OPTIMIZER_STATE, CheckpointFolderError, load_pretrained,
-    save_optimizer, save_pretrained)
+    GPT2_CONFIG,
+    GPT2_WEIGHTS,
+    OPTIMIZER_STATE,
+    CheckpointFolderError,
+    load_pretrained,
+    save_optimizer,
+    save_pretrained,
+)
 from tito.course.datasets import encode_splits, get_batch, load_text, split_loss, tiled_windows
 from tito.course.packages import acceleration
 
@@ -151,7 +157,7 @@ class Failure(Exception):
     """A bad input: printed in red, exit code 2, no traceback."""
 
 
-# ---- data: tito.course.datasets (load_text, encode_splits, get_batch, tiled_windows, split_loss) ---
+# ---- data: tito.course.datasets (load_text, encode_splits, get_batch, tiled_windows, split_loss)
 # ---- sampling ---------------------------------------------------------------------------
 def encode_prompt(tokenizer, prompt, block_size):
     """The prompt's ids; a clear error for characters outside the vocabulary."""
@@ -371,8 +377,7 @@ def train(args, tt):
                       "so no verdict.[/]")
         return 0
     passed, message = verdict(val)
-    console.print(f"[green]{message}[/]" if passed else f"[red]{message}[/]")
-    return 0 if passed else 1
+    return report_verdict(passed, message, message)
 
 
 def reference_run(args):
@@ -386,12 +391,9 @@ def reference_run(args):
 def main() -> int:
     args = arguments()
     tt = need_tinytorch()
-    try:
+    with needs():
         import tinytorch.models.transformer  # noqa: F401
         import tinytorch.text.tokenization  # noqa: F401
-    except (ImportError, AttributeError) as error:
-        console.print(f"[red]This milestone needs modules you have not completed:[/] {error}")
-        return 2
     if args.quick:
         args.tokens = min(args.tokens, 80)
     try:

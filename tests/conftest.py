@@ -1,9 +1,11 @@
-"""Shared fixtures: the repository, the real CLI, and nbgrader releases made once."""
+"""Shared fixtures (the repository, the real CLI, nbgrader releases made once) and the test
+tiers: the slow markers and one marker per module (``pytest -m module06``), set here."""
 
 from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,9 +18,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the reference package, even without an install
 
-from tito.course.registry import written_modules  # noqa: E402
+from tito.course.registry import MODULES, MODULES_DIR, Module, written_modules  # noqa: E402
 from tito.grading.release import release_notebooks  # noqa: E402
-
 
 # Workspace kernels that `tito init` registers during the tests go to a folder of their own,
 # not the user's Jupyter folder.
@@ -76,3 +77,67 @@ def released(tmp_path_factory) -> dict[int, Path]:
         nbformat.write(notebook, path)
         paths[number] = path
     return paths
+
+
+# ---- the tiers ---------------------------------------------------------------------------
+# What makes a test slow (seconds each, or a costly fixture). Each kind is a marker of its own
+# (pyproject.toml lists them); a test with any of them is also marked ``slow``, so the fast
+# tier is ``pytest -m "not slow"`` and ``pytest -m render`` runs one kind. A test may also be
+# marked ``slow`` alone.
+SLOW_KINDS = ("pipeline", "journey", "render", "browser", "sandbox", "milestone", "benchmark")
+
+# Fixtures that make every test using them slow, and which kind they are.
+SLOW_FIXTURES = {
+    "rendered": "render",  # the whole site rendered with pandoc (tests/site_render.py)
+}
+
+# Test files of a module beyond its own ``test_<slug>.py`` (the registry's slug).
+MODULE_FILES = {
+    "test_lesson_helpers.py": 1,  # the test helpers module 01 gives
+    "test_safetensors.py": 8,  # module 08's reader and writer
+    "test_compiled_kernels.py": 17,
+    "test_serving.py": 18,
+    "test_engine_tutorial.py": 18,
+}
+_MODULE_NAME = re.compile(r"module_?(\d\d)(?!\d)")
+
+
+def pytest_configure(config):
+    for m in MODULES:
+        config.addinivalue_line(
+            "markers", f"module{m.key}: module {m.key}'s tests ({m.title}): its package test "
+                       "files and its rows of the course-wide tests")
+
+
+def modules_of(item) -> set[int]:
+    """The modules a test belongs to: its file's (``test_<slug>.py``, ``MODULE_FILES``); in
+    the course-wide files, a parameter that is a module (or a lesson's path, or a module
+    ``number``), or a name that says ``module_NN``."""
+    filename = item.path.name
+    for m in MODULES:
+        if filename == f"test_{m.slug}.py":
+            return {m.number}
+    if filename in MODULE_FILES:
+        return {MODULE_FILES[filename]}
+    found = set()
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    for name, value in params.items():
+        if isinstance(value, Module):
+            found.add(value.number)
+        elif isinstance(value, Path) and value.is_relative_to(MODULES_DIR) and value != MODULES_DIR:
+            folder = value.relative_to(MODULES_DIR).parts[0]
+            found.update(m.number for m in MODULES if m.dirname == folder)
+        elif name in ("number", "module") and isinstance(value, int):
+            found.add(value)
+    found.update(int(n) for n in _MODULE_NAME.findall(item.originalname or item.name))
+    return {n for n in found if 1 <= n <= len(MODULES)}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for name in SLOW_FIXTURES.keys() & set(getattr(item, "fixturenames", ())):
+            item.add_marker(SLOW_FIXTURES[name])
+        if any(item.get_closest_marker(kind) for kind in SLOW_KINDS):
+            item.add_marker("slow")
+        for number in sorted(modules_of(item)):
+            item.add_marker(f"module{number:02d}")

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
 from conftest import run_tito
 
 _RENDERED: dict[str, Path] = {}

@@ -91,7 +91,8 @@ def test_softmax_and_log_softmax_match_torch(shape, axis, dtype):
         assert got.dtype == dtype and got.shape == x.shape
         np.testing.assert_allclose(got.data, theirs(ref, x, dim=axis), rtol=rtol, atol=atol)
     probs = softmax(Tensor(x, dtype=dtype), axis=axis).data
-    np.testing.assert_allclose(probs.sum(axis=axis), 1.0, rtol=0, atol=10 * np.finfo(dtype).eps * x.shape[axis])
+    np.testing.assert_allclose(probs.sum(axis=axis), 1.0, rtol=0,
+                               atol=10 * np.finfo(dtype).eps * x.shape[axis])
 
 
 def test_softmax_default_axis_is_last():

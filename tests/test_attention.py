@@ -17,8 +17,13 @@ from tinytorch.core.attention import AttentionFunction
 from tinytorch.core.autograd import gradcheck
 from tinytorch.core.tensor import Tensor, manual_seed
 from tinytorch.nn import (
-    GroupedQueryAttention, MultiHeadAttention, RotaryEmbedding, attention_composed,
-    attention_weights, causal_mask, scaled_dot_product_attention,
+    GroupedQueryAttention,
+    MultiHeadAttention,
+    RotaryEmbedding,
+    attention_composed,
+    attention_weights,
+    causal_mask,
+    scaled_dot_product_attention,
 )
 
 torch = pytest.importorskip("torch")

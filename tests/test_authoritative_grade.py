@@ -68,7 +68,8 @@ except Exception:
 NOISY = ("return np.maximum(x, x.dtype.type(0))",
          "import sys\n        print('relu called', file=sys.stderr)\n"
          "        return np.maximum(x, x.dtype.type(0))")
-HARMLESS = "import os\nhere = os.getcwd()  # where the submitted work is\nup = os.path.join('..', 'x')"
+HARMLESS = ("import os\nhere = os.getcwd()  # where the submitted work is\n"
+            "up = os.path.join('..', 'x')")
 SIGINT = ("return np.maximum(x, x.dtype.type(0))",
           "import signal\n        signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
           "        while True:\n            pass")
@@ -366,7 +367,8 @@ def test_unsafe_ends_the_kernels_whole_session(tmp_path):
         if gid in reference:
             cell.source = reference[gid]
         if gid == "shapes":
-            cell.source += (f"\nimport subprocess\nsubprocess.Popen(['sleep', '300', '{marker}'][:2] "
+            cell.source += ("\nimport subprocess\n"
+                            f"subprocess.Popen(['sleep', '300', '{marker}'][:2] "
                             f"+ [], env={{'TITO_MARK': '{marker}'}})")
     (tmp_path / "subs" / "olly").mkdir(parents=True)
     nbformat.write(notebook, tmp_path / "subs" / "olly" / f"{m1.slug}.ipynb")

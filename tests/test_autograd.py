@@ -14,7 +14,13 @@ import numpy as np
 import pytest
 
 from tinytorch import (
-    DERIVATIVES, GradcheckError, Tensor, derivative, enable_grad, gradcheck, no_grad,
+    DERIVATIVES,
+    GradcheckError,
+    Tensor,
+    derivative,
+    enable_grad,
+    gradcheck,
+    no_grad,
 )
 from tinytorch.core.activations import gelu, log_softmax, relu, sigmoid, silu, softmax, tanh
 from tinytorch.core.autograd import backward, topological_order, unbroadcast
@@ -63,10 +69,12 @@ CASES = [
     ("log", lambda a: a.log(), lambda T: lambda a: a.log(), [(2, 3)], "p"),
     # matrix products, as np.matmul
     ("matmul", lambda a, b: a @ b, lambda T: lambda a, b: a @ b, [(3, 4), (4, 5)], "nn"),
-    ("matmul_batched", lambda a, b: a @ b, lambda T: lambda a, b: a @ b, [(2, 3, 4), (2, 4, 5)], "nn"),
+    ("matmul_batched", lambda a, b: a @ b,
+     lambda T: lambda a, b: a @ b, [(2, 3, 4), (2, 4, 5)], "nn"),
     ("matmul_bcast_b", lambda a, b: a @ b, lambda T: lambda a, b: a @ b, [(2, 3, 4), (4, 5)], "nn"),
     ("matmul_bcast_a", lambda a, b: a @ b, lambda T: lambda a, b: a @ b, [(3, 4), (2, 4, 5)], "nn"),
-    ("matmul_bcast_4d", lambda a, b: a @ b, lambda T: lambda a, b: a @ b, [(2, 1, 3, 4), (3, 4, 2)], "nn"),
+    ("matmul_bcast_4d", lambda a, b: a @ b,
+     lambda T: lambda a, b: a @ b, [(2, 1, 3, 4), (3, 4, 2)], "nn"),
     ("matmul_vec_mat", lambda a, b: a @ b, lambda T: lambda a, b: a @ b, [(4,), (4, 3)], "nn"),
     ("matmul_mat_vec", lambda a, b: a @ b, lambda T: lambda a, b: a @ b, [(2, 3, 4), (4,)], "nn"),
     ("matmul_vec_batch", lambda a, b: a @ b, lambda T: lambda a, b: a @ b, [(4,), (2, 4, 3)], "nn"),
@@ -74,23 +82,29 @@ CASES = [
     # shapes
     ("reshape", lambda a: a.reshape(4, 6), lambda T: lambda a: a.reshape(4, 6), [(2, 3, 4)], "n"),
     ("reshape_infer", lambda a: a.reshape(-1), lambda T: lambda a: a.reshape(-1), [(2, 3, 4)], "n"),
-    ("transpose", lambda a: a.transpose(), lambda T: lambda a: a.transpose(-2, -1), [(2, 3, 4)], "n"),
-    ("transpose_0_2", lambda a: a.transpose(0, 2), lambda T: lambda a: a.transpose(0, 2), [(2, 3, 4)], "n"),
-    ("permute", lambda a: a.permute(2, 0, 1), lambda T: lambda a: a.permute(2, 0, 1), [(2, 3, 4)], "n"),
-    ("permute_neg", lambda a: a.permute(-1, 0, -2), lambda T: lambda a: a.permute(-1, 0, -2), [(2, 3, 4)], "n"),
+    ("transpose", lambda a: a.transpose(),
+     lambda T: lambda a: a.transpose(-2, -1), [(2, 3, 4)], "n"),
+    ("transpose_0_2", lambda a: a.transpose(0, 2),
+     lambda T: lambda a: a.transpose(0, 2), [(2, 3, 4)], "n"),
+    ("permute", lambda a: a.permute(2, 0, 1),
+     lambda T: lambda a: a.permute(2, 0, 1), [(2, 3, 4)], "n"),
+    ("permute_neg", lambda a: a.permute(-1, 0, -2),
+     lambda T: lambda a: a.permute(-1, 0, -2), [(2, 3, 4)], "n"),
     ("T", lambda a: a.T, lambda T: lambda a: a.permute(*range(a.ndim - 1, -1, -1)), [(3, 4)], "n"),
     # indexing
     ("getitem_int", lambda a: a[1], lambda T: lambda a: a[1], [(3, 4)], "n"),
-    ("getitem_slices", lambda a: a[:, 1:, ::2], lambda T: lambda a: a[:, 1:, ::2], [(2, 3, 4)], "n"),
+    ("getitem_slices", lambda a: a[:, 1:, ::2],
+     lambda T: lambda a: a[:, 1:, ::2], [(2, 3, 4)], "n"),
     ("getitem_neg_step", lambda a: a[::-1, 1], lambda T: lambda a: a.flip(0)[:, 1], [(3, 4)], "n"),
-    ("getitem_none_ellipsis", lambda a: a[None, ..., 2], lambda T: lambda a: a[None, ..., 2], [(2, 3, 4)], "n"),
+    ("getitem_none_ellipsis", lambda a: a[None, ..., 2],
+     lambda T: lambda a: a[None, ..., 2], [(2, 3, 4)], "n"),
     ("getitem_repeats", lambda a: a[np.array([2, 0, 2, 2])],
      lambda T: lambda a: a[T.tensor([2, 0, 2, 2])], [(3, 4)], "n"),
     ("getitem_list", lambda a: a[[1, 1, 0]], lambda T: lambda a: a[[1, 1, 0]], [(3, 4)], "n"),
     ("getitem_2d_repeats", lambda a: a[np.array([[0, 1], [1, 1]])],
      lambda T: lambda a: a[T.tensor([[0, 1], [1, 1]])], [(3, 4)], "n"),
-    ("getitem_mixed", lambda a: a[:, np.array([3, 0, 3])], lambda T: lambda a: a[:, T.tensor([3, 0, 3])],
-     [(2, 4)], "n"),
+    ("getitem_mixed", lambda a: a[:, np.array([3, 0, 3])],
+     lambda T: lambda a: a[:, T.tensor([3, 0, 3])], [(2, 4)], "n"),
     ("getitem_pairs", lambda a: a[np.array([0, 1, 0]), np.array([2, 2, 2])],
      lambda T: lambda a: a[T.tensor([0, 1, 0]), T.tensor([2, 2, 2])], [(2, 3)], "n"),
     ("getitem_tensor_index", lambda a: a[Tensor(np.array([1, 1]), dtype=np.int64)],
@@ -102,7 +116,8 @@ CASES = [
     ("sum_axis0", lambda a: a.sum(axis=0), lambda T: lambda a: a.sum(dim=0), [(2, 3, 4)], "n"),
     ("sum_neg_keep", lambda a: a.sum(axis=-1, keepdims=True),
      lambda T: lambda a: a.sum(dim=-1, keepdim=True), [(2, 3, 4)], "n"),
-    ("sum_tuple", lambda a: a.sum(axis=(0, 2)), lambda T: lambda a: a.sum(dim=(0, 2)), [(2, 3, 4)], "n"),
+    ("sum_tuple", lambda a: a.sum(axis=(0, 2)),
+     lambda T: lambda a: a.sum(dim=(0, 2)), [(2, 3, 4)], "n"),
     ("sum_tuple_neg_keep", lambda a: a.sum(axis=(-1, 0), keepdims=True),
      lambda T: lambda a: a.sum(dim=(-1, 0), keepdim=True), [(2, 3, 4)], "n"),
     ("sum_0d", lambda a: a.sum(), lambda T: lambda a: a.sum(), [()], "n"),
@@ -114,7 +129,8 @@ CASES = [
     ("max_axis", lambda a: a.max(axis=1), lambda T: lambda a: T.amax(a, dim=1), [(2, 3, 4)], "n"),
     ("max_neg_keep", lambda a: a.max(axis=-1, keepdims=True),
      lambda T: lambda a: T.amax(a, dim=-1, keepdim=True), [(2, 3, 4)], "n"),
-    ("max_tuple", lambda a: a.max(axis=(0, 2)), lambda T: lambda a: T.amax(a, dim=(0, 2)), [(2, 3, 4)], "n"),
+    ("max_tuple", lambda a: a.max(axis=(0, 2)),
+     lambda T: lambda a: T.amax(a, dim=(0, 2)), [(2, 3, 4)], "n"),
     # activations (module 02)
     ("relu", relu, lambda T: T.relu, [(3, 5)], "nz"),
     ("sigmoid", sigmoid, lambda T: T.sigmoid, [(3, 5)], "n"),
@@ -124,13 +140,17 @@ CASES = [
      lambda T: lambda a: T.nn.functional.gelu(a, approximate="tanh"), [(3, 5)], "n"),
     ("silu", silu, lambda T: T.nn.functional.silu, [(3, 5)], "n"),
     ("softmax", lambda a: softmax(a), lambda T: lambda a: T.softmax(a, -1), [(3, 5)], "n"),
-    ("softmax_axis0", lambda a: softmax(a, axis=0), lambda T: lambda a: T.softmax(a, 0), [(3, 5)], "n"),
-    ("softmax_3d", lambda a: softmax(a, axis=1), lambda T: lambda a: T.softmax(a, 1), [(2, 3, 4)], "n"),
-    ("log_softmax", lambda a: log_softmax(a), lambda T: lambda a: T.log_softmax(a, -1), [(3, 5)], "n"),
+    ("softmax_axis0", lambda a: softmax(a, axis=0),
+     lambda T: lambda a: T.softmax(a, 0), [(3, 5)], "n"),
+    ("softmax_3d", lambda a: softmax(a, axis=1),
+     lambda T: lambda a: T.softmax(a, 1), [(2, 3, 4)], "n"),
+    ("log_softmax", lambda a: log_softmax(a),
+     lambda T: lambda a: T.log_softmax(a, -1), [(3, 5)], "n"),
     ("log_softmax_axis0", lambda a: log_softmax(a, axis=0),
      lambda T: lambda a: T.log_softmax(a, 0), [(3, 5)], "n"),
     # losses (module 04) and a composite
-    ("mse", lambda a, b: mse_loss(a, b), lambda T: T.nn.functional.mse_loss, [(4, 3), (4, 3)], "nn"),
+    ("mse", lambda a, b: mse_loss(a, b),
+     lambda T: T.nn.functional.mse_loss, [(4, 3), (4, 3)], "nn"),
     ("mlp", lambda x, w, b: relu(x @ w + b).sum(axis=1).mean(),
      lambda T: lambda x, w, b: T.relu(x @ w + b).sum(dim=1).mean(), [(4, 3), (3, 5), (5,)], "nnn"),
 ]
@@ -165,11 +185,13 @@ def test_gradcheck_every_op(case):
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_gradcheck_cross_entropy(reduction):
-    logits = Tensor(np.random.default_rng(0).standard_normal((5, 4)), dtype=np.float64, requires_grad=True)
+    logits = Tensor(np.random.default_rng(0).standard_normal((5, 4)), dtype=np.float64,
+                    requires_grad=True)
     target = np.array([0, 3, -100, 1, 3])
     assert gradcheck(lambda x: cross_entropy(x, target, reduction=reduction), [logits])
     other = np.array([0, 3, 2, 1, 3])
-    assert gradcheck(lambda x: cross_entropy(x, other, ignore_index=2, reduction=reduction), [logits])
+    assert gradcheck(lambda x: cross_entropy(x, other, ignore_index=2, reduction=reduction),
+                     [logits])
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
@@ -177,14 +199,16 @@ def test_gradcheck_bce_with_logits(reduction):
     rng = np.random.default_rng(1)
     logits = Tensor(rng.standard_normal((3, 4)) * 3, dtype=np.float64, requires_grad=True)
     labels = rng.uniform(size=(3, 4))  # soft labels work too
-    assert gradcheck(lambda x: binary_cross_entropy_with_logits(x, labels, reduction=reduction), [logits])
+    assert gradcheck(lambda x: binary_cross_entropy_with_logits(x, labels, reduction=reduction),
+                     [logits])
 
 
 def test_gradcheck_cross_entropy_with_target_as_an_input():
     """The rule also accepts the target as a second (integer, non-differentiable) input."""
     from tinytorch.core.losses import CrossEntropyFunction
 
-    logits = Tensor(np.random.default_rng(2).standard_normal((4, 3)), dtype=np.float64, requires_grad=True)
+    logits = Tensor(np.random.default_rng(2).standard_normal((4, 3)), dtype=np.float64,
+                    requires_grad=True)
     target = Tensor(np.array([2, 0, 1, 1]), dtype=np.int64)
     fn = lambda x: CrossEntropyFunction.apply(x, target, ignore_index=-100, reduction="mean")  # noqa: E731
     assert gradcheck(fn, [logits])
@@ -353,7 +377,7 @@ def test_chain_of_10000_ops_has_no_recursion_error():
 def test_topological_order_puts_every_node_after_its_parents():
     rng = np.random.default_rng(5)
     nodes = [Tensor(rng.standard_normal(2), requires_grad=True) for _ in range(3)]
-    for i in range(60):  # a random DAG with many shared nodes
+    for _ in range(60):  # a random DAG with many shared nodes
         a, b = rng.choice(len(nodes), size=2)
         nodes.append(nodes[a] * 0.5 + nodes[b])
     root = nodes[-1].sum()
@@ -476,7 +500,7 @@ def test_no_grad_records_nothing_and_restores_state():
     assert y._ctx is None and not y.requires_grad and is_grad_enabled()
     with pytest.raises(ZeroDivisionError):
         with no_grad():
-            1 / 0
+            1 / 0  # noqa: B018 (an error raised inside the block)
     assert is_grad_enabled()
     with no_grad():
         with enable_grad():

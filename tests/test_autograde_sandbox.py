@@ -34,10 +34,10 @@ import pytest
 
 from conftest import REPO, run_tito
 from test_nbgrader import POINTS, TOTAL, gid, student_notebook
-from tito.grading import sandbox
-from tito.grading.course import Course
 from tito.course.notebook import read_cells
 from tito.course.registry import get_module
+from tito.grading import sandbox
+from tito.grading.course import Course
 
 pytestmark = [
     pytest.mark.slow,
@@ -69,8 +69,9 @@ _attempt("write course root", lambda: (_course / "pwned.txt").write_text("eve wa
 _attempt("list submitted", lambda: _os.listdir(_course / "submitted"))
 _attempt("read source", lambda: (_course / "source/01_tensor/tensor.ipynb").read_text()[:50])
 _attempt("read gradebook", lambda: (_course / "gradebook.db").read_bytes()[:16])
-_attempt("read alice", lambda: (_course / "submitted/alice/01_tensor/tensor.ipynb").read_text()[:50])
-_attempt("overwrite alice", lambda: (_course / "submitted/alice/01_tensor/tensor.ipynb").write_text("{}"))
+_alice = _course / "submitted/alice/01_tensor/tensor.ipynb"
+_attempt("read alice", lambda: _alice.read_text()[:50])
+_attempt("overwrite alice", lambda: _alice.write_text("{}"))
 _attempt("read repository", lambda: _P(REPO_PATH, "tinytorch/core/tensor.py").read_text()[:50])
 _attempt("list home", lambda: _os.listdir(HOME_PATH))
 _attempt("symlink over own notebook", lambda: (

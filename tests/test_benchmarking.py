@@ -12,8 +12,17 @@ import numpy as np
 import pytest
 
 from tinytorch.perf.benchmarking import (
-    NO_DIFFERENCE, Benchmark, Comparison, Measurement, bootstrap_ratio_ci, environment,
-    interleaved_order, plot, quartiles, table, verdict,
+    NO_DIFFERENCE,
+    Benchmark,
+    Comparison,
+    Measurement,
+    bootstrap_ratio_ci,
+    environment,
+    interleaved_order,
+    plot,
+    quartiles,
+    table,
+    verdict,
 )
 
 

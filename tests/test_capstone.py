@@ -13,14 +13,22 @@ import numpy as np
 import pytest
 
 from conftest import run_tito
-from tito.course.registry import COURSE_ROOT, get_milestone, written_modules
-
 from tinytorch.capstone import (
-    MAX_LOSS_INCREASE, QuantizedWeight, SubmissionError, make_submission, quantize_weights,
-    run_olympics, val_loss, validate_submission, weight_nbytes, write_submission)
+    MAX_LOSS_INCREASE,
+    QuantizedWeight,
+    SubmissionError,
+    make_submission,
+    quantize_weights,
+    run_olympics,
+    val_loss,
+    validate_submission,
+    weight_nbytes,
+    write_submission,
+)
 from tinytorch.core.tensor import manual_seed
 from tinytorch.models.llm import Config, ModelForCausalLM, WeightStore
 from tinytorch.perf.benchmarking import Benchmark
+from tito.course.registry import COURSE_ROOT, get_milestone, written_modules
 
 
 class Ci:

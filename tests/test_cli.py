@@ -12,9 +12,9 @@ import nbformat
 import pytest
 
 from conftest import run_tito, run_tito_from
-from tito.student.kernel import install_kernel, kernel_name
 from tito.course.notebook import read_cells
 from tito.course.registry import MODULES, get_module, prerequisites, written_modules
+from tito.student.kernel import install_kernel, kernel_name
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +46,8 @@ def write_like_a_student(ws, number, *, mark="# written by the student", bug=Non
     ``bug`` = (old, new) replaces a snippet in the student's code to plant a mistake.
     """
     module = get_module(number)
-    reference = {c.grade_id: c.source for c in read_cells(module.source) if c.nbgrader.get("solution")}
+    reference = {c.grade_id: c.source for c in read_cells(module.source)
+                 if c.nbgrader.get("solution")}
     path = ws / module.notebook_relpath
     notebook = nbformat.read(path, as_version=4)
     for cell in notebook.cells:
@@ -71,7 +72,8 @@ def test_init_makes_a_workspace(fresh_workspace):
     assert json.loads((ws / ".tito" / "progress.json").read_text())["completed"] == {}
     # the package is there but empty: importing it works, using Tensor explains what to do
     done = python_in(ws, "import tinytorch; tinytorch.Tensor")
-    assert done.returncode != 0 and "module 01" in done.stderr and "tito module complete 01" in done.stderr
+    assert done.returncode != 0 and "module 01" in done.stderr
+    assert "tito module complete 01" in done.stderr
     done = python_in(ws, "from tinytorch.core.tensor import Tensor")
     assert "module 01 (Tensor)" in done.stderr and "tito module start 01" in done.stderr
     again = run_tito("init", str(ws), cwd=ws.parent)
@@ -111,10 +113,12 @@ def test_student_journey_module_01(ws):
     assert "Next: `tito module start" in done.stdout or "No other module is open" in done.stdout
     exported = (ws / "tinytorch/core/tensor.py").read_text()
     assert "written by the student" in exported and "your notebook" in exported.splitlines()[0]
-    assert "change your notebook" in exported.splitlines()[1] and "lesson" not in exported.splitlines()[1]
+    second = exported.splitlines()[1]
+    assert "change your notebook" in second and "lesson" not in second
     progress = json.loads((ws / ".tito/progress.json").read_text())
     assert progress["completed"]["01"]["tests_passed"] == n_tests
-    done = python_in(ws, "import tinytorch; print(tinytorch.Tensor([1,2]) + 1); print(tinytorch.__file__)")
+    done = python_in(ws, "import tinytorch; print(tinytorch.Tensor([1,2]) + 1); "
+                         "print(tinytorch.__file__)")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == "Tensor([2., 3.])"
     assert done.stdout.splitlines()[1].startswith(str(ws))
@@ -134,7 +138,8 @@ def test_untouched_release_fails_every_test_through_the_cli(ws):
 
 
 def test_unknown_module_lists_the_valid_ones(ws):
-    for command in (["module", "start", "42"], ["module", "complete", "x"], ["module", "test", "0"]):
+    for command in (["module", "start", "42"], ["module", "complete", "x"],
+                    ["module", "test", "0"]):
         done = run_tito(*command, cwd=ws)
         assert done.returncode == 2 and "Valid modules are 01, 02" in done.stderr
 
@@ -221,7 +226,8 @@ def test_repository_commands(repo):
     done = run_tito("module", "list", "--json", cwd=repo)
     rows = json.loads(done.stdout)
     assert len(rows) == 20 and rows[12]["slug"] == "transformers"
-    assert set(rows[12]["prerequisites"]) == {"01", "02", "03", "04", "05", "06", "07", "08", "10", "11", "12"}
+    assert set(rows[12]["prerequisites"]) == {"01", "02", "03", "04", "05", "06", "07", "08",
+                                              "10", "11", "12"}
     assert run_tito("module", "test", "01", cwd=repo).returncode == 0
     assert run_tito("--version", cwd=repo).stdout.strip() == "tito, version 0.1.0"
 
@@ -256,8 +262,10 @@ def test_endless_loop_streams_results_and_names_the_line(ws):
     """Results arrive test by test while the run goes on; a loop is stopped at --timeout with
     the function and line that was running."""
     run_tito("module", "start", "01", cwd=ws)
-    write_like_a_student(ws, 1, bug=("return a + b", "while True:\n            a = a + 0\n        return a + b"))
-    proc = subprocess.Popen([sys.executable, "-m", "tito", "module", "complete", "01", "--timeout", "8"],
+    loop = "while True:\n            a = a + 0\n        return a + b"
+    write_like_a_student(ws, 1, bug=("return a + b", loop))
+    proc = subprocess.Popen([sys.executable, "-m", "tito", "module", "complete", "01",
+                             "--timeout", "8"],
                             cwd=ws, stdout=subprocess.PIPE, text=True,
                             env={**__import__("os").environ, "COLUMNS": "300"})
     first = ""
@@ -268,7 +276,7 @@ def test_endless_loop_streams_results_and_names_the_line(ws):
     rest = proc.stdout.read()
     assert proc.wait() == 1
     assert "✓ test_unit_tensor_creation" in first
-    assert "stopped after the time limit of 8 s, in forward" in rest
+    assert "stopped after the time limit of 8 s, in Add.forward, cell 'elementwise'" in rest
     assert "`a = a + 0`" in rest and "--timeout 16" in rest
     assert "not run: an earlier cell ran out of time" in rest
 
@@ -308,8 +316,9 @@ def test_jupyter_kernel_of_the_workspace_imports_the_students_package(ws):
     km, kc = start_new_kernel(kernel_name=kernel_name(ws), cwd=str(ws / "modules/01_tensor"))
     try:
         printed = []
-        kc.execute_interactive("import tinytorch; print(tinytorch.__file__)", timeout=120,
-                               output_hook=lambda msg: printed.append(msg["content"].get("text", "")))
+        kc.execute_interactive(
+            "import tinytorch; print(tinytorch.__file__)", timeout=120,
+            output_hook=lambda msg: printed.append(msg["content"].get("text", "")))
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
@@ -334,7 +343,8 @@ def test_readme_student_path_works_on_a_fresh_machine(repo):
     path = text[text.index("## The student's path"):text.index("## The instructor's")]
     blocks = path.split("```")[1::2]
     student = next(b for b in blocks if "tito init" in b)
-    lines = [line.strip() for line in student.splitlines() if line.strip() and not line.startswith("#")]
+    lines = [line.strip() for line in student.splitlines()
+             if line.strip() and not line.startswith("#")]
     first_tito = next(i for i, line in enumerate(lines) if line.startswith("tito "))
     assert any("pip install" in line for line in lines[:first_tito])
     assert any(line.startswith("source .venv/bin/activate") for line in lines[:first_tito])

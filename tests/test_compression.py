@@ -10,8 +10,15 @@ from tinytorch.core.optimizers import SGD, AdamW
 from tinytorch.core.tensor import ShapeError, Tensor, manual_seed
 from tinytorch.models.transformer import GPT, GPTConfig
 from tinytorch.perf.compression import (
-    CSRMatrix, HeadPrunedAttention, distillation_loss, magnitude_mask, prunable_weights,
-    prune_heads, prune_magnitude, prune_mlp_neurons)
+    CSRMatrix,
+    HeadPrunedAttention,
+    distillation_loss,
+    magnitude_mask,
+    prunable_weights,
+    prune_heads,
+    prune_magnitude,
+    prune_mlp_neurons,
+)
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.filterwarnings("ignore:Sparse CSR tensor support:UserWarning")

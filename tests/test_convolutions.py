@@ -13,7 +13,12 @@ from hypothesis import strategies as st
 
 from tinytorch.core.autograd import gradcheck
 from tinytorch.core.convolutions import (
-    AvgPool2dFunction, Conv2dFunction, MaxPool2dFunction, col2im, conv2d_loop, im2col,
+    AvgPool2dFunction,
+    Conv2dFunction,
+    MaxPool2dFunction,
+    col2im,
+    conv2d_loop,
+    im2col,
 )
 from tinytorch.core.tensor import ShapeError, Tensor, manual_seed
 from tinytorch.nn import AvgPool2d, Conv2d, Flatten, MaxPool2d
@@ -21,7 +26,7 @@ from tinytorch.nn import AvgPool2d, Conv2d, Flatten, MaxPool2d
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-CONV_CASES = [  # (N, C, H, W), O, kernel, stride, padding, bias
+CONV_CASES = [  # (N, C, H, W), C_out, kernel, stride, padding, bias
     ((2, 1, 8, 8), 4, 3, 1, 1, True),
     ((3, 3, 7, 6), 5, 3, 2, 0, True),
     ((2, 4, 9, 9), 2, 5, 1, 2, False),
@@ -32,11 +37,11 @@ CONV_CASES = [  # (N, C, H, W), O, kernel, stride, padding, bias
 ]
 
 
-def conv_pair(shape, O, k, s, p, bias, seed=0, dtype=np.float32):
+def conv_pair(shape, C_out, k, s, p, bias, seed=0, dtype=np.float32):
     """Our Conv2d and torch's nn.Conv2d with the same weights, and an input array."""
     manual_seed(seed)
-    ours = Conv2d(shape[1], O, k, stride=s, padding=p, bias=bias)
-    theirs = torch.nn.Conv2d(shape[1], O, k, stride=s, padding=p, bias=bias).to(
+    ours = Conv2d(shape[1], C_out, k, stride=s, padding=p, bias=bias)
+    theirs = torch.nn.Conv2d(shape[1], C_out, k, stride=s, padding=p, bias=bias).to(
         torch.float64 if dtype == np.float64 else torch.float32)
     with torch.no_grad():
         theirs.weight.copy_(torch.from_numpy(ours.weight.data))
@@ -46,9 +51,9 @@ def conv_pair(shape, O, k, s, p, bias, seed=0, dtype=np.float32):
     return ours, theirs, x
 
 
-@pytest.mark.parametrize("shape, O, k, s, p, bias", CONV_CASES)
-def test_conv2d_forward_and_gradients_match_torch(shape, O, k, s, p, bias):
-    ours, theirs, x = conv_pair(shape, O, k, s, p, bias)
+@pytest.mark.parametrize("shape, C_out, k, s, p, bias", CONV_CASES)
+def test_conv2d_forward_and_gradients_match_torch(shape, C_out, k, s, p, bias):
+    ours, theirs, x = conv_pair(shape, C_out, k, s, p, bias)
     xt = torch.tensor(x, requires_grad=True)
     want = theirs(xt)
     g = np.random.default_rng(1).standard_normal(tuple(want.shape)).astype(np.float32)
@@ -71,11 +76,11 @@ def test_conv2d_forward_and_gradients_match_torch(shape, O, k, s, p, bias):
 
 
 @settings(max_examples=25, deadline=None)
-@given(N=st.integers(1, 3), C=st.integers(1, 4), O=st.integers(1, 4), H=st.integers(3, 9),
+@given(N=st.integers(1, 3), C=st.integers(1, 4), C_out=st.integers(1, 4), H=st.integers(3, 9),
        W=st.integers(3, 9), kh=st.integers(1, 3), kw=st.integers(1, 3), sh=st.integers(1, 3),
        sw=st.integers(1, 3), ph=st.integers(0, 1), pw=st.integers(0, 1), seed=st.integers(0, 99))
-def test_conv2d_random_geometry_matches_torch(N, C, O, H, W, kh, kw, sh, sw, ph, pw, seed):
-    ours, theirs, x = conv_pair((N, C, H, W), O, (kh, kw), (sh, sw), (ph, pw), True, seed)
+def test_conv2d_random_geometry_matches_torch(N, C, C_out, H, W, kh, kw, sh, sw, ph, pw, seed):
+    ours, theirs, x = conv_pair((N, C, H, W), C_out, (kh, kw), (sh, sw), (ph, pw), True, seed)
     xt = torch.tensor(x, requires_grad=True)
     want = theirs(xt)
     want.sum().backward()
@@ -88,16 +93,16 @@ def test_conv2d_random_geometry_matches_torch(N, C, O, H, W, kh, kw, sh, sw, ph,
                                rtol=1e-4)
 
 
-@pytest.mark.parametrize("shape, O, k, s, p, bias", CONV_CASES[:4] + CONV_CASES[5:])
-def test_conv2d_gradients_match_central_differences_float64(shape, O, k, s, p, bias):
+@pytest.mark.parametrize("shape, C_out, k, s, p, bias", CONV_CASES[:4] + CONV_CASES[5:])
+def test_conv2d_gradients_match_central_differences_float64(shape, C_out, k, s, p, bias):
     rng = np.random.default_rng(2)
     manual_seed(2)
-    layer = Conv2d(shape[1], O, k, stride=s, padding=p, bias=bias)
+    layer = Conv2d(shape[1], C_out, k, stride=s, padding=p, bias=bias)
     x = Tensor(rng.standard_normal(shape), dtype=np.float64, requires_grad=True)
     w = Tensor(layer.weight.data.astype(np.float64), dtype=np.float64, requires_grad=True)
     inputs = [x, w]
     if bias:
-        inputs.append(Tensor(rng.standard_normal(O), dtype=np.float64, requires_grad=True))
+        inputs.append(Tensor(rng.standard_normal(C_out), dtype=np.float64, requires_grad=True))
     kwargs = dict(stride=layer.stride, padding=layer.padding)
     assert gradcheck(lambda *t: Conv2dFunction.apply(*t, **kwargs), inputs)
 
@@ -259,9 +264,8 @@ def test_flatten_matches_torch_and_keeps_nchw_order():
 def test_lenet_of_the_milestone_matches_torch_loss_and_every_gradient():
     # The milestone script itself is under test; it imports _common beside it. The data it
     # trains on comes from tito.course.datasets.
-    from tito.course.architectures import lenet
-
     import tinytorch.nn as tnn
+    from tito.course.architectures import lenet
 
     manual_seed(0)
     ours = lenet(tnn)

@@ -9,8 +9,8 @@ import nbformat
 import pytest
 
 from tito.course.notebook import read_cells
-from tito.course.solutions import SOLUTION_BEGIN, SOLUTION_END, partition_solution, solution_lines
 from tito.course.registry import COURSE_ROOT, MODULES, prerequisites, written_modules
+from tito.course.solutions import SOLUTION_BEGIN, SOLUTION_END, partition_solution, solution_lines
 from tito.student.runner import run_notebook
 
 WRITTEN = written_modules()
@@ -48,14 +48,16 @@ def test_lesson_format(module):
     assert graded, f"{module.dirname} has no graded tests"
     for c in cells:
         if c.nbgrader:
-            assert REQUIRED_META <= set(c.nbgrader), f"cell {c.grade_id} lacks {REQUIRED_META - set(c.nbgrader)}"
+            assert REQUIRED_META <= set(c.nbgrader), (
+                f"cell {c.grade_id} lacks {REQUIRED_META - set(c.nbgrader)}")
             assert c.nbgrader["schema_version"] == 3
         if c.is_graded:
             assert c.nbgrader["locked"] and c.points > 0, f"{c.grade_id} must be locked with points"
         markers = c.source.count(SOLUTION_BEGIN), c.source.count(SOLUTION_END)
         assert markers[0] == markers[1], f"unbalanced solution markers in {c.grade_id}"
         if markers[0]:
-            assert c.nbgrader.get("solution"), f"{c.grade_id} has a solution block but solution=false"
+            assert c.nbgrader.get("solution"), (
+                f"{c.grade_id} has a solution block but solution=false")
 
 
 @pytest.mark.parametrize("module", WRITTEN, ids=IDS)
@@ -75,7 +77,8 @@ def test_release_leaks_no_solution_line(module, released):
     notebook = nbformat.read(released[module.number], as_version=4)
     shown = {line.strip() for cell in notebook.cells for line in cell.source.splitlines()}
     leaked = sorted(secret & shown)
-    assert not leaked, f"solution lines visible in the student notebook of {module.dirname}: {leaked[:5]}"
+    assert not leaked, (
+        f"solution lines visible in the student notebook of {module.dirname}: {leaked[:5]}")
     assert "BEGIN SOLUTION" not in nbformat.writes(notebook)
 
 
@@ -84,7 +87,8 @@ def test_every_graded_test_fails_on_the_release(module, released):
     report = run_notebook(released[module.number], COURSE_ROOT)
     assert len(report.tests) == sum(c.is_graded for c in read_cells(module.source))
     passing = [r.cell.grade_id for r in report.passed]
-    assert not passing, f"these graded tests pass on the empty stub, so they test nothing: {passing}"
+    assert not passing, (
+        f"these graded tests pass on the empty stub, so they test nothing: {passing}")
 
 
 def test_release_checksums_are_nbgraders(released):
@@ -94,12 +98,13 @@ def test_release_checksums_are_nbgraders(released):
 
     from tito.student.integrity import cell_checksum, verify_release
 
-    for number, path in released.items():
+    for path in released.values():
         notebook = nbformat.read(path, as_version=4)
         checked = [c for c in notebook.cells if "checksum" in c.metadata.get("nbgrader", {})]
         assert checked
         for cell in checked:
-            assert cell_checksum(cell) == compute_checksum(cell) == cell.metadata.nbgrader["checksum"]
+            recorded = cell.metadata.nbgrader["checksum"]
+            assert cell_checksum(cell) == compute_checksum(cell) == recorded
         verify_release(notebook, str(path))
         test = next(c for c in checked if c.metadata.nbgrader.get("grade"))
         test.source += "\npass"
@@ -127,7 +132,8 @@ PLANTED_01 = [
                               "'elementwise'", "return a + b[..., None]"]),
     ("item() through float()",
      "return self.data.item()", "return float(self.data)",
-     "test_unit_tensor_creation", ["Tensor([7.0]).item() raised TypeError", "return float(self.data)"]),
+     "test_unit_tensor_creation",
+     ["Tensor([7.0]).item() raised TypeError", "return float(self.data)"]),
     ("matmul with the wrong operand",
      "        return np.matmul(a, b)\n", "        return np.matmul(a, np.ones_like(b))\n",
      "test_unit_matmul", ["(4, 3) @ (3, 5): first row", "expected"]),

@@ -16,8 +16,14 @@ from tinytorch.core.autograd import gradcheck
 from tinytorch.core.embeddings import EmbeddingFunction, RotaryFunction
 from tinytorch.core.tensor import Tensor, manual_seed
 from tinytorch.nn import (
-    Embedding, PositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding, apply_rotary,
-    embedding, rotate_half, sinusoidal_encoding,
+    Embedding,
+    PositionalEmbedding,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+    apply_rotary,
+    embedding,
+    rotate_half,
+    sinusoidal_encoding,
 )
 
 

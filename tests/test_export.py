@@ -34,7 +34,8 @@ def test_check_catches_an_edited_file_and_a_stale_one(repo, tmp_path):
 def test_generated_files_name_their_source(repo):
     for m in written_modules():
         text = (repo / m.target_path).read_text()
-        assert text.startswith(HEADER) and f"modules/{m.dirname}/{m.slug}.py" in text.splitlines()[0]
+        assert text.startswith(HEADER)
+        assert f"modules/{m.dirname}/{m.slug}.py" in text.splitlines()[0]
 
 
 def test_public_api_is_pytorch_style():

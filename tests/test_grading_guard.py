@@ -311,7 +311,7 @@ def test_a_timeout_names_the_line_without_a_signal(tmp_path):
                        REPO, tmp_path, timeout=4)
     test = report.cells[2]
     assert test.status == "timeout", test.explain()
-    assert "in double, cell 1 'c1' line 3: `x = x + 0`" in test.message
+    assert "in double, cell 'c1', line 3: `x = x + 0`" in test.message
 
 
 def test_the_sandboxed_files_import_nothing_of_tito():
@@ -370,3 +370,55 @@ def test_the_driver_refuses_to_run_without_asserts(tmp_path):
 def _no_stray_files(tmp_path):
     yield
     assert not (Path.cwd() / "sitecustomize.py").exists()
+
+
+# ---- hidden_cases, the given helper the hidden test cases run through ----------------------------
+HIDDEN_TEST = '''def test_unit_double():
+    from tinytorch.core.tensor import hidden_cases
+
+    def check(x, want):
+        assert double(x) == want, "double"
+
+    hidden_cases(check, {"a negative number": (-3.0, -6.0)})
+
+
+test_unit_double()
+'''
+
+SWAPS = {
+    "the function rebound": "import tinytorch.core.tensor as _t\n"
+                            "_t.hidden_cases = lambda check, cases: None\n",
+    "the module swapped in sys.modules": (
+        "import sys, types\n_fake = types.ModuleType('tinytorch.core.tensor')\n"
+        "_fake.hidden_cases = lambda check, cases: None\n"
+        "sys.modules['tinytorch.core.tensor'] = _fake\n"),
+    "the module removed from sys.modules": "import sys\ndel sys.modules['tinytorch.core.tensor']\n",
+}
+
+
+@pytest.mark.parametrize("name", list(SWAPS))
+def test_hidden_cases_of_the_package_cannot_be_replaced(name, tmp_path):
+    """A hidden region's `from tinytorch.core.tensor import hidden_cases` gets the real helper:
+    rebinding it, or swapping its module in sys.modules, is refused and put back."""
+    given = GIVEN + "from tinytorch.core.tensor import Tensor\n"
+    report = run(("release", given), ("yours", WRONG + SWAPS[name]),
+                 ("release", HIDDEN_TEST, True), tmp_path=tmp_path)
+    refused, test = report.cells[1], report.cells[2]
+    assert refused.error_type == "IntegrityError", (name, refused.explain())
+    assert "tinytorch.core.tensor" in refused.message, refused.message
+    assert not test.passed and "hidden case 'a negative number' failed" in test.message, (
+        name, test.explain())
+
+
+def test_hidden_cases_rebound_in_module_01_is_put_back(tmp_path):
+    """In module 01 the helper is a name its given cell defines: rebinding it is refused."""
+    from tito.course.notebook import read_cells
+
+    cell = next(c for c in read_cells(REPO / "modules" / "01_tensor" / "tensor.py")
+                if c.grade_id == "hidden-cases")
+    test = HIDDEN_TEST.replace("    from tinytorch.core.tensor import hidden_cases\n\n", "")
+    report = run(("release", GIVEN), ("release", cell.source),
+                 ("yours", WRONG + "def hidden_cases(check, cases):\n    pass\n"),
+                 ("release", test, True), tmp_path=tmp_path)
+    assert "it redefined `hidden_cases`" in report.cells[2].message, report.cells[2].explain()
+    assert not report.cells[3].passed and "hidden case" in report.cells[3].message

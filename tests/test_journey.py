@@ -13,7 +13,8 @@ pytestmark = pytest.mark.slow
 WRITTEN = written_modules()
 
 
-@pytest.mark.skipif(len([m for m in WRITTEN if m.number <= 8]) < 8, reason="modules 01-08 are not all written yet")
+@pytest.mark.skipif(len([m for m in WRITTEN if m.number <= 8]) < 8,
+                    reason="modules 01-08 are not all written yet")
 def test_student_completes_every_module_and_runs_the_milestones(tmp_path):
     ws = tmp_path / "student"
     assert run_tito("init", str(ws), cwd=tmp_path).returncode == 0

@@ -8,7 +8,13 @@ import pytest
 
 from tinytorch.core.autograd import gradcheck
 from tinytorch.core.tensor import (
-    Tensor, expect_close, expect_error, explain, float64_inputs, no_fp_errors, short_repr,
+    Tensor,
+    expect_close,
+    expect_error,
+    explain,
+    float64_inputs,
+    no_fp_errors,
+    short_repr,
 )
 
 

@@ -116,7 +116,8 @@ def test_cross_entropy_equals_its_composed_twin():
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_cross_entropy_is_stable_for_huge_logits(dtype):
-    logits = np.array([[1000.0, -1000.0, 0.0], [-1000.0, 1000.0, 0.0], [1e4, 1e4, -1e4]], dtype=dtype)
+    logits = np.array([[1000.0, -1000.0, 0.0], [-1000.0, 1000.0, 0.0], [1e4, 1e4, -1e4]],
+                      dtype=dtype)
     target = np.array([1, 1, 2])
     with np.errstate(**STABLE):
         got = cross_entropy(Tensor(logits, dtype=dtype), target, reduction="none").data
@@ -237,8 +238,10 @@ def test_bce_with_logits_is_stable_for_huge_logits(dtype):
 
 def test_bce_with_logits_target_forms_and_dtype():
     logits = Tensor([0.5, -1.0, 2.0])
-    want = F.binary_cross_entropy_with_logits(t(np.float32([0.5, -1.0, 2.0])), t(np.float32([1, 0, 1])))
-    for target in ([1, 0, 1], np.array([1.0, 0.0, 1.0]), Tensor([1, 0, 1]), np.array([True, False, True])):
+    want = F.binary_cross_entropy_with_logits(t(np.float32([0.5, -1.0, 2.0])),
+                                              t(np.float32([1, 0, 1])))
+    for target in ([1, 0, 1], np.array([1.0, 0.0, 1.0]), Tensor([1, 0, 1]),
+                   np.array([True, False, True])):
         got = binary_cross_entropy_with_logits(logits, target)
         assert got.dtype == np.float32
         assert got.item() == pytest.approx(want.item(), rel=1e-6)

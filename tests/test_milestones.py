@@ -1,4 +1,5 @@
-"""Milestones, run as users run them: `tito milestone run NAME` in the repository."""
+"""Milestones, run as users run them: `tito milestone run NAME` in the repository; and what
+every milestone shares (milestones/_common.py), in process."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import pytest
 from conftest import run_tito
 from tito.course.registry import MILESTONES, MILESTONES_DIR, written_modules
 
-pytestmark = pytest.mark.slow
 WRITTEN = {m.number for m in written_modules()}
 
 
@@ -20,7 +20,9 @@ def ready(name):
 
 
 def needs(name):
-    return pytest.mark.skipif(not ready(name), reason=f"modules for {name} not written yet")
+    """The milestone runs (seconds each, the slow tier) once its modules are written."""
+    skip = pytest.mark.skipif(not ready(name), reason=f"modules for {name} not written yet")
+    return lambda test: pytest.mark.milestone(skip(test))
 
 
 @needs("perceptron")
@@ -64,6 +66,7 @@ def test_cnn_digits_quick_run_learns_and_draws_filters_and_confusion(repo, tmp_p
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.journey
 def test_milestone_list_and_bad_names(repo):
     rows = json.loads(run_tito("milestone", "list", "--json", cwd=repo).stdout)
     assert [r["name"] for r in rows] == [m.name for m in MILESTONES]
@@ -204,3 +207,81 @@ def test_llm_serves_several_requests_at_once(repo, tmp_path):
                     "--weights", "int8", "--max-new-tokens", "3", cwd=repo, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "weights int8" in done.stdout
+
+
+# ---- milestones/_common.py: one verdict, one way to stop on what cannot run -------------------
+@pytest.fixture
+def common(monkeypatch):
+    monkeypatch.syspath_prepend(str(MILESTONES_DIR))
+    import _common
+
+    return _common
+
+
+def test_verdict_prints_one_line_and_gives_the_exit_status(common, capsys):
+    """report_verdict: the reached line and status 0, or the missed line and status 1."""
+    assert common.report_verdict(True, "made it", "missed it") == 0
+    assert common.report_verdict(False, "made it", "missed it") == 1
+    assert capsys.readouterr().out.splitlines() == ["made it", "missed it"]
+    assert common.report_target(0.95, 0.95) == 0, "a score equal to the target reaches it"
+    assert common.report_target(0.9499, 0.95) == 1
+    out = capsys.readouterr().out
+    assert out.splitlines() == ["Reached the 95% target.", "Below the 95% target."], (
+        "the site quotes the line that starts with 'Reached' (milestones.yaml): keep it")
+
+
+def test_needs_stops_with_status_2_and_the_import_error(common, capsys):
+    """A module not completed: status 2, naming what the milestone needs and the import's error."""
+    with pytest.raises(SystemExit) as stop:
+        with common.needs("module 09 (convolutions)"):
+            raise ImportError("cannot import name 'Conv2d' from 'tinytorch.nn'")
+    assert stop.value.code == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert "This milestone needs module 09 (convolutions): cannot import name 'Conv2d'" in out
+    with pytest.raises(SystemExit) as stop:
+        with common.needs():
+            raise AttributeError("module 'tinytorch' has no attribute 'no_grad'")
+    assert stop.value.code == 2 and "modules you have not completed" in capsys.readouterr().out
+
+
+def test_needs_names_the_wrong_folder_and_keeps_a_missing_dependency(common, capsys):
+    """No tinytorch at all is the wrong folder (said, status 2); a missing NumPy keeps its
+    traceback, since it is no module of the course to complete."""
+    with pytest.raises(SystemExit) as stop:
+        with common.needs():
+            raise ModuleNotFoundError("No module named 'tinytorch'", name="tinytorch")
+    assert stop.value.code == 2
+    assert "Run milestones inside your workspace" in " ".join(capsys.readouterr().out.split())
+    with pytest.raises(ModuleNotFoundError, match="numpy"):
+        with common.needs():
+            raise ModuleNotFoundError("No module named 'numpy'", name="numpy")
+    with pytest.raises(SystemExit):
+        with common.needs():
+            raise ModuleNotFoundError("No module named 'tinytorch.models'", name="tinytorch.models")
+
+
+def test_cannot_load_names_the_folder_and_lets_other_errors_through(common, capsys, tmp_path):
+    """A checkpoint that does not load: status 2 with the folder and the reason; a bug in the
+    script itself (a TypeError) is not dressed up as a bad checkpoint."""
+    with pytest.raises(SystemExit) as stop:
+        with common.cannot_load(tmp_path):
+            raise KeyError("model.embed_tokens.weight")
+    assert stop.value.code == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"Cannot load {tmp_path}:" in out and "model.embed_tokens.weight" in out
+    with pytest.raises(TypeError):
+        with common.cannot_load(tmp_path):
+            raise TypeError("a bug in the script")
+
+
+def test_every_milestone_takes_its_verdict_and_load_errors_from_common():
+    """No milestone script words its own verdict or catches its own import or load errors:
+    one implementation in _common.py, so a fix reaches every milestone."""
+    scripts = sorted(p for p in MILESTONES_DIR.glob("*.py") if p.name != "_common.py")
+    assert {p.stem for p in scripts} == {m.script[:-3] for m in MILESTONES}
+    own = {"except (ImportError": "with needs(...)", "This milestone needs": "needs(what)",
+           "Cannot load": "with cannot_load(folder)", "target.[/]": "report_target",
+           "[green]": "report_verdict"}
+    found = [f"{p.name}: {text!r} (use {use})" for p in scripts
+             for text, use in own.items() if text in p.read_text(encoding="utf-8")]
+    assert not found, "milestone scripts doing _common.py's job:\n  " + "\n  ".join(found)

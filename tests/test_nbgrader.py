@@ -24,15 +24,15 @@ import nbformat
 import pytest
 
 from conftest import run_tito
+from tito.course.notebook import read_cells, to_ipynb
+from tito.course.registry import get_module
+from tito.errors import GradingError
 from tito.grading import sandbox
 from tito.grading.autograde import prepare_run
 from tito.grading.course import Course
 from tito.grading.flags import static_flags
 from tito.grading.metadata import metadata_problems
 from tito.grading.package import prerequisite_package
-from tito.errors import GradingError
-from tito.course.notebook import read_cells, to_ipynb
-from tito.course.registry import get_module
 from tito.student.runner import run_notebook
 
 M = get_module(1)
@@ -141,7 +141,8 @@ def test_the_scan_flags_imports_of_the_graded_module_and_paths_into_the_course(t
     course = Course(tmp_path)
     notebook = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell("from tinytorch.core.tensor import Tensor as _T"),
-        nbformat.v4.new_code_cell("import importlib\nimportlib.import_module('tinytorch.core.tensor')"),
+        nbformat.v4.new_code_cell(
+            "import importlib\nimportlib.import_module('tinytorch.core.tensor')"),
         nbformat.v4.new_code_cell("import tito.course.registry"),
         nbformat.v4.new_code_cell("open('../../../gradebook.db', 'rb').read()"),
         nbformat.v4.new_code_cell(f"print(open({str(tmp_path / 'source')!r}).read())"),
@@ -363,7 +364,8 @@ def test_edited_and_deleted_locked_cells_are_detected(graded):
     out = _out(graded["autograde"])
     assert ("graded test test_unit_arithmetic was edited (checksum differs): nbgrader graded "
             "the original instead") in out
-    assert "graded test test_unit_shapes was deleted: it was put back where the release has it" in out
+    assert ("graded test test_unit_shapes was deleted: it was put back where the release has "
+            "it") in out
     autograded = nbformat.read(graded["course"] / "autograded/erin/01_tensor/tensor.ipynb",
                                as_version=4)
     restored = [c.source for c in autograded.cells if gid(c) == "test_unit_arithmetic"]
@@ -423,7 +425,8 @@ def test_report_csv_and_table(graded):
     assert table["alice"] == [f"{POINTS[k]:g}" for k in POINTS] + [f"{TOTAL:g}"]
     assert table["bob"] == ["0"] * 8
     assert table["carol"][list(POINTS).index("test_unit_arithmetic")] == "0"
-    assert table["erin !"][list(POINTS).index("test_unit_shapes")] == f"{POINTS['test_unit_shapes']:g}"
+    shapes = list(POINTS).index("test_unit_shapes")
+    assert table["erin !"][shapes] == f"{POINTS['test_unit_shapes']:g}"
     assert table["dave !"][list(POINTS).index("test_unit_reductions")] == "0"
     assert table["abe !"] == ["-"] * 7 + ["not graded"]
     out = _out(done)

@@ -18,7 +18,10 @@ from tinytorch.core.optimizers import SGD
 from tinytorch.core.tensor import Tensor, best_time, manual_seed, time_runs
 from tinytorch.models.transformer import GPT, GPTConfig
 from tinytorch.perf.profiling import (
-    ProfileError, Profiler, attention_flops, matmul_flops,
+    ProfileError,
+    Profiler,
+    attention_flops,
+    matmul_flops,
 )
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from conftest import run_tito, run_tito_from
 from site_render import rendered_site
-
 from tito.course.notebook import Cell, read_cells
 from tito.course.registry import MILESTONES, MODULES, written_modules
 from tito.course.solutions import partition_solution, solution_lines
@@ -632,7 +632,8 @@ def test_every_page_has_a_keyboard_menu_a_skip_link_and_one_set_of_ids(rendered)
         if 'class="tt-toc-inline"' in text:
             inline = text.split('class="tt-toc-inline"', 1)[1].split("</details>", 1)[0]
             assert 'id="' not in inline, f"{where}: the folded contents repeat ids"
-        assert "<pre" not in text.replace('<pre tabindex="0"', ""), f"{where}: a <pre> no key reaches"
+        assert "<pre" not in text.replace('<pre tabindex="0"', ""), (
+            f"{where}: a <pre> no key reaches")
 
 
 def test_every_figure_has_a_phone_layout_drawn_large_enough():

@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 
 import pytest
-from site_render import rendered_site
 
+from site_render import rendered_site
 from tito.site.browser import INSTALL_HINT, Browser, PageAudit, available, axe_path
 
 pytestmark = pytest.mark.slow

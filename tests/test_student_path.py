@@ -94,11 +94,11 @@ def test_a_self_import_is_refused_and_the_previous_package_is_kept(ws):
     write_like_a_student(ws, 1, bug=("#| export\nclass Tensor:",
                                      "#| export\nfrom tinytorch.core.tensor import Tensor\nclass Tensor:"))
     done = run_tito("module", "complete", "01", cwd=ws)
+    out = " ".join(done.stdout.split())
     assert done.returncode == 1, done.stdout
-    # The guard refuses the import while the notebook runs (before any export is built), naming
-    # the cell and the module being graded.
-    assert "tensor-class" in done.stdout and "imported tinytorch.core.tensor, the module being " \
-        "graded" in done.stdout, done.stdout
+    # the guard refuses the import while the notebook runs (the package check would too)
+    assert "your cell 'tensor-class' was refused" in out, out
+    assert "it imported tinytorch.core.tensor, the module being graded" in out, out
     assert {p: digest(p) for p in (ws / "tinytorch").rglob("*.py")} == package
     assert progress(ws) == record
 
@@ -308,3 +308,49 @@ def test_doctor_follows_requirements_to_the_end(tmp_path, monkeypatch):
     (site / "jupyter_server-1.5.0.dist-info").rename(site / "jupyter_server-2.1.0.dist-info")
     (check,) = package_checks()
     assert check.state == "ok" and "numpy 2.0.0" in check.detail, check.detail
+
+
+# ---- §3: what complete says (see also tests/test_messages.py) -----------------------------------
+def test_complete_after_a_refusal_counts_no_test_and_says_what_to_remove(ws):
+    """A solution cell that replaces np.allclose at its top level: the tests after it are "not
+    counted" (no ✓), the summary says so, and the last line says to remove what was refused,
+    not "0 failed ... Fix the failures above"; the note about the line prints without markup."""
+    assert run_tito("module", "start", "01", cwd=ws).returncode == 0
+    write_like_a_student(ws, 1)
+    path = ws / get_module(1).notebook_relpath
+    notebook = nbformat.read(path, as_version=4)
+    for c in notebook.cells:
+        if c.metadata.get("nbgrader", {}).get("grade_id") == "elementwise":
+            c.source += "\nnp.allclose = lambda *a, **k: True\n"
+    nbformat.write(notebook, path)
+    done = run_tito("module", "complete", "01", cwd=ws)
+    out = " ".join(done.stdout.split())
+    assert done.returncode == 1, out
+    assert "✗ your cell 'elementwise' was refused: not allowed: it replaced numpy.allclose" in out
+    assert "✓ test_unit_arithmetic" not in out and "✓ test_unit_reductions" not in out, out
+    assert "test_unit_arithmetic (6 pts) not counted: it ran after cell 'elementwise'" in out, out
+    assert "0 failed, 5 not counted" in out and "Fix the failures above" not in out, out
+    assert "Remove what was refused above and run this command again" in out, out
+    assert "note: cell 'elementwise', line" in out and "[yellow]" not in out, out
+
+
+def test_a_lost_student_is_shown_the_most_recently_used_workspace_first(tmp_path, monkeypatch):
+    """Outside a workspace, the list of this machine's workspaces starts with the one used
+    last (its progress file), not the first in alphabetical order, and says how many more."""
+    import os
+
+    from tito.student.kernel import known_workspaces
+    from tito.student.workspace import not_a_workspace
+
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter"))
+    roots = [tmp_path / f"ws{i}" for i in range(7)]
+    for i, root in enumerate(roots):
+        (root / ".tito").mkdir(parents=True)
+        (root / ".tito" / "progress.json").write_text('{"completed": {}}')
+        os.utime(root / ".tito" / "progress.json", (1_000_000 + i, 1_000_000 + i))
+        install_kernel(root)
+    os.utime(roots[2] / ".tito" / "progress.json", (2_000_000, 2_000_000))  # used last
+    assert known_workspaces()[:2] == [roots[2].resolve(), roots[6].resolve()]
+    text = not_a_workspace(tmp_path, "run `tito milestone list`")
+    assert f"most recently used first: {roots[2].resolve()}, {roots[6].resolve()}" in text, text
+    assert "and 2 more" in text, text

@@ -16,7 +16,8 @@ def test_default_dtype_is_float32_and_explicit_dtype_is_kept():
 
 def test_no_float64_creep_from_numpy_scalars_and_constants():
     t = Tensor([1.0, 4.0])
-    for result in (t / np.sqrt(64), t * np.float64(0.5), t + 1.5, Tensor([1.0]).exp() * 2.0, t ** 0.5):
+    for result in (t / np.sqrt(64), t * np.float64(0.5), t + 1.5, Tensor([1.0]).exp() * 2.0,
+                   t ** 0.5):
         assert result.dtype == np.float32
 
 

@@ -10,10 +10,15 @@ import numpy as np
 import pytest
 
 from conftest import run_tito
-from tito.course.registry import MILESTONES, MILESTONES_DIR, written_modules
 from tito.course.checkpoints import (
-    CheckpointFolderError, char_tokenizer_json, load_optimizer, load_pretrained, save_pretrained)
+    CheckpointFolderError,
+    char_tokenizer_json,
+    load_optimizer,
+    load_pretrained,
+    save_pretrained,
+)
 from tito.course.datasets import char_ids, encode_splits, get_batch, load_text, tiled_windows
+from tito.course.registry import MILESTONES, MILESTONES_DIR, written_modules
 
 MILESTONE = next(m for m in MILESTONES if m.name == "tinygpt")
 READY = (MILESTONES_DIR / MILESTONE.script).is_file() and set(MILESTONE.requires) <= {

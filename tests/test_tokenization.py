@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import REPO
 from tinytorch.text.tokenization import (
     BPETokenizer,
     CharTokenizer,
@@ -22,8 +23,6 @@ from tinytorch.text.tokenization import (
     split_on_special,
     split_words,
 )
-
-from conftest import REPO
 
 SHAKESPEARE = REPO / "milestones" / "data" / "tinyshakespeare.txt"
 EOT = "<|endoftext|>"
@@ -380,9 +379,17 @@ HF_TEXTS = [
 
 def build_hf_tokenizer(style, corpus):
     """A small tokenizer trained by `tokenizers` in the style of GPT-2, Qwen2 or Llama 3."""
-    from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
     from tokenizers import Tokenizer as HFTokenizer
-    from tokenizers import processors, trainers
 
     tok = HFTokenizer(models.BPE(ignore_merges=style == "llama3"))
     if style.startswith("gpt2"):

@@ -163,7 +163,7 @@ def test_param_group_errors_and_lr_attribute():
     with pytest.raises(ValueError, match="no 'params'"):
         SGD([{"lr": 0.1}], lr=0.1)
     with pytest.raises(TypeError, match="wd"):
-        SGD([{"params": [a], "wd": 0.1}], lr=0.1).param_groups
+        SGD([{"params": [a], "wd": 0.1}], lr=0.1).param_groups  # noqa: B018 (reading it raises)
     opt = Adam([{"params": [a]}, {"params": [b], "lr": 0.5}], lr=0.1)
     opt.lr = 0.2  # the module 08 schedule loop sets optimizer.lr: every group follows
     assert [g["lr"] for g in opt.param_groups] == [0.2, 0.2] and opt.lr == 0.2

@@ -16,8 +16,19 @@ from tinytorch.core.losses import cross_entropy, mse_loss
 from tinytorch.core.optimizers import SGD, Adam, AdamW
 from tinytorch.core.tensor import Tensor, default_generator, manual_seed
 from tinytorch.core.training import (
-    CheckpointError, CosineWarmup, History, StepDecay, TrainingError, accuracy, batches_from,
-    evaluate, load_checkpoint, read_checkpoint_meta, save_checkpoint, set_lr, train,
+    CheckpointError,
+    CosineWarmup,
+    History,
+    StepDecay,
+    TrainingError,
+    accuracy,
+    batches_from,
+    evaluate,
+    load_checkpoint,
+    read_checkpoint_meta,
+    save_checkpoint,
+    set_lr,
+    train,
 )
 from tinytorch.data.loader import DataLoader, TensorDataset
 
@@ -295,7 +306,8 @@ def test_mismatched_optimizer_restores_the_model(tmp_path):
 # ---- evaluation -------------------------------------------------------------------------
 def test_accuracy():
     logits = np.array([[1.0, 2.0], [3.0, 0.0], [0.0, 1.0]], dtype=np.float32)
-    assert accuracy(Tensor(logits), Tensor(np.array([1, 0, 0]), dtype=np.int64)) == pytest.approx(2 / 3)
+    labels = Tensor(np.array([1, 0, 0]), dtype=np.int64)
+    assert accuracy(Tensor(logits), labels) == pytest.approx(2 / 3)
     assert accuracy(logits, np.eye(2)[[1, 0, 1]]) == 1.0
     with pytest.raises(ValueError, match="shape"):
         accuracy(logits, np.array([0, 1]))

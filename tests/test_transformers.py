@@ -13,18 +13,41 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
-from torch_reference import (  # noqa: E402  (the one PyTorch twin of our GPT)
-    TorchBlock, TorchGPT, TorchMLP, TorchRMSNorm, TorchSwiGLU, copy_to_tinytorch, copy_to_torch,
-    init_like_nanogpt_, torch_gpt_from,
-)
 
 from tinytorch.core.autograd import gradcheck, no_grad  # noqa: E402
 from tinytorch.core.tensor import Tensor, manual_seed  # noqa: E402
 from tinytorch.core.training import CheckpointError, save_checkpoint  # noqa: E402
 from tinytorch.models.transformer import (  # noqa: E402
-    GPT, MLP, GPTConfig, LayerNorm, LayerNormFunction, RMSNorm, SwiGLU, TransformerBlock,
-    config_mismatches, gpt_parameter_count, layer_norm, layer_norm_composed, load_gpt,
-    read_gpt_config, rms_norm, rms_norm_composed, sample_logits, save_gpt, swiglu_hidden,
+    GPT,
+    MLP,
+    GPTConfig,
+    LayerNorm,
+    LayerNormFunction,
+    RMSNorm,
+    SwiGLU,
+    TransformerBlock,
+    config_mismatches,
+    gpt_parameter_count,
+    layer_norm,
+    layer_norm_composed,
+    load_gpt,
+    read_gpt_config,
+    rms_norm,
+    rms_norm_composed,
+    sample_logits,
+    save_gpt,
+    swiglu_hidden,
+)
+from torch_reference import (  # noqa: E402  (the one PyTorch twin of our GPT)
+    TorchBlock,
+    TorchGPT,
+    TorchMLP,
+    TorchRMSNorm,
+    TorchSwiGLU,
+    copy_to_tinytorch,
+    copy_to_torch,
+    init_like_nanogpt_,
+    torch_gpt_from,
 )
 
 RNG = np.random.default_rng(1234)

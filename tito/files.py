@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 def atomic_write(path: Path, text: str | bytes) -> None:

@@ -6,8 +6,17 @@ Each twin uses TinyTorch's parameter names, so weights copy by name in either di
 """
 
 from torch_reference.gpt import (
-    TorchAttention, TorchBlock, TorchGPT, TorchMLP, TorchRMSNorm, TorchSwiGLU, copy_to_tinytorch,
-    copy_to_torch, init_like_nanogpt_, torch_gpt_from, torch_norm,
+    TorchAttention,
+    TorchBlock,
+    TorchGPT,
+    TorchMLP,
+    TorchRMSNorm,
+    TorchSwiGLU,
+    copy_to_tinytorch,
+    copy_to_torch,
+    init_like_nanogpt_,
+    torch_gpt_from,
+    torch_norm,
 )
 
 __all__ = [

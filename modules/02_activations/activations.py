@@ -144,7 +144,12 @@ class ReLUFunction(Function):
 # %% nbgrader={"grade": false, "grade_id": "relu-api", "locked": true, "schema_version": 3, "solution": false, "task": false}
 #| export
 def relu(x):
-    """max(x, 0), element-wise. `x` is a Tensor or anything Tensor() accepts."""
+    """max(x, 0), element-wise. `x` is a Tensor or anything Tensor() accepts.
+
+    >>> y = relu([-2.0, 0.0, 3.0])
+    >>> y, y.dtype
+    (Tensor([0., 0., 3.]), dtype('float32'))
+    """
     return ReLUFunction.apply(x)
 
 
@@ -246,12 +251,20 @@ class TanhFunction(Function):
 # %% nbgrader={"grade": false, "grade_id": "sigmoid-tanh-api", "locked": true, "schema_version": 3, "solution": false, "task": false}
 #| export
 def sigmoid(x):
-    """1 / (1 + exp(-x)), element-wise, finite for any input."""
+    """1 / (1 + exp(-x)), element-wise, finite for any input.
+
+    >>> sigmoid(Tensor([-1000.0, 0.0, 2.0]))
+    Tensor([0.    , 0.5   , 0.8808])
+    """
     return SigmoidFunction.apply(x)
 
 
 def tanh(x):
-    """Hyperbolic tangent, element-wise."""
+    """Hyperbolic tangent, element-wise.
+
+    >>> tanh([-20.0, 0.0, 1.0])
+    Tensor([-1.    ,  0.    ,  0.7616])
+    """
     return TanhFunction.apply(x)
 
 
@@ -545,13 +558,23 @@ class SiLUFunction(Function):
 # %% nbgrader={"grade": false, "grade_id": "gelu-silu-api", "locked": true, "schema_version": 3, "solution": false, "task": false}
 #| export
 def gelu(x, approximate="none"):
-    """x * Phi(x), exact (approximate="none") or GPT-2's tanh form (approximate="tanh")."""
+    """x * Phi(x), exact (approximate="none") or GPT-2's tanh form (approximate="tanh").
+
+    >>> gelu([-1.0, 0.0, 1.0])
+    Tensor([-0.1587,  0.    ,  0.8413])
+    >>> gelu([-1.0, 0.0, 1.0], approximate="tanh")
+    Tensor([-0.1588,  0.    ,  0.8412])
+    """
     _check_approximate(approximate)
     return GELUFunction.apply(x, approximate=approximate)
 
 
 def silu(x):
-    """x * sigmoid(x), element-wise (also called swish)."""
+    """x * sigmoid(x), element-wise (also called swish).
+
+    >>> silu([-1.0, 0.0, 2.0])
+    Tensor([-0.2689,  0.    ,  1.7616])
+    """
     return SiLUFunction.apply(x)
 
 
@@ -714,13 +737,25 @@ class LogSoftmaxFunction(Function):
 # %% nbgrader={"grade": false, "grade_id": "softmax-api", "locked": true, "schema_version": 3, "solution": false, "task": false}
 #| export
 def softmax(x, axis=None, *, dim=None):
-    """exp(x) / sum(exp(x)) along `axis`: probabilities that sum to 1, overflow-free."""
+    """exp(x) / sum(exp(x)) along `axis`: probabilities that sum to 1, overflow-free.
+
+    >>> softmax(Tensor([[1.0, 2.0, 3.0], [1000.0, 1000.0, 1000.0]]))  # the last axis
+    Tensor([[0.09  , 0.2447, 0.6652],
+            [0.3333, 0.3333, 0.3333]])
+    >>> softmax(Tensor([[1.0, 2.0], [3.0, 4.0]]), dim=0)
+    Tensor([[0.1192, 0.1192],
+            [0.8808, 0.8808]])
+    """
     axis, _ = reduction_args("softmax", axis, None, dim, None)
     return SoftmaxFunction.apply(x, axis=-1 if axis is None else axis)
 
 
 def log_softmax(x, axis=None, *, dim=None):
-    """x - logsumexp(x) along `axis`: the log of softmax, finite where softmax underflows."""
+    """x - logsumexp(x) along `axis`: the log of softmax, finite where softmax underflows.
+
+    >>> softmax([0.0, -1000.0]), log_softmax([0.0, -1000.0])
+    (Tensor([1., 0.]), Tensor([    0., -1000.]))
+    """
     axis, _ = reduction_args("log_softmax", axis, None, dim, None)
     return LogSoftmaxFunction.apply(x, axis=-1 if axis is None else axis)
 
@@ -846,7 +881,11 @@ class _Activation:
 
 
 class ReLU(_Activation):
-    """max(x, 0), element-wise."""
+    """max(x, 0), element-wise.
+
+    >>> ReLU()(Tensor([-1.0, 2.0]))
+    Tensor([0., 2.])
+    """
 
     def forward(self, x):
         ### BEGIN SOLUTION
@@ -855,7 +894,11 @@ class ReLU(_Activation):
 
 
 class Sigmoid(_Activation):
-    """1 / (1 + exp(-x)), element-wise."""
+    """1 / (1 + exp(-x)), element-wise.
+
+    >>> Sigmoid()(Tensor([0.0, 2.0]))
+    Tensor([0.5   , 0.8808])
+    """
 
     def forward(self, x):
         ### BEGIN SOLUTION
@@ -864,7 +907,11 @@ class Sigmoid(_Activation):
 
 
 class Tanh(_Activation):
-    """Hyperbolic tangent, element-wise."""
+    """Hyperbolic tangent, element-wise.
+
+    >>> Tanh()(Tensor([0.0, 1.0]))
+    Tensor([0.    , 0.7616])
+    """
 
     def forward(self, x):
         ### BEGIN SOLUTION
@@ -873,7 +920,14 @@ class Tanh(_Activation):
 
 
 class GELU(_Activation):
-    """x * Phi(x), exact ("none") or GPT-2's tanh approximation ("tanh")."""
+    """x * Phi(x), exact ("none") or GPT-2's tanh approximation ("tanh").
+
+    >>> act = GELU(approximate="tanh")
+    >>> act
+    GELU(approximate='tanh')
+    >>> act(Tensor([-1.0, 1.0]))
+    Tensor([-0.1588,  0.8412])
+    """
 
     def __init__(self, approximate="none"):
         ### BEGIN SOLUTION
@@ -891,7 +945,11 @@ class GELU(_Activation):
 
 
 class SiLU(_Activation):
-    """x * sigmoid(x), element-wise."""
+    """x * sigmoid(x), element-wise.
+
+    >>> SiLU()(Tensor([-1.0, 2.0]))
+    Tensor([-0.2689,  1.7616])
+    """
 
     def forward(self, x):
         ### BEGIN SOLUTION
@@ -900,7 +958,14 @@ class SiLU(_Activation):
 
 
 class Softmax(_Activation):
-    """Probabilities along `axis`."""
+    """Probabilities along `axis` (the last one by default).
+
+    >>> Softmax(dim=0)
+    Softmax(axis=0)
+    >>> Softmax()(Tensor([[0.0, 0.0], [0.0, 2.0]]))
+    Tensor([[0.5   , 0.5   ],
+            [0.1192, 0.8808]])
+    """
 
     def __init__(self, axis=None, *, dim=None):
         axis, _ = reduction_args(type(self).__name__, axis, None, dim, None)
@@ -916,7 +981,11 @@ class Softmax(_Activation):
 
 
 class LogSoftmax(_Activation):
-    """Log-probabilities along `axis`."""
+    """Log-probabilities along `axis` (the last one by default).
+
+    >>> LogSoftmax()(Tensor([[0.0, 0.0]]))
+    Tensor([[-0.6931, -0.6931]])
+    """
 
     def __init__(self, axis=None, *, dim=None):
         axis, _ = reduction_args(type(self).__name__, axis, None, dim, None)

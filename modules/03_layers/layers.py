@@ -76,8 +76,6 @@ from tinytorch.core.tensor import ShapeError, Tensor, default_generator
 # module 01 and the course's test helpers, given there:
 
 # %% nbgrader={"grade": false, "grade_id": "lesson-imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
-import time
-
 from tinytorch.core.tensor import expect_close, expect_error, manual_seed, short_repr
 
 
@@ -108,7 +106,14 @@ def expect_names(what, got, want, fix):
 # %% nbgrader={"grade": false, "grade_id": "parameter", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 class Parameter(Tensor):
-    """A Tensor that a Module owns and training updates: it always requires grad."""
+    """A Tensor that a Module owns and training updates: it always requires grad.
+
+    >>> w = Parameter(np.ones((2, 2)))
+    >>> w.requires_grad, w.dtype
+    (True, dtype('float32'))
+    >>> type(w * 2).__name__  # results of ops on it are plain Tensors
+    'Tensor'
+    """
 
     def __init__(self, data, dtype=None):
         ### BEGIN SOLUTION
@@ -263,7 +268,17 @@ test_unit_parameter()
 # %% nbgrader={"grade": false, "grade_id": "module", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 class StateDictError(KeyError, ValueError):
-    """A state dict whose keys or shapes do not fit the model; the message lists them all."""
+    """A state dict whose keys or shapes do not fit the model; the message lists them all.
+
+    >>> try:
+    ...     Linear(2, 3).load_state_dict({"weight": np.zeros((3, 3))})
+    ... except StateDictError as error:
+    ...     for line in str(error).splitlines()[:3]:
+    ...         print(line)
+    load_state_dict for Linear failed, nothing was loaded:
+      missing keys (in the model, not in the state dict): 'bias'
+      shape mismatches: 'weight': state dict has shape (3, 3), model has (3, 2)
+    """
 
     def __str__(self):  # KeyError would print the message in quotes, on one line
         return str(self.args[0]) if self.args else ""
@@ -274,7 +289,28 @@ _call_observers = []  # objects with enter(module) and exit(module); module 14's
 
 
 class Module:
-    """Base class of every layer and model: a registry of parameters and sub-modules."""
+    """Base class of every layer and model: a registry of parameters and sub-modules.
+
+    >>> class TwoLayer(Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.hidden = Linear(4, 8)
+    ...         self.out = Linear(8, 2)
+    ...     def forward(self, x):
+    ...         return self.out(self.hidden(x))
+    >>> model = TwoLayer()
+    >>> [name for name, _ in model.named_parameters()]
+    ['hidden.weight', 'hidden.bias', 'out.weight', 'out.bias']
+    >>> model.num_parameters(), model(Tensor(np.ones((3, 4)))).shape
+    (58, (3, 2))
+    >>> model.eval().training, model.hidden.training
+    (False, False)
+    >>> other = TwoLayer()
+    >>> other.load_state_dict(model.state_dict())
+    _IncompatibleKeys(missing_keys=[], unexpected_keys=[])
+    >>> bool((other.out.weight.data == model.out.weight.data).all())
+    True
+    """
 
     def __init__(self):
         # object.__setattr__ skips our own __setattr__, which needs these to exist.
@@ -1057,7 +1093,16 @@ test_unit_load_state_dict_errors()
 # %% nbgrader={"grade": false, "grade_id": "linear", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 class Linear(Module):
-    """y = x @ W.T + b, with W of shape (out_features, in_features)."""
+    """y = x @ W.T + b, with W of shape (out_features, in_features).
+
+    >>> layer = Linear(3, 2)
+    >>> layer
+    Linear(in_features=3, out_features=2, bias=True)
+    >>> layer.weight.shape, layer.bias.shape
+    ((2, 3), (2,))
+    >>> layer(Tensor(np.ones((5, 3)))).shape
+    (5, 2)
+    """
 
     def __init__(self, in_features, out_features, bias=True):
         super().__init__()
@@ -1301,7 +1346,14 @@ init_scale_report()
 # %% nbgrader={"grade": false, "grade_id": "dropout", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 class Dropout(Module):
-    """In training, zero each unit with probability p and scale the rest by 1/(1-p)."""
+    """In training, zero each unit with probability p and scale the rest by 1/(1-p).
+
+    >>> drop = Dropout(p=0.5)
+    >>> sorted(set(drop(Tensor(np.ones(1000))).data.tolist()))  # 0, or 1/(1-p)
+    [0.0, 2.0]
+    >>> drop.eval()(Tensor([1.0, 2.0]))  # off in evaluation mode
+    Tensor([1., 2.])
+    """
 
     def __init__(self, p=0.5):
         super().__init__()
@@ -1419,7 +1471,20 @@ test_unit_dropout()
 # %% nbgrader={"grade": false, "grade_id": "sequential", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 class Sequential(Module):
-    """Calls its layers in order; Module layers are registered as children "0", "1", ..."""
+    """Calls its layers in order; Module layers are registered as children "0", "1", ...
+
+    >>> model = Sequential(Linear(4, 8), Dropout(0.1), Linear(8, 2))
+    >>> model
+    Sequential(
+      (0): Linear(in_features=4, out_features=8, bias=True)
+      (1): Dropout(p=0.1)
+      (2): Linear(in_features=8, out_features=2, bias=True)
+    )
+    >>> [name for name, _ in model.named_parameters()]
+    ['0.weight', '0.bias', '2.weight', '2.bias']
+    >>> len(model), model(Tensor(np.ones((5, 4)))).shape
+    (3, (5, 2))
+    """
 
     def __init__(self, *layers):
         super().__init__()
@@ -1595,8 +1660,8 @@ throughput_report()
 # the weights are reused across enough examples, the arithmetic itself is the bottleneck
 # and GFLOP/s approach what NumPy's matrix multiply can do on your machine. (At the largest
 # batches they may dip again: inputs and outputs of several MiB no longer fit in the
-# processor's caches.) That is why training feeds examples in batches (module 05) and why generating text one
-# token at a time (modules 13 and 18) is slow per token.
+# processor's caches.) That is why training feeds examples in batches (module 05) and why
+# generating text one token at a time (modules 13 and 18) is slow per token.
 #
 # ## What comes next
 #

@@ -129,7 +129,17 @@ def check_fields(what, got, want, fix):
 # %% nbgrader={"grade": false, "grade_id": "dataset-base", "locked": true, "schema_version": 3, "solution": false, "task": false}
 #| export
 class Dataset:
-    """A map-style data set: len(dataset) examples, dataset[i] returns example i."""
+    """A map-style data set: len(dataset) examples, dataset[i] returns example i.
+
+    >>> class Squares(Dataset):
+    ...     def __len__(self):
+    ...         return 4
+    ...     def __getitem__(self, i):
+    ...         return Tensor([float(i)]), Tensor(float(i * i))
+    >>> data = Squares()
+    >>> len(data), data[3]
+    (4, (Tensor([3.]), Tensor(9.)))
+    """
 
     def __getitem__(self, index):
         raise NotImplementedError(
@@ -146,7 +156,15 @@ class Dataset:
 # %% nbgrader={"grade": false, "grade_id": "tensor-dataset", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 class TensorDataset(Dataset):
-    """Examples are the rows of the given arrays: dataset[i] = (a[i], b[i], ...)."""
+    """Examples are the rows of the given arrays: dataset[i] = (a[i], b[i], ...).
+
+    >>> data = TensorDataset(np.arange(6.0).reshape(3, 2), np.array([0, 1, 1]))
+    >>> len(data), data[1]
+    (3, (Tensor([2., 3.]), Tensor(1, dtype=int64)))
+    >>> data.get_batch(np.array([2, 0]))
+    (Tensor([[4., 5.],
+            [0., 1.]]), Tensor([1, 0], dtype=int64))
+    """
 
     def __init__(self, *tensors):
         ### BEGIN SOLUTION
@@ -302,7 +320,17 @@ def _stack_field(values, field):
 
 
 def default_collate(items):
-    """A list of examples -> a batch: a tuple (or dict) of stacked Tensors, one per field."""
+    """A list of examples -> a batch: a tuple (or dict) of stacked Tensors, one per field.
+
+    >>> x, y = default_collate([(Tensor([1.0, 2.0]), 0), (Tensor([3.0, 4.0]), 1)])
+    >>> x
+    Tensor([[1., 2.],
+            [3., 4.]])
+    >>> y
+    Tensor([0, 1], dtype=int64)
+    >>> default_collate([{"t": 0.5}, {"t": 1.5}])
+    {'t': Tensor([0.5, 1.5])}
+    """
     if len(items) == 0:
         raise ValueError("default_collate got an empty list: a batch needs at least one example")
     ### BEGIN SOLUTION
@@ -412,7 +440,19 @@ test_unit_default_collate()
 # %% nbgrader={"grade": false, "grade_id": "dataloader", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 class DataLoader:
-    """Batches of a dataset, in order or in a per-epoch shuffle fixed by (seed, epoch)."""
+    """Batches of a dataset, in order or in a per-epoch shuffle fixed by (seed, epoch).
+
+    >>> data = TensorDataset(np.arange(10.0), np.arange(10))
+    >>> [x.data.tolist() for x, y in DataLoader(data, batch_size=4)]
+    [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0], [8.0, 9.0]]
+    >>> loader = DataLoader(data, batch_size=4, shuffle=True, seed=0)
+    >>> len(loader), [len(x) for x, y in loader], loader.epoch
+    (3, [4, 4, 2], 1)
+    >>> loader.order(1).tolist() == loader.order(1).tolist()  # fixed by (seed, epoch)
+    True
+    >>> sorted(loader.order(1).tolist()) == list(range(10))  # each example once
+    True
+    """
 
     def __init__(self, dataset, batch_size=1, shuffle=False, drop_last=False, seed=None,
                  collate_fn=None):
@@ -823,7 +863,7 @@ def batching_report(n=8192, features=64, batch_size=256):
     w = np.ones((features, features), dtype=np.float32)
     start = time.perf_counter()
     for _ in range(50):
-        (xb @ Tensor(w).T).data
+        xb @ Tensor(w).T
     step = (time.perf_counter() - start) / 50
     print(f"  for scale: one {batch_size}x{features} @ {features}x{features} matmul takes "
           f"{step * 1e6:.1f} us")

@@ -189,6 +189,19 @@ def derivative(function_class):
     the gradient of the output; it returns one gradient (an array, or None for an input
     that needs none) per input, in order. Arrays may keep the output's broadcast shape:
     `backward` sums them down to each input's shape.
+
+    >>> class Sin(Function):
+    ...     @staticmethod
+    ...     def forward(a):
+    ...         return np.sin(a)
+    >>> @derivative(Sin)
+    ... def sin_backward(ctx, grad):
+    ...     (a,) = ctx.inputs
+    ...     return (grad * np.cos(a),)
+    >>> x = Tensor([0.0, np.pi], requires_grad=True)
+    >>> Sin.apply(x).sum().backward()
+    >>> x.grad
+    Tensor([ 1., -1.])
     """
     if not (isinstance(function_class, type) and issubclass(function_class, Function)):
         raise TypeError(
@@ -334,6 +347,35 @@ def float32_array(values):
 def random(*shape, seed=0):
     """A float64 array of standard normal numbers, the same on every run."""
     return np.random.default_rng(seed + len(shape)).standard_normal(shape)
+
+
+def check_unbroadcast_first(test):
+    """Fail `test` with a message about unbroadcast when it cannot sum broadcast gradients,
+    which `test` relies on: otherwise its ShapeError would blame an operation's rule."""
+    g = np.arange(24, dtype=np.float32).reshape(2, 4, 3)
+    sums = {  # input shape -> the gradient summed over the axes it was stretched along
+        (4, 3): g.sum(axis=0),
+        (3,): g.sum(axis=(0, 1)),
+        (4, 1): g.sum(axis=(0, 2)).reshape(4, 1),
+        (2, 1, 3): g.sum(axis=1).reshape(2, 1, 3),
+        (): g.sum(),
+    }
+    for shape, want in sums.items():
+        before = (f"{test} builds on your unbroadcast, which is wrong: unbroadcast(a "
+                  f"gradient of shape (2, 4, 3), {shape})")
+        after = ("Fix unbroadcast first (test_unit_unbroadcast shows the cases); the "
+                 "derivative rules are not at fault")
+        try:
+            got = unbroadcast(g, shape, "Mul")
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            raise AssertionError(
+                f"{before} raised {type(error).__name__}, though that gradient sums to "
+                f"{shape}. {after}") from error
+        assert np.shape(got) == shape and np.allclose(got, want), (
+            f"{before} returned shape {np.shape(got)}, expected {shape} with the values summed "
+            f"over the stretched axes. {after}")
 
 
 def numerical_gradient(op, arrays, i, weights, params, eps=1e-6):
@@ -488,7 +530,14 @@ def test_unit_unbroadcast():
     """Gradients are summed over stretched axes, and impossible shapes name the op."""
 
     def check_summed(g, shape, want, hint):
-        got = unbroadcast(g, shape)
+        try:
+            got = unbroadcast(g, shape)
+        except ShapeError as error:
+            raise AssertionError(
+                f"unbroadcast(grad of shape {g.shape}, {shape}) raised ShapeError, but that "
+                f"gradient does sum to {shape}: {hint}. Your summing reached another shape and "
+                "the check at its end blamed the rule; the mistake is in the summing"
+            ) from error
         assert isinstance(got, np.ndarray) and got.shape == shape, (
             f"unbroadcast(grad of shape {g.shape}, {shape}) returned shape "
             f"{np.shape(got)}, expected {shape}: {hint}"
@@ -972,7 +1021,16 @@ def backward(tensor, grad=None, retain_graph=False):
     """Accumulate d(tensor)/d(leaf), times `grad`, into `.grad` of every leaf behind `tensor`.
 
     `grad` defaults to 1 for a one-element tensor. The graph is freed afterwards unless
-    `retain_graph=True`.
+    `retain_graph=True`. `t.backward()` calls it.
+
+    >>> a, b = Tensor(2.0, requires_grad=True), Tensor(-3.0, requires_grad=True)
+    >>> backward((a * b + b) ** 2)
+    >>> a.grad, b.grad
+    (Tensor(54.), Tensor(-54.))
+    >>> x = Tensor([1.0, 2.0], requires_grad=True)
+    >>> backward(x * 3, grad=Tensor([1.0, 0.5]))  # not one element: grad is needed
+    >>> x.grad
+    Tensor([3. , 1.5])
     """
     ### BEGIN SOLUTION
     if not isinstance(tensor, Tensor):
@@ -1032,7 +1090,9 @@ def backward(tensor, grad=None, retain_graph=False):
 def test_unit_chain_rule():
     """L = (a*b + b)**2 at a=2, b=-3 gives dL/da = 54 and dL/db = -54."""
     mul = DERIVATIVES.get(Mul)
-    assert mul is None or np.allclose(mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0), (
+    assert mul is None or np.allclose(
+        mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0
+    ), (
         "this test builds on Mul's derivative rule, which is wrong (see "
         "test_unit_elementwise_rules): fix that rule first"
     )
@@ -1090,7 +1150,9 @@ test_unit_chain_rule()
 def test_unit_accumulation():
     """Reused nodes sum their gradients; leaf .grad accumulates across backward calls."""
     mul = DERIVATIVES.get(Mul)
-    assert mul is None or np.allclose(mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0), (
+    assert mul is None or np.allclose(
+        mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0
+    ), (
         "this test builds on Mul's derivative rule, which is wrong (see "
         "test_unit_elementwise_rules): fix that rule first"
     )
@@ -1144,10 +1206,13 @@ test_unit_accumulation()
 def test_unit_broadcast_backward():
     """A broadcast input's gradient is summed back to the input's own shape."""
     mul = DERIVATIVES.get(Mul)
-    assert mul is None or np.allclose(mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0), (
+    assert mul is None or np.allclose(
+        mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0
+    ), (
         "this test builds on Mul's derivative rule, which is wrong (see "
         "test_unit_elementwise_rules): fix that rule first"
     )
+    check_unbroadcast_first("test_unit_broadcast_backward")
     rng = np.random.default_rng(0)
 
     def check_broadcast(x_shape, bias_shape, col_shape, bias_axes, col_axes):
@@ -1195,7 +1260,9 @@ test_unit_broadcast_backward()
 def test_unit_deep_chain():
     """A chain of 10,000 operations differentiates without RecursionError."""
     mul = DERIVATIVES.get(Mul)
-    assert mul is None or np.allclose(mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0), (
+    assert mul is None or np.allclose(
+        mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0
+    ), (
         "this test builds on Mul's derivative rule, which is wrong (see "
         "test_unit_elementwise_rules): fix that rule first"
     )
@@ -1235,7 +1302,9 @@ test_unit_deep_chain()
 def test_unit_graph_freed():
     """After backward the records are emptied, unless retain_graph=True."""
     mul = DERIVATIVES.get(Mul)
-    assert mul is None or np.allclose(mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0), (
+    assert mul is None or np.allclose(
+        mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0
+    ), (
         "this test builds on Mul's derivative rule, which is wrong (see "
         "test_unit_elementwise_rules): fix that rule first"
     )
@@ -1309,7 +1378,9 @@ test_unit_graph_freed()
 def test_unit_backward_errors():
     """Every misuse gets an error that says what to do."""
     mul = DERIVATIVES.get(Mul)
-    assert mul is None or np.allclose(mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0), (
+    assert mul is None or np.allclose(
+        mul(record(Mul, [2.0], [3.0]), float32_array([1.0]))[0], 3.0
+    ), (
         "this test builds on Mul's derivative rule, which is wrong (see "
         "test_unit_elementwise_rules): fix that rule first"
     )
@@ -1418,11 +1489,12 @@ test_unit_backward_errors()
 # a.reshape(-1, k).T @ g2`. `grad_b` is then one `(k, B*T) @ (B*T, m)` product, the sum over
 # the batch done inside BLAS, instead of `B` products written into a `(B, k, m)` array that
 # `unbroadcast` sums afterwards (measured for `(12, 64, 128) @ (128, 384)`: 1.3 ms against
-# 1.6 ms on a busy machine, and no `(B, k, m)` temporary). One-dimensional inputs follow `np.matmul`'s rules: a vector `a` (k,) acts
-# as a (1, k) matrix and that axis is removed from the result (likewise (k,) -> (k, 1) for
-# `b`). Put the axis back into `grad` and the vector back into a matrix, apply the
-# formulas, and remove it again from the gradient. Backward costs two matrix products for
-# one in forward: training is about three times the arithmetic of inference.
+# 1.6 ms on a busy machine, and no `(B, k, m)` temporary). One-dimensional inputs follow
+# `np.matmul`'s rules: a vector `a` (k,) acts as a (1, k) matrix and that axis is removed
+# from the result (likewise (k,) -> (k, 1) for `b`). Put the axis back into `grad` and the
+# vector back into a matrix, apply the formulas, and remove it again from the gradient.
+# Backward costs two matrix products for one in forward: training is about three times the
+# arithmetic of inference.
 #
 # **Reshape, Transpose, Permute** move no numbers, only positions, so their rules move the
 # gradient back: reshape it to the input's shape, swap the same two axes, or apply the
@@ -1581,6 +1653,7 @@ def check_op(op, arrays, hint, differentiable=None, **params):
 # %% nbgrader={"grade": true, "grade_id": "test_unit_matmul_rule", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 def test_unit_matmul_rule():
     """MatMul's gradients for matrices, batches and vectors match finite differences."""
+    check_unbroadcast_first("test_unit_matmul_rule")
     hint = ("grad_a = grad @ b.T and grad_b = a.T @ grad (transpose the last two axes); for a "
             "vector input add the missing axis to grad first and remove it from the result")
     check_op(MatMul, [random(3, 4), random(4, 2, seed=1)], hint)
@@ -1955,13 +2028,34 @@ class _GradMode:
 
 
 class no_grad(_GradMode):
-    """`with no_grad():` (or `@no_grad()`): operations inside record nothing."""
+    """`with no_grad():` (or `@no_grad()`): operations inside record nothing.
+
+    >>> w = Tensor([1.0, 2.0], requires_grad=True)
+    >>> with no_grad():
+    ...     y = w * 2
+    >>> y.requires_grad, (w * 2).requires_grad
+    (False, True)
+    >>> @no_grad()
+    ... def predict(x):
+    ...     return w * x
+    >>> predict(3.0)
+    Tensor([3., 6.])
+    """
 
     enabled = False
 
 
 class enable_grad(_GradMode):
-    """`with enable_grad():` records again, e.g. inside a no_grad() block."""
+    """`with enable_grad():` records again, e.g. inside a no_grad() block.
+
+    >>> w = Tensor([1.0], requires_grad=True)
+    >>> with no_grad():
+    ...     with enable_grad():
+    ...         y = w * 2
+    ...     z = w * 2
+    >>> y.requires_grad, z.requires_grad
+    (True, False)
+    """
 
     enabled = True
 
@@ -2068,7 +2162,23 @@ test_unit_no_grad()
 # %% nbgrader={"grade": false, "grade_id": "gradcheck", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 class GradcheckError(AssertionError):
-    """An analytic gradient that disagrees with finite differences."""
+    """An analytic gradient that disagrees with finite differences.
+
+    >>> class Cube(Function):
+    ...     @staticmethod
+    ...     def forward(a):
+    ...         return a * a * a
+    >>> @derivative(Cube)
+    ... def cube_backward(ctx, grad):  # wrong on purpose: the factor 3 is missing
+    ...     (a,) = ctx.inputs
+    ...     return (grad * a * a,)
+    >>> x = Tensor([1.0, 2.0], dtype=np.float64, requires_grad=True)
+    >>> try:
+    ...     gradcheck(Cube.apply, [x])
+    ... except GradcheckError as error:
+    ...     print(str(error)[:85])  # the start of the message
+    gradcheck: input 0, element (1,): analytic gradient -0.52841945, numerical -1.5852584
+    """
 
 
 def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-4):
@@ -2076,6 +2186,11 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-4):
 
     `inputs` are float64 Tensors; those with requires_grad are checked. The output is
     reduced with fixed random weights, sum(w * fn(*inputs)), so no rule can pass by accident.
+
+    >>> x = Tensor([0.5, -1.0, 2.0], dtype=np.float64, requires_grad=True)
+    >>> y = Tensor([3.0, 1.0, 0.5], dtype=np.float64, requires_grad=True)
+    >>> gradcheck(lambda a, b: (a * b).exp() / b, [x, y])
+    True
     """
     ### BEGIN SOLUTION
     inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)

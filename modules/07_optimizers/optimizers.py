@@ -163,7 +163,29 @@ def check_steps(what, make, start, grads, wants, fix, dtype=np.float32, atol=1e-
 # %% nbgrader={"grade": false, "grade_id": "optimizer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 class Optimizer:
-    """Base class: holds the parameters, the learning rate and per-parameter state."""
+    """Base class: holds the parameters, the learning rate and per-parameter state.
+
+    Subclasses write `update`; here SGD shows what every optimizer shares:
+
+    >>> w = Tensor([1.0, -2.0], requires_grad=True)
+    >>> opt = SGD([w], lr=0.1)
+    >>> w.grad = Tensor([0.5, 0.5])
+    >>> opt.step()
+    >>> opt.steps, w
+    (1, Tensor([ 0.95, -2.05], requires_grad=True))
+    >>> opt.zero_grad()
+    >>> w.grad is None
+    True
+
+    Parameter groups, as in PyTorch: a group's own settings override the keyword ones.
+
+    >>> a, b = Tensor([1.0], requires_grad=True), Tensor([1.0], requires_grad=True)
+    >>> opt = SGD([{"params": [a]}, {"params": [b], "lr": 0.0}], lr=0.5)
+    >>> a.grad, b.grad = Tensor([1.0]), Tensor([1.0])
+    >>> opt.step()
+    >>> a.item(), b.item(), [group["lr"] for group in opt.param_groups]
+    (0.5, 1.0, [0.5, 0.0])
+    """
 
     # Names of the per-parameter state entries this optimizer keeps (for load_state_dict).
     state_names = ()
@@ -283,7 +305,7 @@ class Optimizer:
         specs = self.__dict__.get("_group_specs", ())
         if (self.__dict__.get("_groups") is None and name in self.__dict__
                 and any(name in settings for _, settings in specs)):
-            self.param_groups  # a second assignment (opt.lr = x): build the groups first
+            _ = self.param_groups  # a second assignment (opt.lr = x): build the groups first
         groups = self.__dict__.get("_groups")
         if groups is not None and name in groups[0] and name != "params":
             for group in groups:
@@ -301,12 +323,15 @@ class Optimizer:
         for g, group in enumerate(self.param_groups):
             for name, value in group.items():
                 if name != "params":
-                    out[f"group.{g}.{name}"] = np.asarray(value) if isinstance(value, tuple) else value
+                    value = np.asarray(value) if isinstance(value, tuple) else value
+                    out[f"group.{g}.{name}"] = value
         return out
 
     def load_state_dict(self, state_dict):
         """Restore what state_dict() returned; checks everything before changing anything."""
-        problems = [f"missing key {k!r}" for k in ("steps", "lr", "num_params") if k not in state_dict]
+        problems = [
+            f"missing key {k!r}" for k in ("steps", "lr", "num_params") if k not in state_dict
+        ]
         if not problems and int(state_dict["num_params"]) != len(self.params):
             problems.append(
                 f"the state was saved for {int(state_dict['num_params'])} parameters, this "
@@ -343,7 +368,9 @@ class Optimizer:
                 continue
             i, name = int(parts[1]), parts[2]
             if i >= len(self.params):
-                problems.append(f"{key!r} refers to parameter {i}, but there are {len(self.params)}")
+                problems.append(
+                    f"{key!r} refers to parameter {i}, but there are {len(self.params)}"
+                )
                 continue
             value = np.asarray(value)
             if value.ndim == 0 and np.issubdtype(value.dtype, np.integer):  # a step count
@@ -363,7 +390,8 @@ class Optimizer:
             )
         if problems:
             raise ValueError(
-                f"cannot load this state into {type(self).__name__}:\n  - " + "\n  - ".join(problems)
+                f"cannot load this state into {type(self).__name__}:\n  - "
+                + "\n  - ".join(problems)
             )
         self.steps = int(state_dict["steps"])
         self.lr = float(state_dict["lr"])  # a state saved without groups: lr for all
@@ -535,7 +563,20 @@ test_unit_optimizer_base()
 # %% nbgrader={"grade": false, "grade_id": "sgd", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 class SGD(Optimizer):
-    """Stochastic gradient descent, with optional momentum, Nesterov momentum and L2 decay."""
+    """Stochastic gradient descent, with optional momentum, Nesterov momentum and L2 decay.
+
+    >>> w = Tensor([1.0], requires_grad=True)
+    >>> opt = SGD([w], lr=0.1, momentum=0.9)
+    >>> opt
+    SGD(lr=0.1, momentum=0.9, weight_decay=0.0, nesterov=False, 1 parameters)
+    >>> for _ in range(3):  # the same gradient three times: the steps grow
+    ...     w.grad = Tensor([1.0])
+    ...     opt.step()
+    ...     print(round(w.item(), 4))
+    0.9
+    0.71
+    0.439
+    """
 
     state_names = ("momentum_buffer",)
 
@@ -681,7 +722,8 @@ test_unit_sgd_momentum()
 # (Kingma and Ba, 2014) gives each weight its own step size by keeping two running
 # averages per weight:
 #
-# $$m \leftarrow \beta_1 m + (1 - \beta_1) g \qquad\qquad v \leftarrow \beta_2 v + (1 - \beta_2) g^2$$
+# $$m \leftarrow \beta_1 m + (1 - \beta_1) g \qquad\qquad
+# v \leftarrow \beta_2 v + (1 - \beta_2) g^2$$
 #
 # `m` is a smoothed gradient (like momentum), `v` a smoothed squared gradient (its
 # scale). The step divides one by the square root of the other, so it is about `lr` in
@@ -710,7 +752,10 @@ test_unit_sgd_momentum()
 # | t | m | v | m_hat | v_hat | step | theta |
 # |---|---|---|-------|-------|------|-------|
 # | 1 | 0.2 | 0.004 | 2 | 4 | -0.1 * 2 / 2 = -0.1 | 0.9 |
-# | 2 | 0.08 | 0.004996 | 0.08 / 0.19 = 0.42105 | 0.004996 / 0.001999 = 2.49925 | -0.1 * 0.42105 / 1.58090 = -0.026634 | 0.873366 |
+# | 2 | 0.08 | 0.004996 | 0.42105 | 2.49925 | -0.026634 | 0.873366 |
+#
+# Step 2 in full: `m_hat = 0.08 / 0.19 = 0.42105`, `v_hat = 0.004996 / 0.001999 = 2.49925`,
+# and the step is `-0.1 * 0.42105 / 1.58090 = -0.026634` (`1.58090` is `sqrt(v_hat)`).
 #
 # Look at step 2: the gradient turned negative, yet theta kept *decreasing*. `m` still
 # remembers the first, larger positive gradient (`0.9 * 0.2 - 0.1 * 1 = 0.08 > 0`), and the
@@ -727,7 +772,15 @@ test_unit_sgd_momentum()
 # %% nbgrader={"grade": false, "grade_id": "adam", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 class Adam(Optimizer):
-    """Adam: per-weight steps from running averages of the gradient and its square."""
+    """Adam: per-weight steps from running averages of the gradient and its square.
+
+    >>> w = Tensor([1.0, 1.0], requires_grad=True)
+    >>> opt = Adam([w], lr=0.1)
+    >>> w.grad = Tensor([1000.0, 0.001])  # gradients a million times apart
+    >>> opt.step()
+    >>> w  # the first step moves every weight by about lr
+    Tensor([0.9, 0.9], requires_grad=True)
+    """
 
     state_names = ("step", "exp_avg", "exp_avg_sq")
 
@@ -886,7 +939,15 @@ test_unit_adam()
 # %% nbgrader={"grade": false, "grade_id": "adamw", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 class AdamW(Adam):
-    """Adam with decoupled weight decay: shrink the weights, then take an Adam step."""
+    """Adam with decoupled weight decay: shrink the weights, then take an Adam step.
+
+    >>> w = Tensor([1.0, -3.0], requires_grad=True)
+    >>> opt = AdamW([w], lr=0.1, weight_decay=0.2)
+    >>> w.grad = Tensor([0.0, 0.0])  # no gradient: only the decay, times 1 - lr * wd
+    >>> opt.step()
+    >>> w
+    Tensor([ 0.98, -2.94], requires_grad=True)
+    """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
         super().__init__(params, lr, betas, eps, weight_decay)
@@ -1049,7 +1110,8 @@ test_unit_optimizer_state()
 # length of the whole gradient vector (all parameters' gradients seen as one long vector):
 #
 # $$\text{total} = \sqrt{\textstyle\sum_p \lVert g_p \rVert^2}, \qquad
-# \text{if total} > \text{max\_norm}: \; g_p \leftarrow g_p \cdot \frac{\text{max\_norm}}{\text{total} + 10^{-6}}$$
+# \text{if total} > \text{max\_norm}: \;
+# g_p \leftarrow g_p \cdot \frac{\text{max\_norm}}{\text{total} + 10^{-6}}$$
 #
 # Scaling every gradient by the same factor keeps the **direction** of the update and only
 # shortens it. (Clipping each element to `[-c, c]` instead would change the direction.)
@@ -1069,6 +1131,13 @@ def clip_grad_norm_(params, max_norm):
 
     Returns the global norm before clipping, as a float. Parameters whose grad is None
     are ignored.
+
+    >>> a, b = Tensor([3.0], requires_grad=True), Tensor([4.0], requires_grad=True)
+    >>> a.grad, b.grad = Tensor([3.0]), Tensor([4.0])
+    >>> clip_grad_norm_([a, b], max_norm=1.0)
+    5.0
+    >>> a.grad, b.grad
+    (Tensor([0.6]), Tensor([0.8]))
     """
     if isinstance(params, Tensor):
         params = [params]
@@ -1105,7 +1174,8 @@ def test_unit_clip_grad_norm():
            "square root" if isinstance(total, float) and abs(total - 17) < 1e-4 else
            "Return the norm before clipping, as a float")
     )
-    assert np.allclose(a.grad.data, [1.5, 2.0], rtol=1e-5) and np.allclose(b.grad.data, [6.0], rtol=1e-5), (
+    assert (np.allclose(a.grad.data, [1.5, 2.0], rtol=1e-5)
+            and np.allclose(b.grad.data, [6.0], rtol=1e-5)), (
         f"with max_norm 6.5 every gradient is halved: expected [1.5, 2] and [6], got "
         f"{a.grad.data} and {b.grad.data}. Scale all of them by max_norm / (total + 1e-6)"
     )
@@ -1186,7 +1256,8 @@ def rosenbrock_race(steps=1000):
                 p.grad = Tensor(grad(*p.data), dtype=np.float64)
                 opt.step()
         x, y = p.data
-        print(f"{name:26s} -> ({x:+.4f}, {y:+.4f})   distance to (1, 1) = {np.hypot(x - 1, y - 1):.4f}")
+        print(f"{name:26s} -> ({x:+.4f}, {y:+.4f})   "
+              f"distance to (1, 1) = {np.hypot(x - 1, y - 1):.4f}")
 
 
 rosenbrock_race()
@@ -1223,8 +1294,9 @@ def gpt_like_parameters(layers=4, width=128, vocab=65, context=64, seed=0):
     rng = np.random.default_rng(seed)
     shapes = [(vocab, width), (context, width)]
     for _ in range(layers):
-        shapes += [(width,), (width,), (3 * width, width), (3 * width,), (width, width), (width,),
-                   (width,), (width,), (4 * width, width), (4 * width,), (width, 4 * width), (width,)]
+        shapes += [(width,), (width,), (3 * width, width), (3 * width,), (width, width),
+                   (width,), (width,), (width,), (4 * width, width), (4 * width,),
+                   (width, 4 * width), (width,)]
     shapes += [(width,), (width,)]
     params = [Tensor(rng.standard_normal(s).astype(np.float32) * 0.02) for s in shapes]
     for p in params:
@@ -1236,7 +1308,8 @@ def optimizer_cost_report(repeats=5):
     params = gpt_like_parameters()
     count = sum(p.size for p in params)
     param_bytes = sum(p.data.nbytes for p in params)
-    print(f"parameters: {len(params)} tensors, {count:,} weights, {param_bytes / 2**20:.2f} MiB (float32)")
+    print(f"parameters: {len(params)} tensors, {count:,} weights, "
+          f"{param_bytes / 2**20:.2f} MiB (float32)")
     for name, make in [
         ("SGD", lambda ps: SGD(ps, lr=0.01)),
         ("SGD momentum", lambda ps: SGD(ps, lr=0.01, momentum=0.9)),
@@ -1245,7 +1318,9 @@ def optimizer_cost_report(repeats=5):
     ]:
         opt = make(params)
         opt.step()  # allocates the state
-        state_bytes = sum(v.nbytes for s in opt.state for v in s.values() if isinstance(v, np.ndarray))
+        state_bytes = sum(
+            v.nbytes for s in opt.state for v in s.values() if isinstance(v, np.ndarray)
+        )
         start = time.perf_counter()
         for _ in range(repeats):
             opt.step()
@@ -1255,7 +1330,8 @@ def optimizer_cost_report(repeats=5):
               f"{count / seconds / 1e6:7.1f} M weights/s")
     # What bandwidth does Adam reach? About 7 arrays of float32 move per step.
     moved = 7 * param_bytes
-    print(f"Adam moves ~{moved / 2**20:.1f} MiB per step: ~{moved / seconds / 1e9:.1f} GB/s effective")
+    print(f"Adam moves ~{moved / 2**20:.1f} MiB per step: "
+          f"~{moved / seconds / 1e9:.1f} GB/s effective")
 
 
 optimizer_cost_report()

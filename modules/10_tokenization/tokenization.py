@@ -166,7 +166,18 @@ FILE_VERSION = 1
 
 
 class TokenizerFileError(ValueError):
-    """A file that cannot be loaded as a tokenizer; the message says why and what to do."""
+    """A file that cannot be loaded as a tokenizer; the message says why and what to do.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = Path(folder) / "notes.json"
+    ...     _ = path.write_text('{"notes": []}')
+    ...     try:
+    ...         Tokenizer.load(path)
+    ...     except TokenizerFileError as error:
+    ...         print(str(error).replace(folder, "TMP").split(": it")[0])
+    TMP/notes.json is JSON but not a TinyTorch tokenizer file
+    """
 
 
 def _require_text(text):
@@ -176,7 +187,16 @@ def _require_text(text):
 
 
 class Tokenizer:
-    """Text <-> list of integer ids. Subclasses write `encode_ordinary` and `decode`."""
+    """Text <-> list of integer ids. Subclasses write `encode_ordinary` and `decode`.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = Path(folder) / "chars.json"
+    ...     CharTokenizer.train("hello world").save(path)
+    ...     tokenizer = Tokenizer.load(path)  # the file names the class
+    >>> tokenizer, tokenizer.encode("hello")
+    (CharTokenizer(vocab_size=8), [3, 2, 4, 4, 5])
+    """
 
     kind = ""  # the "type" field of a saved file: "char", "bpe"
     _kinds = {}  # kind -> subclass, filled as subclasses are defined; `load` reads it
@@ -329,7 +349,7 @@ def test_unit_tokenizer_file_errors():
             "unknown.json": "check data['type'] against the known kinds, and name it",
             "model.pkl": "catch UnicodeDecodeError / json.JSONDecodeError and say it is not JSON",
         }
-        for name, (text, clue) in cases.items():
+        for name, (text, _clue) in cases.items():
             (folder / name).write_text(text, encoding="utf-8")
         (folder / "model.pkl").write_bytes(pickle.dumps({"not": "json"}))
         cases["model.pkl"] = (None, "JSON")
@@ -429,7 +449,16 @@ test_unit_tokenizer_file_errors()
 # %% nbgrader={"grade": false, "grade_id": "char-tokenizer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 class CharTokenizer(Tokenizer):
-    """One id per character: the distinct characters of a corpus, sorted by code point."""
+    """One id per character: the distinct characters of a corpus, sorted by code point.
+
+    >>> text = "hello world<|end|>"
+    >>> tokenizer = CharTokenizer.train(text, special_tokens=["<|end|>"])
+    >>> tokenizer.chars, tokenizer.vocab_size
+    ([' ', 'd', 'e', 'h', 'l', 'o', 'r', 'w'], 9)
+    >>> ids = tokenizer.encode("low<|end|>")
+    >>> ids, tokenizer.decode(ids)
+    ([4, 5, 7, 8], 'low<|end|>')
+    """
 
     kind = "char"
 
@@ -716,7 +745,11 @@ else:
 # %% nbgrader={"grade": false, "grade_id": "split-on-special", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 def split_on_special(text, special_tokens):
-    """[(piece, is_special), ...]: text cut around whole special tokens, longest first."""
+    """[(piece, is_special), ...]: text cut around whole special tokens, longest first.
+
+    >>> split_on_special("hi<|end|>there<|end|>", {"<|end|>": 256})
+    [('hi', False), ('<|end|>', True), ('there', False), ('<|end|>', True)]
+    """
     ### BEGIN SOLUTION
     if not special_tokens:
         return [(text, False)] if text else []
@@ -860,7 +893,13 @@ test_unit_special_tokens_char()
 # %% nbgrader={"grade": false, "grade_id": "pairs", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 def get_pair_counts(ids, counts=None, weight=1):
-    """Add `weight` to counts[(a, b)] for every adjacent pair (a, b) of `ids`."""
+    """Add `weight` to counts[(a, b)] for every adjacent pair (a, b) of `ids`.
+
+    >>> get_pair_counts([1, 2, 3, 1, 2])
+    {(1, 2): 2, (2, 3): 1, (3, 1): 1}
+    >>> get_pair_counts([1, 2], {(1, 2): 3}, weight=10)  # adds to counts it is given
+    {(1, 2): 13}
+    """
     counts = {} if counts is None else counts
     ### BEGIN SOLUTION
     for pair in zip(ids, ids[1:]):
@@ -870,7 +909,13 @@ def get_pair_counts(ids, counts=None, weight=1):
 
 
 def merge_pair(ids, pair, new_id):
-    """A new list: `ids` with each occurrence of `pair`, left to right, replaced by `new_id`."""
+    """A new list: `ids` with each occurrence of `pair`, left to right, replaced by `new_id`.
+
+    >>> merge_pair([1, 2, 3, 1, 2, 2], (1, 2), 256)
+    [256, 3, 256, 2]
+    >>> merge_pair([7, 7, 7], (7, 7), 300)  # left to right: the third 7 has no partner
+    [300, 7]
+    """
     ### BEGIN SOLUTION
     first, second = pair
     out = []
@@ -889,7 +934,7 @@ def merge_pair(ids, pair, new_id):
 # %% nbgrader={"grade": true, "grade_id": "test_unit_pairs", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 def test_unit_pairs():
     """Pair counts and merges of the hand-worked 'aaabdaaabac' table."""
-    ids = list("aaabdaaabac".encode("utf-8"))
+    ids = list(b"aaabdaaabac")
     counts = get_pair_counts(ids)
     want = {(97, 97): 4, (97, 98): 2, (98, 100): 1, (100, 97): 1, (98, 97): 1, (97, 99): 1}
     assert counts == want, (
@@ -996,7 +1041,11 @@ def _char_class(ch):
 
 
 def split_words(text):
-    """Runs of letters, digits, whitespace or other symbols; a space joins the next word."""
+    """Runs of letters, digits, whitespace or other symbols; a space joins the next word.
+
+    >>> split_words("Hello, world! 42 times")
+    ['Hello', ',', ' world', '!', ' 42', ' times']
+    """
     ### BEGIN SOLUTION
     runs = []
     start, previous = 0, None
@@ -1135,7 +1184,15 @@ test_unit_split_words()
 # %% nbgrader={"grade": false, "grade_id": "bpe-tokenizer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 class BPETokenizer(Tokenizer):
-    """Byte-level byte-pair encoding: 256 byte ids, learned merges, then special tokens."""
+    """Byte-level byte-pair encoding: 256 byte ids, learned merges, then special tokens.
+
+    >>> tokenizer = BPETokenizer.train("low lower lowest " * 10, vocab_size=260)
+    >>> tokenizer.merges
+    {(108, 111): 256, (256, 119): 257, (32, 257): 258, (258, 101): 259}
+    >>> ids = tokenizer.encode("slower")
+    >>> ids, tokenizer.decode(ids), tokenizer.vocab[259]
+    ([115, 257, 101, 114], 'slower', b' lowe')
+    """
 
     kind = "bpe"
     cache_limit = 100_000  # words kept in the encode cache
@@ -1443,7 +1500,7 @@ def test_unit_bpe_roundtrip():
         )
 
     check_round_trip(corpus, 300, "the rat")
-    half = list("😀".encode("utf-8"))[:2]
+    half = list("😀".encode())[:2]
     try:
         got = tok.decode(half)
     except UnicodeDecodeError:
@@ -1707,7 +1764,12 @@ print("tokens:", [bpe.decode([i]) for i in bpe.encode("First Citizen:\nBefore we
 # %% nbgrader={"grade": false, "grade_id": "bytes-to-unicode", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 def bytes_to_unicode():
-    """{byte: character}: GPT-2's table that gives each of the 256 bytes a printable character."""
+    """{byte: character}: GPT-2's table that gives each of the 256 bytes a printable character.
+
+    >>> table = bytes_to_unicode()
+    >>> len(table), table[ord("a")], table[ord(" ")], table[10]  # 10: newline
+    (256, 'a', 'Ġ', 'Ċ')
+    """
     ### BEGIN SOLUTION
     printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
                  + list(range(ord("®"), ord("ÿ") + 1)))
@@ -1888,7 +1950,14 @@ def _template(spec, path):
 
 def split_pieces(text, pattern, behavior="Isolated"):
     """Cut text at the pattern's matches: matches and the text between them, in order
-    (with "Removed", the matches are dropped)."""
+    (with "Removed", the matches are dropped).
+
+    >>> pattern = regex.compile(GPT2_SPLIT_PATTERN)
+    >>> split_pieces("I'm here  in 2024!", pattern)
+    ['I', "'m", ' here', ' ', ' in', ' 2024', '!']
+    >>> split_pieces("a-b-c", regex.compile("-"), behavior="Removed")
+    ['a', 'b', 'c']
+    """
     pieces, last = [], 0
     for match in pattern.finditer(text):
         start, end = match.span()
@@ -1957,7 +2026,21 @@ def _is_space(ch):
 #| export
 class ByteLevelBPETokenizer(Tokenizer):
     """A Hugging Face byte-level BPE tokenizer (GPT-2, Qwen2, Llama 3) from its tokenizer.json;
-    encodes and decodes as the `tokenizers` package does."""
+    encodes and decodes as the `tokenizers` package does.
+
+    >>> vocab = {"h": 0, "i": 1, "Ġ": 2, "hi": 3, "<eos>": 4}
+    >>> data = {"model": {"type": "BPE", "vocab": vocab, "merges": ["h i"]},
+    ...         "added_tokens": [{"id": 4, "content": "<eos>", "special": True}],
+    ...         "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False},
+    ...         "decoder": {"type": "ByteLevel"}}
+    >>> tokenizer = ByteLevelBPETokenizer(data)
+    >>> tokenizer.pre_tokenize("hi hi"), tokenizer.encode("hi hi<eos>")
+    (['hi', 'Ġhi'], [3, 2, 3, 4])
+    >>> tokenizer.decode([3, 2, 3, 4])  # special tokens skipped
+    'hi hi'
+    >>> tokenizer.decode([3, 4], skip_special_tokens=False)
+    'hi<eos>'
+    """
 
     kind = "hf-bytelevel-bpe"
     cache_limit = 100_000
@@ -2143,7 +2226,18 @@ class ByteLevelBPETokenizer(Tokenizer):
 
 
 def load_hf_tokenizer(path):
-    """A Hugging Face byte-level BPE tokenizer from tokenizer.json (a file, or its folder)."""
+    """A Hugging Face byte-level BPE tokenizer from tokenizer.json (a file, or its folder).
+
+    >>> import tempfile
+    >>> model = {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}
+    >>> data = {"model": model, "pre_tokenizer": {"type": "ByteLevel"},
+    ...         "decoder": {"type": "ByteLevel"}}
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     _ = (Path(folder) / "tokenizer.json").write_text(json.dumps(data))
+    ...     tokenizer = load_hf_tokenizer(folder)  # the folder, or the file in it
+    >>> tokenizer.encode("abba"), tokenizer.vocab_size
+    ([2, 1, 0], 3)
+    """
     return ByteLevelBPETokenizer.from_hf_json(path)
 
 

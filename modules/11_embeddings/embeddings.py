@@ -93,7 +93,7 @@ from tinytorch.core.layers import Module, Parameter
 from tinytorch.core.tensor import Function, ShapeError, Tensor, default_generator
 
 # %% nbgrader={"grade": false, "grade_id": "lesson-imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
-from tinytorch.core.autograd import gradcheck, no_grad
+from tinytorch.core.autograd import gradcheck
 from tinytorch.core.tensor import expect_error, explain, float64_inputs  # module 01's helpers
 
 # %% [markdown]
@@ -339,7 +339,21 @@ def _as_indices(indices, num_embeddings, who="Embedding"):
 
 
 def embedding(indices, weight):
-    """weight[indices] for integer ids of any shape: (..., D), differentiable in weight."""
+    """weight[indices] for integer ids of any shape: (..., D), differentiable in weight.
+
+    >>> weight = Tensor([[0.0, 0.0], [1.0, 10.0], [2.0, 20.0]], requires_grad=True)
+    >>> out = embedding(np.array([[2, 1], [1, 1]]), weight)
+    >>> out.shape
+    (2, 2, 2)
+    >>> out[0]
+    Tensor([[ 2., 20.],
+            [ 1., 10.]], requires_grad=True)
+    >>> out.sum().backward()
+    >>> weight.grad  # row 1 was looked up three times
+    Tensor([[0., 0.],
+            [3., 3.],
+            [1., 1.]])
+    """
     ### BEGIN SOLUTION
     ids = _as_indices(indices, weight.shape[0], "embedding")
     return EmbeddingFunction.apply(weight, indices=ids)
@@ -347,7 +361,22 @@ def embedding(indices, weight):
 
 
 class Embedding(Module):
-    """A (num_embeddings, embedding_dim) table of learned rows, looked up by integer id."""
+    """A (num_embeddings, embedding_dim) table of learned rows, looked up by integer id.
+
+    >>> from tinytorch.core.tensor import manual_seed
+    >>> manual_seed(0)
+    >>> emb = Embedding(10, 4, padding_idx=0)
+    >>> emb, emb.weight.shape, emb.weight.dtype
+    (Embedding(10, 4, padding_idx=0), (10, 4), dtype('float32'))
+    >>> emb(np.array([[3, 0, 7]])).shape  # (batch, tokens) ids -> (batch, tokens, dim)
+    (1, 3, 4)
+    >>> emb(np.array([0]))  # the padding row starts at zero
+    Tensor([[0., 0., 0., 0.]], requires_grad=True)
+    >>> emb.as_linear(Tensor(np.ones((2, 4)))).shape  # scores against every row
+    (2, 10)
+    >>> Embedding.from_pretrained(Tensor(np.eye(3, dtype=np.float32)))(np.array([1]))
+    Tensor([[0., 1., 0.]], requires_grad=True)
+    """
 
     def __init__(self, num_embeddings, embedding_dim, padding_idx=None):
         super().__init__()
@@ -717,7 +746,16 @@ test_unit_embedding_as_linear()
 # %% nbgrader={"grade": false, "grade_id": "positional-embedding", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 class PositionalEmbedding(Module):
-    """Learned positions: a (max_len, embedding_dim) table whose rows 0..T-1 are returned."""
+    """Learned positions: a (max_len, embedding_dim) table whose rows 0..T-1 are returned.
+
+    >>> from tinytorch.core.tensor import manual_seed
+    >>> manual_seed(0)
+    >>> positions = PositionalEmbedding(16, 8)
+    >>> positions(5).shape, positions(3, offset=13).shape  # rows 0..4, then 13..15
+    ((5, 8), (3, 8))
+    >>> bool((positions(1, offset=2).data == positions.weight.data[2]).all())
+    True
+    """
 
     def __init__(self, max_len, embedding_dim):
         super().__init__()
@@ -879,7 +917,16 @@ test_unit_positional_embedding()
 # %% nbgrader={"grade": false, "grade_id": "sinusoidal", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 def sinusoidal_encoding(max_len, dim, base=10000.0):
-    """PE[pos, 2i] = sin(pos / base**(2i/dim)), PE[pos, 2i+1] = cos(same); float32."""
+    """PE[pos, 2i] = sin(pos / base**(2i/dim)), PE[pos, 2i+1] = cos(same); float32.
+
+    >>> table = sinusoidal_encoding(4, 6)
+    >>> table.shape, table.dtype
+    ((4, 6), dtype('float32'))
+    >>> table[0].tolist()  # position 0: sin 0 = 0, cos 0 = 1
+    [0.0, 1.0, 0.0, 1.0, 0.0, 1.0]
+    >>> table[1, :2].round(4)  # position 1, the fastest pair: sin 1, cos 1
+    array([0.8415, 0.5403], dtype=float32)
+    """
     ### BEGIN SOLUTION
     position = np.arange(max_len, dtype=np.float64)[:, None]
     frequencies = 1.0 / base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
@@ -892,7 +939,14 @@ def sinusoidal_encoding(max_len, dim, base=10000.0):
 
 
 class SinusoidalPositionalEncoding(Module):
-    """Fixed sinusoidal positions (Vaswani et al.): no parameters, forward(seq_len, offset)."""
+    """Fixed sinusoidal positions (Vaswani et al.): no parameters, forward(seq_len, offset).
+
+    >>> pe = SinusoidalPositionalEncoding(max_len=32, dim=8)
+    >>> pe, list(pe.parameters())  # fixed: nothing to learn
+    (SinusoidalPositionalEncoding(32, 8), [])
+    >>> pe(4).shape, bool((pe(1, offset=3).data == pe.table[3]).all())
+    ((4, 8), True)
+    """
 
     def __init__(self, max_len, dim, base=10000.0):
         super().__init__()
@@ -1073,7 +1127,13 @@ test_unit_sinusoidal()
 # %% nbgrader={"grade": false, "grade_id": "rotary", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 def rotate_half(x):
-    """[x1 | x2] -> [-x2 | x1] on the last axis of an ndarray (Llama/Qwen's RoPE pairing)."""
+    """[x1 | x2] -> [-x2 | x1] on the last axis of an ndarray (Llama/Qwen's RoPE pairing).
+
+    >>> rotate_half(np.array([1.0, 2.0, 3.0, 4.0], dtype=np.float32))
+    array([-3., -4.,  1.,  2.], dtype=float32)
+    >>> rotate_half(np.arange(12.0).reshape(2, 3, 2))[1, 2].tolist()
+    [-11.0, 10.0]
+    """
     ### BEGIN SOLUTION
     if isinstance(x, Tensor):
         raise TypeError(
@@ -1093,7 +1153,15 @@ def rotate_half(x):
 
 def rope_frequencies(head_dim, base=10000.0, scaling=None):
     """The head_dim/2 angles per position theta_i = base**(-2i/head_dim), float64; with
-    Llama 3's rescaled bands when `scaling` is its dict (rope_type "llama3")."""
+    Llama 3's rescaled bands when `scaling` is its dict (rope_type "llama3").
+
+    >>> rope_frequencies(8).tolist()  # theta_i = 10000**(-2i/8)
+    [1.0, 0.1, 0.01, 0.001]
+    >>> llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+    ...           "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+    >>> rope_frequencies(8, scaling=llama3).round(6).tolist()  # slow bands / 8
+    [1.0, 0.013042, 0.00125, 0.000125]
+    """
     ### BEGIN SOLUTION
     exponents = np.arange(0, head_dim, 2, dtype=np.float64) / head_dim
     inv_freq = 1.0 / base**exponents  # theta_i, (d/2,)
@@ -1111,7 +1179,21 @@ def rope_frequencies(head_dim, base=10000.0, scaling=None):
 
 
 class RotaryEmbedding(Module):
-    """RoPE tables for heads of size head_dim: cos/sin of pos * theta_i, float32."""
+    """RoPE tables for heads of size head_dim: cos/sin of pos * theta_i, float32.
+
+    >>> rope = RotaryEmbedding(head_dim=4, max_len=16)
+    >>> rope
+    RotaryEmbedding(head_dim=4, max_len=16, base=10000)
+    >>> cos, sin = rope.cos_sin(3)  # positions 0, 1, 2
+    >>> cos.shape, cos.dtype, cos[0].tolist(), sin[0].tolist()
+    ((3, 4), dtype('float32'), [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0])
+    >>> x = Tensor(np.ones((1, 2, 3, 4), dtype=np.float32))  # (B, heads, T, head_dim)
+    >>> y = rope(x)
+    >>> y.shape, bool((y.data[:, :, 0] == 1).all())  # position 0 is not rotated
+    ((1, 2, 3, 4), True)
+    >>> rope.cos_sin(2, offset=np.array([0, 5]))[0].shape  # one offset per sequence
+    (2, 1, 2, 4)
+    """
 
     def __init__(self, head_dim, max_len=2048, base=10000.0, scaling=None):
         super().__init__()
@@ -1200,7 +1282,16 @@ def rotary_backward(ctx, grad):
 #| export
 def apply_rotary(x, cos, sin):
     """RoPE, x * cos + rotate_half(x) * sin, for x (..., T, d), cos and sin (T, d) or
-    (B, 1, T, d)."""
+    (B, 1, T, d).
+
+    >>> rope = RotaryEmbedding(head_dim=2, max_len=8)
+    >>> cos, sin = rope.cos_sin(3)
+    >>> x = Tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]])  # one pair, positions 0-2
+    >>> apply_rotary(x, cos, sin)  # rotated by 0, 1 and 2 radians: (cos p, sin p)
+    Tensor([[ 1.    ,  0.    ],
+            [ 0.5403,  0.8415],
+            [-0.4161,  0.9093]])
+    """
     if not isinstance(x, Tensor):
         x = Tensor(x)
     cos = cos.data if isinstance(cos, Tensor) else np.asarray(cos)

@@ -29,7 +29,8 @@
 # A softmax turns each row of scores into weights that sum to 1, and position `i`'s output
 # is the weighted average of the values:
 #
-# $$\operatorname{Attention}(Q, K, V) = \operatorname{softmax}\!\left(\frac{Q K^\top}{\sqrt{D}}\right) V$$
+# $$\operatorname{Attention}(Q, K, V) =
+# \operatorname{softmax}\!\left(\frac{Q K^\top}{\sqrt{D}}\right) V$$
 #
 # This module builds that formula twice: once from the operations you already have
 # (matmul, softmax, masking by addition), and once as **one fused operation** with its own
@@ -194,7 +195,16 @@ scale_demo()
 # %% nbgrader={"grade": false, "grade_id": "masks", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 def causal_mask(T, S=None):
-    """(T, S) bool, True where query i may see key j: j <= i + S - T (aligned to the end)."""
+    """(T, S) bool, True where query i may see key j: j <= i + S - T (aligned to the end).
+
+    >>> causal_mask(3)
+    array([[ True, False, False],
+           [ True,  True, False],
+           [ True,  True,  True]])
+    >>> causal_mask(2, 4)  # 2 new queries after 2 cached keys: aligned to the end
+    array([[ True,  True,  True, False],
+           [ True,  True,  True,  True]])
+    """
     ### BEGIN SOLUTION
     S = T if S is None else S
     if T > S:
@@ -423,7 +433,15 @@ def _as_tensor(x):
 # %% nbgrader={"grade": false, "grade_id": "composed", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
 def attention_composed(q, k, v, mask=None, is_causal=False, dropout_p=0.0):
-    """softmax(q @ k^T / sqrt(D) + mask) @ v from Tensor ops: the twin of the fused op."""
+    """softmax(q @ k^T / sqrt(D) + mask) @ v from Tensor ops: the twin of the fused op.
+
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = (Tensor(rng.standard_normal((1, 2, 3, 4))) for _ in range(3))
+    >>> composed = attention_composed(q, k, v, is_causal=True)
+    >>> fused = scaled_dot_product_attention(q, k, v, is_causal=True)
+    >>> composed.shape, bool(np.allclose(composed.data, fused.data, atol=1e-6))
+    ((1, 2, 3, 4), True)
+    """
     q, k, v = _as_tensor(q), _as_tensor(k), _as_tensor(v)
     scores_shape = _check_qkv(q, k, v)
     keep = _keep_mask(mask, is_causal, scores_shape)
@@ -706,6 +724,16 @@ def scaled_dot_product_attention(q, k, v, mask=None, is_causal=False, dropout_p=
 
     mask: bool, broadcastable to (B, H, T, S), True = may attend. is_causal: query i sees keys
     j <= i + S - T. Fully masked rows give zeros. dropout_p: attention dropout, applied when > 0.
+
+    >>> q = k = Tensor(np.zeros((1, 1, 3, 2)))  # equal scores: equal weights
+    >>> v = Tensor([[[[0.0], [3.0], [6.0]]]])  # (B, H, S, Dv) = (1, 1, 3, 1)
+    >>> scaled_dot_product_attention(q, k, v).data.ravel().tolist()
+    [3.0, 3.0, 3.0]
+    >>> scaled_dot_product_attention(q, k, v, is_causal=True).data.ravel().tolist()
+    [0.0, 1.5, 3.0]
+    >>> hide_first = np.array([False, True, True])  # (S,): no query sees key 0
+    >>> scaled_dot_product_attention(q, k, v, mask=hide_first).data.ravel().tolist()
+    [4.5, 4.5, 4.5]
     """
     q, k, v = _as_tensor(q), _as_tensor(k), _as_tensor(v)
     scores_shape = _check_qkv(q, k, v)
@@ -716,7 +744,14 @@ def scaled_dot_product_attention(q, k, v, mask=None, is_causal=False, dropout_p=
 
 
 def attention_weights(q, k, mask=None, is_causal=False):
-    """The (B, H, T, S) attention weights as a NumPy array (no gradient), rows summing to 1."""
+    """The (B, H, T, S) attention weights as a NumPy array (no gradient), rows summing to 1.
+
+    >>> q = k = Tensor(np.zeros((1, 1, 3, 2)))
+    >>> attention_weights(q, k, is_causal=True)[0, 0].round(3)
+    array([[1.   , 0.   , 0.   ],
+           [0.5  , 0.5  , 0.   ],
+           [0.333, 0.333, 0.333]], dtype=float32)
+    """
     q, k = _as_tensor(q), _as_tensor(k)
     scores_shape = _check_qkv(q, k, k)
     return _attention_probs(q.data, k.data, _keep_mask(mask, is_causal, scores_shape))
@@ -825,10 +860,11 @@ def test_unit_attention_function():
             mask = causal_mask(3, 4) if kwargs.get("is_causal") else kwargs.get("mask")
             culprit = "fix the fused forward (or attention_composed, its twin)"
             if mask is None or np.ndim(mask) == 2:
-                ref = reference_attention(*(t.data for t in random_qkv(H=2, T=3, S=4, seed=3)), mask)
+                plain = (t.data for t in random_qkv(H=2, T=3, S=4, seed=3))
+                ref = reference_attention(*plain, mask)
                 if np.allclose(out.data, ref, atol=1e-5):
-                    culprit = ("the fused op matches the loop reference, so your attention_composed "
-                               "is wrong: see test_unit_attention_composed")
+                    culprit = ("the fused op matches the loop reference, so your "
+                               "attention_composed is wrong: see test_unit_attention_composed")
             raise AssertionError(
                 f"fused attention ({kwargs or 'no mask'}) differs from the composed twin in "
                 f"forward: out[0, 0, 0] is {np.round(out.data[0, 0, 0], 4)}, the twin gives "
@@ -1033,7 +1069,30 @@ def _positive_int(value, label, owner):
 
 
 class MultiHeadAttention(Module):
-    """Self-attention with num_heads heads: fused qkv projection, attention, output projection."""
+    """Self-attention with num_heads heads: fused qkv projection, attention, output projection.
+
+    >>> from tinytorch.core.tensor import manual_seed
+    >>> manual_seed(0)
+    >>> attn = MultiHeadAttention(embed_dim=8, num_heads=2)
+    >>> print(attn)
+    MultiHeadAttention(
+      embed_dim=8, num_heads=2, dropout=0.0
+      (qkv): Linear(in_features=8, out_features=24, bias=True)
+      (proj): Linear(in_features=8, out_features=8, bias=True)
+      (resid_dropout): Dropout(p=0.0)
+    )
+    >>> attn.head_dim, attn.qkv.weight.shape
+    (4, (24, 8))
+    >>> x = Tensor(np.random.default_rng(0).standard_normal((2, 5, 8)))
+    >>> y = attn(x, is_causal=True)
+    >>> y.shape, y.dtype
+    ((2, 5, 8), dtype('float32'))
+    >>> edited = x.data.copy()
+    >>> edited[:, 4] = 0  # change the last token: the outputs before it stay the same
+    >>> z = attn(Tensor(edited), is_causal=True)
+    >>> bool(np.allclose(z.data[:, :4], y.data[:, :4]))
+    True
+    """
 
     def __init__(self, embed_dim, num_heads, bias=True, dropout=0.0):
         super().__init__()
@@ -1281,7 +1340,19 @@ def _gqa_sizes(layer, embed_dim, num_heads, num_kv_heads, head_dim):
 
 
 class GroupedQueryAttention(Module):
-    """num_heads query heads sharing num_kv_heads key/value heads (Llama layout), optional RoPE."""
+    """num_heads query heads sharing num_kv_heads key/value heads (Llama layout), optional RoPE.
+
+    >>> from tinytorch.core.embeddings import RotaryEmbedding
+    >>> from tinytorch.core.tensor import manual_seed
+    >>> manual_seed(0)
+    >>> attn = GroupedQueryAttention(embed_dim=16, num_heads=4, num_kv_heads=2)
+    >>> attn.head_dim, attn.groups, attn.q_proj.weight.shape, attn.k_proj.weight.shape
+    (4, 2, (16, 16), (8, 16))
+    >>> x = Tensor(np.random.default_rng(0).standard_normal((1, 6, 16)))
+    >>> rope = RotaryEmbedding(attn.head_dim, max_len=32)
+    >>> attn(x, is_causal=True, rotary=rope).shape
+    (1, 6, 16)
+    """
 
     def __init__(self, embed_dim, num_heads, num_kv_heads, bias=False, head_dim=None):
         super().__init__()

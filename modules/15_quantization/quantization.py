@@ -263,6 +263,101 @@ def test_unit_int8():
         "a row of zeros must give q = 0 and a small positive scale, not a division by zero: "
         "clamp the scale from below with INT8_EPS")
 
+    def channels(a, axis):
+        """a as (channels, values): one row per scale (a single row when axis is None)."""
+        return a.reshape(1, -1) if axis is None else np.moveaxis(a, axis, 0).reshape(
+            a.shape[axis], -1)
+
+    def near_half(v):
+        """Where v is so close to a rounding tie that float32 and float64 may round apart."""
+        return np.abs(np.abs(v - np.floor(v)) - 0.5) < 1e-3
+
+    def check_int8(w, axis, symmetric):
+        """quantize_int8 and dequantize_int8 against the formulas worked in float64: each
+        channel's scale and zero point, q = rint(w / scale) + z clipped, the round trip."""
+        q, scale, zp = quantize_int8(w, axis=axis, symmetric=symmetric)
+        w32 = np.asarray(w.data if isinstance(w, Tensor) else w, dtype=np.float32)
+        shape = () if axis is None else (w32.shape[axis],)
+        kind = f"axis={axis}, symmetric={symmetric}, w of shape {w32.shape}"
+        assert q.dtype == np.int8 and q.shape == w32.shape, (
+            f"{kind}: q is {q.dtype} {q.shape}, expected int8 {w32.shape}")
+        assert scale.dtype == np.float32 and scale.shape == shape, (
+            f"{kind}: scale is {scale.dtype} {scale.shape}, expected float32 {shape}: one "
+            "scale per index of `axis` (reduce over every other axis), a 0-d array for None")
+        assert zp.dtype == np.int32 and zp.shape == shape, (
+            f"{kind}: zero_point is {zp.dtype} {zp.shape}, expected int32 {shape}")
+        w64 = channels(w32.astype(np.float64), axis)  # (C, values)
+        eps = float(np.finfo(np.float32).eps)
+        if symmetric:
+            want = np.maximum(np.abs(w64).max(axis=1) / 127, eps)
+        else:
+            lo, hi = np.minimum(w64.min(axis=1), 0), np.maximum(w64.max(axis=1), 0)
+            want = np.maximum((hi - lo) / 255, eps)
+        got = scale.astype(np.float64).reshape(-1)
+        assert np.allclose(got, want, rtol=1e-6, atol=0), (
+            f"{kind}: scales {got[:4]} differ from {want[:4]}: symmetric max|w| / 127 per "
+            "channel; asymmetric (max(w_max, 0) - min(w_min, 0)) / 255; at least INT8_EPS")
+        z = zp.astype(np.float64).reshape(-1)
+        if symmetric:
+            assert np.all(z == 0), f"{kind}: a symmetric zero point must be 0, got {z[:4]}"
+        else:
+            want_z = np.clip(-128 - np.rint(lo / got), -128, 127)
+            off = np.abs(z - want_z)
+            assert np.all((off == 0) | (near_half(lo / got) & (off == 1))), (
+                f"{kind}: zero points {z[:4]}, expected {want_z[:4]} = -128 - rint(min / "
+                "scale), with min = min(w_min, 0)")
+        ratio = w64 / got[:, None]
+        want_q = np.clip(np.rint(ratio) + z[:, None], -127 if symmetric else -128, 127)
+        off = np.abs(channels(q, axis).astype(np.float64) - want_q)
+        assert np.all((off == 0) | (near_half(ratio) & (off == 1))), (
+            f"{kind}: {int(np.sum(off > 0))} values are not rint(w / scale) + zero_point: "
+            "multiply each channel by its own 1 / scale, round with np.rint, add the zero "
+            "point, clip")
+        back = dequantize_int8(q, scale, zp, axis=axis)
+        assert back.dtype == np.float32 and back.shape == w32.shape, (
+            f"{kind}: dequantize gave {back.dtype} {back.shape}, expected float32 {w32.shape}")
+        deq = (channels(q, axis).astype(np.float64) - z[:, None]) * got[:, None]
+        assert np.allclose(channels(back, axis), deq, rtol=1e-6, atol=0), (
+            f"{kind}: dequantize differs from scale * (q - zero_point) by up to "
+            f"{np.abs(channels(back, axis) - deq).max():.3g}: broadcast each channel's "
+            "scale and zero point along `axis`")
+        err = np.abs(channels(back, axis) - w64) - got[:, None] / 2 * (1 + 1e-5)
+        assert err.max() <= 1e-7, f"{kind}: an error exceeds scale / 2 by {err.max():.3g}"
+
+    check_int8(w, None, True)
+    check_int8(w, 0, False)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    gen = np.random.default_rng(7)
+
+    def normal(*shape, scale=1.0):
+        return (gen.standard_normal(shape) * scale).astype(np.float32)
+
+    rows = normal(4, 9)
+    rows[2] = 0.7  # a constant row
+    hidden_cases(check_int8, {
+        "a batch of matrices, per channel along the first axis": (normal(4, 3, 5), 0, True),
+        "per channel along the last axis": (normal(6, 10), -1, True),
+        "per channel along the columns, asymmetric": (normal(5, 7), 1, False),
+        "a middle axis of a batch, asymmetric": (normal(2, 4, 3), 1, False),
+        "a vector, one scale": (normal(50), None, True),
+        "a vector, one scale per element": (normal(12), 0, False),
+        "all-positive values, asymmetric": (gen.uniform(0.5, 2, (3, 8)).astype(np.float32),
+                                            None, False),
+        "all-negative values, asymmetric per channel": (
+            -gen.uniform(0.1, 3, (4, 6)).astype(np.float32), 0, False),
+        "all zeros, symmetric": (np.zeros((3, 4), np.float32), None, True),
+        "all zeros, asymmetric": (np.zeros((3, 4), np.float32), None, False),
+        "a constant row, asymmetric per channel": (rows, 0, False),
+        "values below the smallest scale": (normal(3, 5, scale=1e-9), None, True),
+        "large values, asymmetric per channel": (normal(3, 16, scale=1e4), 0, False),
+        "float64 input, asymmetric": (gen.standard_normal((4, 6)) * 2, None, False),
+        "a Tensor, per channel": (Tensor(normal(3, 8)), 0, True),
+        "a single negative value, asymmetric": (np.array([[-3.5]], np.float32), 0, False),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_int8()
 
@@ -390,6 +485,90 @@ def test_unit_int4():
     assert dequantize_int4(*quantize_int4(w, 32), 32)[:, 32:].std() > 0.5, (
         "groups after the loud one were crushed: each group needs its own scale")
 
+    def near_half(v):
+        """Where v is so close to a rounding tie that float32 and float64 may round apart."""
+        return np.abs(np.abs(v - np.floor(v)) - 0.5) < 1e-3
+
+    def check_packing(q):
+        """pack_int4 against the bytes worked out with arithmetic (low + 16 * high, after
+        adding 8), for any leading axes; unpack_int4 gives q back as int8."""
+        q = np.asarray(q)
+        packed = pack_int4(q)
+        shape = q.shape[:-1] + (q.shape[-1] // 2,)
+        assert packed.dtype == np.uint8 and packed.shape == shape, (
+            f"pack_int4 of shape {q.shape} gave {packed.dtype} {packed.shape}, expected uint8 "
+            f"{shape}: pair the values along the last axis only (q[..., 0::2], q[..., 1::2])")
+        wide = q.astype(np.int64) + 8
+        want = wide[..., 0::2] + 16 * wide[..., 1::2]
+        assert np.array_equal(packed.astype(np.int64), want), (
+            f"pack_int4 of shape {q.shape}: the bytes differ from (even + 8) + 16 * (odd + 8)")
+        back = unpack_int4(packed)
+        assert back.dtype == np.int8 and np.array_equal(back, q), (
+            f"unpack_int4(pack_int4(q)) for shape {q.shape} gave {back.dtype} {back.shape}, "
+            "not q: unpack along the last axis, for any leading axes")
+
+    def check_int4(w, group_size):
+        """quantize_int4 against float64 group scales (max|w| / 7 per group), the packed
+        integers read back with divmod, and dequantize_int4 against q * scale."""
+        p, s = quantize_int4(w, group_size)
+        w64 = np.asarray(w.data if isinstance(w, Tensor) else w, np.float32).astype(np.float64)
+        out_f, in_f = w64.shape
+        groups = in_f // group_size
+        kind = f"w of shape {w64.shape}, group {group_size}"
+        assert p.dtype == np.uint8 and p.shape == (out_f, in_f // 2), (
+            f"{kind}: packed is {p.dtype} {p.shape}, expected uint8 {(out_f, in_f // 2)}")
+        assert s.dtype == np.float32 and s.shape == (out_f, groups), (
+            f"{kind}: scales are {s.dtype} {s.shape}, expected float32 {(out_f, groups)}")
+        blocks = w64.reshape(out_f, groups, group_size)
+        want = np.maximum(np.abs(blocks).max(axis=-1) / 7, float(np.finfo(np.float32).eps))
+        got = s.astype(np.float64)
+        assert np.allclose(got, want, rtol=1e-6, atol=0), (
+            f"{kind}: the scales are not max|w| / 7 of each group (at least INT8_EPS)")
+        high, low = np.divmod(p.astype(np.int64), 16)
+        q = np.empty((out_f, in_f), np.int64)
+        q[:, 0::2], q[:, 1::2] = low - 8, high - 8
+        ratio = blocks / got[..., None]
+        off = np.abs(q.reshape(blocks.shape) - np.clip(np.rint(ratio), -7, 7))
+        assert np.all((off == 0) | (near_half(ratio) & (off == 1))), (
+            f"{kind}: {int(np.sum(off > 0))} packed values are not rint(w / group scale)")
+        deq = dequantize_int4(p, s, group_size)
+        assert deq.dtype == np.float32 and deq.shape == w64.shape, (
+            f"{kind}: dequantize_int4 gave {deq.dtype} {deq.shape}, expected float32 "
+            f"{w64.shape}")
+        want_deq = (q.reshape(blocks.shape) * got[..., None]).reshape(out_f, in_f)
+        assert np.allclose(deq, want_deq, rtol=1e-6, atol=0), (
+            f"{kind}: dequantize_int4 differs from q * group scale by up to "
+            f"{np.abs(deq - want_deq).max():.3g}")
+
+    check_packing(every)
+    check_int4(w, 64)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    gen = np.random.default_rng(8)
+    hidden_cases(check_packing, {
+        "a vector": gen.integers(-8, 8, 10),
+        "a batch of matrices": gen.integers(-8, 8, (2, 3, 6)),
+        "a single pair": np.array([7, -8]),
+        "only the extremes": np.array([[-8, -8, 7, 7], [7, -8, -8, 7]]),
+        "int8 values": gen.integers(-8, 8, (3, 4)).astype(np.int8),
+    })
+    quiet = gen.standard_normal((2, 64)).astype(np.float32)
+    quiet[:, 16:32] = 0  # an all-zero group
+    loud = gen.standard_normal((3, 128)).astype(np.float32)
+    loud[1, 70] = 40.0  # one outlier
+    hidden_cases(check_int4, {
+        "one row, small groups": (gen.standard_normal((1, 64)).astype(np.float32), 16),
+        "groups of two": (gen.standard_normal((3, 8)).astype(np.float32), 2),
+        "one group per row": (gen.standard_normal((4, 48)).astype(np.float32), 48),
+        "an all-zero group": (quiet, 16),
+        "a wide matrix in many groups": (gen.standard_normal((5, 256)).astype(np.float32), 32),
+        "one outlier": (loud, 64),
+        "float64 weights": (gen.standard_normal((3, 32)) * 3, 8),
+        "a Tensor": (Tensor(gen.standard_normal((2, 24)).astype(np.float32)), 12),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_int4()
 
@@ -406,6 +585,37 @@ def test_unit_int4_errors():
                              "ValueError: 96 weights do not split into groups of 64")
     p, s = quantize_int4(w, 32)
     assert p.shape == (4, 48) and s.shape == (4, 3), "group 32 divides 96: it must work"
+
+    def check_groups(shape, group_size):
+        """quantize_int4 works when group_size divides the rows (the shapes say so) and
+        raises a ValueError naming both numbers when it does not."""
+        from tinytorch.core.tensor import expect_error
+
+        w = np.random.default_rng(9).standard_normal(shape).astype(np.float32)
+        out_f, in_f = shape
+        if in_f % group_size:
+            expect_error(f"quantize_int4 on rows of {in_f} with group_size {group_size}",
+                         lambda: quantize_int4(w, group_size), ValueError,
+                         [str(in_f), str(group_size)], "say that the group does not divide "
+                         "the row, and name both")
+        else:
+            p, s = quantize_int4(w, group_size)
+            assert p.shape == (out_f, in_f // 2) and s.shape == (out_f, in_f // group_size), (
+                f"group {group_size} divides {in_f}: expected packed {(out_f, in_f // 2)} and "
+                f"scales {(out_f, in_f // group_size)}, got {p.shape} and {s.shape}")
+
+    check_groups((4, 96), 64)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_groups, {
+        "a group longer than the row": ((2, 32), 64),
+        "a group that leaves a remainder": ((3, 80), 32),
+        "a group as long as the row": ((2, 40), 40),
+        "many small groups": ((2, 96), 4),
+        "one row, a group that does not divide it": ((1, 100), 64),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_int4_errors()
@@ -636,6 +846,145 @@ def test_unit_quantized_linear():
         f"90th percentile of the observed |x| / 127 = {p90:.6g} (min/max would give "
         f"{np.abs(x.data).max() / 127:.6g}): clip the outliers with np.percentile")
 
+    def check_layer(in_f, out_f, bits, group_size, bias, x_shape, seed):
+        """QuantizedLinear.from_linear against the float weight: the bytes held, each
+        dequantized weight within half its (float64) scale of the original and on its grid,
+        the forward equal to x @ deq(W).T + b in float64, and the gradient to x."""
+        manual_seed(seed)
+        linear = Linear(in_f, out_f, bias=bias)
+        q = QuantizedLinear.from_linear(linear, bits=bits, group_size=group_size)
+        kind = f"Linear({in_f}, {out_f}, bias={bias}) at bits={bits}, group_size={group_size}"
+        floats = [k for k, v in vars(q).items() if isinstance(v, np.ndarray)
+                  and v.dtype == np.float32 and v.size >= in_f * out_f]
+        assert not floats, f"{kind}: holds a float32 array of weight size in {floats}"
+        want_bytes = (out_f * in_f + 4 * out_f if bits == 8
+                      else out_f * in_f // 2 + 4 * out_f * (in_f // group_size))
+        got_bytes = q.qweight.nbytes + q.scale.nbytes
+        assert got_bytes == want_bytes, (
+            f"{kind}: qweight + scale hold {got_bytes} bytes, expected {want_bytes}: int8 a byte "
+            "a weight and a scale a row; int4 half a byte and a scale per group of group_size")
+        w = linear.weight.data.astype(np.float64)
+        width = in_f if bits == 8 else group_size  # the weights that share a scale
+        blocks = w.reshape(out_f, -1, width)
+        step = np.maximum(np.abs(blocks).max(-1, keepdims=True) / (127 if bits == 8 else 7),
+                          float(np.finfo(np.float32).eps))
+        w_hat = q.dequantized_weight()
+        assert w_hat.shape == (out_f, in_f) and w_hat.dtype == np.float32, (
+            f"{kind}: dequantized_weight() is {w_hat.dtype} {w_hat.shape}, expected float32 "
+            f"{(out_f, in_f)}")
+        levels = w_hat.astype(np.float64).reshape(blocks.shape) / step
+        assert np.all(np.abs(levels - np.rint(levels)) < 1e-3) and np.all(
+            np.abs(w_hat.reshape(blocks.shape) - blocks) <= step / 2 * (1 + 1e-5)), (
+            f"{kind}: the dequantized weight is not the original rounded to its scale's grid "
+            "(max|w| / 127 per row for int8, max|w| / 7 per group for int4): quantize with "
+            "the layer's own bits and group_size")
+        x = Tensor(np.random.default_rng(seed).standard_normal(x_shape).astype(np.float32),
+                   requires_grad=True)
+        y = q(x)
+        b = linear.bias.data.astype(np.float64) if bias else 0.0
+        want = x.data.astype(np.float64) @ w_hat.astype(np.float64).T + b
+        assert y.shape == want.shape and y.dtype == np.float32, (
+            f"{kind}: forward of {x_shape} gave {y.dtype} {y.shape}, expected float32 "
+            f"{want.shape}")
+        assert np.allclose(y.data, want, rtol=1e-5, atol=1e-5), (
+            f"{kind}: forward differs from x @ deq(W).T + b by {np.abs(y.data - want).max():.3g}")
+        weights = np.random.default_rng(seed + 1).standard_normal(want.shape).astype(np.float32)
+        (y * Tensor(weights)).sum().backward()
+        grad = weights.astype(np.float64) @ w_hat.astype(np.float64)
+        assert x.grad is not None and np.allclose(x.grad.data, grad, rtol=1e-5, atol=1e-5), (
+            f"{kind}: the gradient to x is not grad @ deq(W): apply QuantizedMatMul to x (it "
+            "records the operation) rather than computing on x.data")
+
+    def check_int8_activations(layers, batches, method, percentile):
+        """calibrate sets each layer's input_scale from every input it saw on every batch
+        (max, or the percentile by hand from the sorted values), and the int8 forward
+        equals s_x * s_w * (rint(x / s_x) @ q.T) + b, worked in float64."""
+        model = Sequential(*layers)
+        seen = [[] for _ in layers]
+        for batch in batches:  # what each layer sees, before calibration (weights only)
+            h = Tensor(batch)
+            for i, layer in enumerate(layers):
+                seen[i].append(np.abs(h.data).astype(np.float64).ravel())
+                h = layer(h)
+        calibrate(model, [Tensor(b) for b in batches], method=method, percentile=percentile)
+        for i, layer in enumerate(layers):
+            values = np.sort(np.concatenate(seen[i]))
+            if method == "minmax":
+                a = values[-1]
+            else:  # linear interpolation between the two nearest ranks, as np.percentile
+                rank = percentile / 100 * (len(values) - 1)
+                low = int(np.floor(rank))
+                a = values[low] + (rank - low) * (values[min(low + 1, len(values) - 1)]
+                                                  - values[low])
+            assert layer.observed is None and layer.input_scale is not None, (
+                f"layer {i}: after calibrate, input_scale is set and observed is None")
+            assert abs(float(layer.input_scale) - a / 127) <= 1e-6 * a / 127 + 1e-12, (
+                f"{method} calibration, layer {i} of {len(layers)}, {len(batches)} batches: "
+                f"input_scale {float(layer.input_scale):.6g}, expected {a / 127:.6g} from "
+                "every value the layer saw on every batch (its own inputs, not the model's)")
+        x = batches[0].astype(np.float64)
+        for i, layer in enumerate(layers):
+            got = layer(Tensor(batches[0] if i == 0 else x.astype(np.float32))).data
+            s_x = float(layer.input_scale)
+            ratio = x / s_x
+            xq = np.clip(np.rint(ratio), -127, 127)
+            qw = layer.qweight.astype(np.float64)
+            s_w = layer.scale.astype(np.float64)
+            b = 0.0 if layer.bias is None else layer.bias.data.astype(np.float64)
+            want = (xq @ qw.T) * (s_x * s_w) + b
+            slack = (near_half(ratio).astype(np.float64) @ np.abs(qw).T) * (s_x * s_w)
+            assert got.shape == want.shape and np.all(
+                np.abs(got - want) <= slack + 1e-5 * np.abs(want) + 1e-5), (
+                f"layer {i}: the int8 forward differs from s_x * s_w * (rint(x / s_x) @ q.T) + "
+                f"b by {np.abs(got - want).max():.3g}: quantize x with input_scale, multiply "
+                "in int32, rescale by input_scale * scale (one per output row)")
+            x = got.astype(np.float64)
+
+    def near_half(v):
+        """Where v is so close to a rounding tie that float32 and float64 may round apart."""
+        return np.abs(np.abs(v - np.floor(v)) - 0.5) < 1e-3
+
+    check_layer(64, 16, 4, 32, True, (3, 5, 64), 0)
+    manual_seed(1)
+    check_int8_activations([QuantizedLinear.from_linear(Linear(64, 16), bits=8)],
+                           [x.data.reshape(-1, 64)], "percentile", 90)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_layer, {
+        "int4 with small groups": (48, 10, 4, 16, True, (4, 48), 2),
+        "int4 with one group per row": (40, 6, 4, 40, False, (2, 40), 3),
+        "int8 without a bias": (20, 12, 8, 32, False, (2, 3, 20), 4),
+        "a single input vector": (24, 8, 8, 32, True, (24,), 5),
+        "int4 on a batch of batches": (32, 5, 4, 8, True, (2, 2, 3, 32), 6),
+        "a layer that widens": (8, 40, 8, 32, True, (6, 8), 7),
+    })
+
+    def layers(*sizes, seed=0, bias=True):
+        manual_seed(seed)
+        return [QuantizedLinear.from_linear(Linear(sizes[i], sizes[i + 1], bias=bias), bits=8)
+                for i in range(len(sizes) - 1)]
+
+    gen = np.random.default_rng(10)
+    spiky = gen.standard_normal((40, 24)).astype(np.float32)
+    spiky[3, 5] = 60.0  # an outlier that min/max would let set the scale
+    hidden_cases(check_int8_activations, {
+        "batches of different sizes, min/max": (layers(24, 12), [
+            gen.standard_normal((5, 24)).astype(np.float32) * 3,
+            gen.standard_normal((2, 24)).astype(np.float32),
+            gen.standard_normal((9, 24)).astype(np.float32) * 0.5], "minmax", 99.99),
+        "batches of different sizes, a percentile": (layers(24, 12, seed=1), [
+            gen.standard_normal((7, 24)).astype(np.float32),
+            gen.standard_normal((3, 24)).astype(np.float32) * 4], "percentile", 75),
+        "an outlier, a high percentile": (layers(24, 8, seed=2), [spiky], "percentile", 99),
+        "two layers, each from its own inputs": (layers(24, 32, 6, seed=3), [
+            gen.standard_normal((6, 24)).astype(np.float32),
+            gen.standard_normal((4, 24)).astype(np.float32) * 2], "minmax", 99.99),
+        "layers without biases": (layers(16, 16, 4, seed=4, bias=False), [
+            gen.standard_normal((3, 16)).astype(np.float32)], "minmax", 99.99),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_quantized_linear()
 
@@ -798,6 +1147,106 @@ def test_unit_quantize_model():
         raise AssertionError("bits=3 must raise ValueError naming 4 or 8")
     assert not any(isinstance(m, QuantizedLinear) for m in fresh.modules()), (
         "a failed quantize_model must leave the model untouched: check before replacing")
+
+    def run(model, inputs):
+        out = model(inputs)
+        return (out[0] if isinstance(out, tuple) else out).data
+
+    def check_quantized(build, bits, group_size, skip):
+        """quantize_model replaces exactly the Linears not named in skip (read off the model
+        before), each by a QuantizedLinear of its own weight (within half a float64 scale),
+        leaves the skipped ones as they were, holds the bytes counted by hand, and keeps the
+        output close."""
+        model, inputs = build()
+        linears = {n: m for n, m in model.named_modules() if isinstance(m, Linear)}
+        wanted = sorted(n for n in linears if n not in skip)
+        before = run(model, inputs)
+        names = quantize_model(model, bits=bits, group_size=group_size, skip=skip)
+        kind = f"bits={bits}, group_size={group_size}, skip={skip}"
+        assert sorted(names) == wanted, (
+            f"{kind}: quantize_model returned {sorted(names)}, expected every Linear not "
+            f"named in skip: {wanted}. Walk every module (named_modules), compare the full "
+            "dotted name with skip, and return the names replaced")
+        now = dict(model.named_modules())
+        expected_bytes = 0
+        for name, linear in linears.items():
+            out_f, in_f = linear.weight.shape
+            if name not in wanted:
+                assert now.get(name) is linear, f"{kind}: the skipped layer {name!r} changed"
+                expected_bytes += 4 * out_f * in_f
+                continue
+            layer = now.get(name)
+            assert isinstance(layer, QuantizedLinear) and layer.bits == bits, (
+                f"{kind}: {name!r} is a {type(layer).__name__} after quantize_model, expected a "
+                f"QuantizedLinear with bits={bits} put in its parent's place")
+            width = in_f if bits == 8 else group_size
+            blocks = linear.weight.data.astype(np.float64).reshape(out_f, -1, width)
+            step = np.abs(blocks).max(-1, keepdims=True) / (127 if bits == 8 else 7)
+            error = np.abs(layer.dequantized_weight().reshape(blocks.shape) - blocks)
+            assert np.all(error <= step / 2 * (1 + 1e-5) + 1e-12), (
+                f"{kind}: {name!r} does not hold its own Linear's weight, rounded")
+            expected_bytes += (out_f * in_f + 4 * out_f if bits == 8 else
+                               out_f * in_f // 2 + 4 * out_f * (in_f // group_size))
+        assert linear_weight_nbytes(model) == expected_bytes, (
+            f"{kind}: the Linear weights hold {linear_weight_nbytes(model)} bytes, expected "
+            f"{expected_bytes}")
+        after = run(model, inputs)
+        moved = np.abs(after - before).max() / np.abs(before).max()
+        assert moved < (0.02 if bits == 8 else 0.2), (
+            f"{kind}: the output moved by {moved:.2%} of its range after quantization")
+
+    def check_refused(build, bits, group_size, skip, words):
+        """quantize_model refuses with a ValueError naming `words` and leaves every layer of
+        the model as it was."""
+        from tinytorch.core.tensor import expect_error
+
+        model, _ = build()
+        layers = dict(model.named_modules())
+        expect_error(f"quantize_model(bits={bits}, group_size={group_size}, skip={skip})",
+                     lambda: quantize_model(model, bits=bits, group_size=group_size,
+                                            skip=skip), ValueError, words,
+                     "check every layer to be replaced before replacing any")
+        changed = [n for n, m in model.named_modules() if layers.get(n) is not m]
+        assert not changed, (
+            f"a refused quantize_model changed {changed}: check everything first, then "
+            "replace")
+
+    def gpt(**fields):
+        def build():
+            manual_seed(0)
+            config = GPTConfig(**({"vocab_size": 32, "block_size": 16, "n_layer": 2,
+                                   "n_head": 2, "n_embd": 64} | fields))
+            return GPT(config), idx
+        return build
+
+    check_quantized(gpt(), 8, 32, ("lm_head",))
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    gen = np.random.default_rng(11)
+
+    def mlp(*sizes):
+        def build():
+            manual_seed(1)
+            model = Sequential(*(Linear(sizes[i], sizes[i + 1]) for i in range(len(sizes) - 1)))
+            return model, Tensor(gen.standard_normal((5, sizes[0])).astype(np.float32))
+        return build
+
+    hidden_cases(check_quantized, {
+        "a plain stack of Linears": (mlp(32, 64, 16), 8, 32, ()),
+        "a stack of Linears in int4": (mlp(64, 32, 32), 4, 16, ()),
+        "an untied head, nothing skipped": (gpt(tie_weights=False), 8, 32, ()),
+        "one block's layer skipped by name": (gpt(), 4, 32, ("lm_head", "blocks.1.mlp.fc")),
+        "a model with biases, int4 in small groups": (gpt(bias=True), 4, 16, ("lm_head",)),
+        "a deeper, narrower model": (gpt(n_layer=3, n_embd=32), 8, 32, ("lm_head",)),
+        "a skipped layer the group does not divide": (mlp(64, 48, 8), 4, 32, ("1",)),
+    })
+    hidden_cases(check_refused, {
+        "a later layer the group does not divide": (mlp(64, 32, 8), 4, 64, (), ["64", "32"]),
+        "the last of several layers the group does not divide": (mlp(64, 64, 96, 8), 4, 64,
+                                                                  (), ["64", "96"]),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_quantize_model()

@@ -601,6 +601,51 @@ def test_unit_gelu_inplace():
     print(f"GELU backward: plain rule peak {plain / 2**20:.1f} MiB, in place "
           f"{fused / 2**20:.1f} MiB, same values")
 
+    def check_slope(x, grad, approximate):
+        """gelu_backward_inplace against the tanh-GELU derivative worked in float64 (module
+        06's rule for the erf form), in x's dtype, leaving x and grad as they were."""
+        t = Tensor(x, dtype=x.dtype, requires_grad=True)
+        ctx = record_of(GELUFunction, t, approximate=approximate)
+        x_before, grad_before = t.data.copy(), grad.copy()
+        (got,) = gelu_backward_inplace(ctx, grad)
+        kind = f"{x.dtype} x of shape {x.shape}, approximate={approximate!r}"
+        assert np.array_equal(t.data, x_before) and np.array_equal(grad, grad_before), (
+            f"{kind}: the kernel changed its input x or grad: write only into arrays you made")
+        assert got.dtype == x.dtype and got.shape == x.shape, (
+            f"{kind}: the gradient is {got.dtype} {got.shape}, expected {x.dtype} {x.shape}: "
+            "build every constant with x.dtype.type(value)")
+        if approximate == "tanh":
+            a, c, k = x.astype(np.float64), math.sqrt(2 / math.pi), 0.044715
+            th = np.tanh(c * (a + k * a**3))
+            want = grad * (0.5 * (1 + th) + 0.5 * a * (1 - th**2) * c * (1 + 3 * k * a**2))
+        else:
+            (want,) = plain_gelu_backward(ctx, grad)
+        tol = 1e-10 if x.dtype == np.float64 else 1e-5
+        scale = max(1.0, float(np.abs(grad).max()))
+        assert np.allclose(got, want, rtol=tol, atol=tol * scale), (
+            f"{kind}: differs from the derivative by up to {np.abs(got - want).max():.3g}: "
+            "0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) u', with every constant in x's dtype")
+
+    check_slope(x.data[:4, :6], grad[:4, :6], "tanh")
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    gen = rng(150)
+    wide = gen.standard_normal((6, 5)).astype(np.float32) * 3
+    hidden_cases(check_slope, {
+        "float64 values": (gen.standard_normal((3, 5)) * 2, gen.standard_normal((3, 5)),
+                           "tanh"),
+        "a batch of sequences": (f32(2, 3, 7, seed=151, scale=2.0), f32(2, 3, 7, seed=152),
+                                 "tanh"),
+        "a single value": (np.array([-0.7], np.float32), np.array([1.3], np.float32), "tanh"),
+        "large magnitudes": (f32(4, 6, seed=153, scale=20.0), f32(4, 6, seed=154), "tanh"),
+        "values near zero": (f32(5, 3, seed=155, scale=1e-4), f32(5, 3, seed=156), "tanh"),
+        "a transposed input": (wide.T, f32(5, 6, seed=157), "tanh"),
+        "the erf form in float64": (gen.standard_normal((4, 4)), gen.standard_normal((4, 4)),
+                                    "none"),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_gelu_inplace()
 
@@ -685,6 +730,66 @@ def test_unit_cross_entropy_inplace():
               lambda: gradcheck(lambda z: cross_entropy(z, t), [x64]))
     print(f"cross-entropy backward at (N, V) = {(n, v)}: plain peak {plain / 2**20:.2f} MiB, "
           f"fused {fused / 2**20:.2f} MiB")
+
+    def check_loss_slope(logits, target, ignore_index, reduction, grad):
+        """cross_entropy_backward_inplace against (softmax - onehot) * scale worked in
+        float64: zero for ignored rows, 'mean' over the kept rows (none kept: zeros)."""
+        t = Tensor(logits, dtype=logits.dtype, requires_grad=True)
+        with np.errstate(invalid="ignore", divide="ignore"):  # a mean over no row is NaN
+            ctx = record_of(CrossEntropyFunction, t, target=target, ignore_index=ignore_index,
+                            reduction=reduction)
+        got = cross_entropy_backward_inplace(ctx, grad)
+        kind = (f"{logits.dtype} logits {logits.shape}, ignore_index={ignore_index}, "
+                f"reduction={reduction!r}")
+        assert isinstance(got, tuple) and len(got) == 1, f"{kind}: return (grad_logits,)"
+        got = got[0]
+        assert got.dtype == logits.dtype and got.shape == logits.shape, (
+            f"{kind}: grad_logits is {got.dtype} {got.shape}, expected {logits.dtype} "
+            f"{logits.shape}")
+        z = logits.astype(np.float64)
+        z = np.exp(z - z.max(axis=-1, keepdims=True))
+        want = z / z.sum(axis=-1, keepdims=True)
+        keep = target != ignore_index
+        rows = np.flatnonzero(keep)
+        want[rows, target[rows]] -= 1
+        scale = np.asarray(grad, dtype=np.float64) * keep
+        if reduction == "mean":
+            scale = scale / max(int(keep.sum()), 1)
+        want *= scale[:, None]
+        tol = 1e-12 if logits.dtype == np.float64 else 1e-6
+        assert np.all(np.isfinite(got)) and np.allclose(got, want, rtol=1e-5, atol=tol), (
+            f"{kind}: differs from (softmax - onehot) * scale by up to "
+            f"{np.abs(got - want).max():.3g}: subtract each row's max before exp, compare "
+            "the targets with ignore_index itself, and divide by max(kept rows, 1)")
+
+    check_loss_slope(logits.data[:20], target[:20], -100, "mean", np.float32(1))
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    gen = rng(160)
+    ids = gen.integers(0, 9, 12)
+    ids[[2, 5]] = 3  # rows of the class used as ignore_index below
+    hidden_cases(check_loss_slope, {
+        "another ignore_index": (f32(12, 9, seed=161, scale=2.0), ids, 3, "mean",
+                                 np.float32(1)),
+        "a negative ignore_index of its own": (f32(12, 9, seed=162), np.where(
+            gen.random(12) < 0.3, -1, ids), -1, "sum", np.float32(0.5)),
+        "no ignored row, a sum": (f32(7, 5, seed=163), gen.integers(0, 5, 7), -100, "sum",
+                                  np.float32(2.5)),
+        "every row ignored": (f32(4, 6, seed=164), np.full(4, -100), -100, "mean",
+                              np.float32(1)),
+        "large logits": (f32(6, 11, seed=165, scale=500.0), gen.integers(0, 11, 6), -100,
+                         "mean", np.float32(1)),
+        "float64 logits, one gradient per row": (gen.standard_normal((5, 4)) * 3,
+                                                 np.array([0, 3, -100, 1, 2]), -100, "none",
+                                                 gen.standard_normal(5)),
+        "a single row": (f32(1, 8, seed=166), np.array([5]), -100, "mean", np.float32(1)),
+        "a single class": (f32(4, 1, seed=167), np.zeros(4, np.int64), -100, "sum",
+                           np.float32(1)),
+        "a float64 upstream gradient": (f32(5, 7, seed=168), gen.integers(0, 7, 5), -100,
+                                        "mean", np.float64(0.75)),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_cross_entropy_inplace()
@@ -817,6 +922,35 @@ def test_unit_row_sums():
         "row_sums differs from a.sum(axis=-1, keepdims=True): the column of ones has "
         "a.shape[-1] rows")
 
+    def check_sums(a):
+        """row_sums(a) against the float64 sums of each last-axis row, in a's dtype and
+        with shape (..., 1), whatever the rank and length of the rows."""
+        got = row_sums(a)
+        want = a.astype(np.float64).sum(axis=-1, keepdims=True)
+        assert got.shape == want.shape and got.dtype == a.dtype, (
+            f"row_sums of {a.dtype} {a.shape} gave {got.dtype} {got.shape}, expected {a.dtype} "
+            f"{want.shape}: a column of a.shape[-1] ones in a.dtype")
+        tol = 1e-12 if a.dtype == np.float64 else 1e-5
+        assert np.allclose(got, want, rtol=tol, atol=tol * a.shape[-1]), (
+            f"row_sums of {a.dtype} {a.shape} differs from the row sums by up to "
+            f"{np.abs(got - want).max():.3g}")
+
+    check_sums(a[0, 0])
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    gen = rng(170)
+    hidden_cases(check_sums, {
+        "float64 values": gen.standard_normal((3, 4, 9)),
+        "a single matrix of short rows": f32(5, 7, seed=171),
+        "rows of one value": f32(3, 4, 1, seed=172),
+        "long rows": f32(2, 1000, seed=173),
+        "a batch of batches of matrices": f32(2, 2, 2, 3, 5, seed=174),
+        "a transposed view": f32(6, 10, seed=175).T,
+        "a single row": f32(33, seed=176),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_row_sums()
 
@@ -861,6 +995,91 @@ def test_unit_attention_keep():
     with_rule(KERNELS, AttentionFunction, AttentionKeepFunction,
               lambda: gradcheck(lambda a, b, c: scaled_dot_product_attention(
                   a, b, c, is_causal=True), [q64, k64, v64]))
+
+    def check_keep(q, k, v, keep=None, drop=None, needs=(True, True, True)):
+        """AttentionKeepFunction against softmax(q k^T / sqrt(D)) (masked, dropped) @ v
+        worked in float64, its gradients against module 12's rule for the inputs that need
+        them, and a record that keeps P once (P and P * drop with dropout)."""
+        kind = (f"q {q.shape}, k {k.shape}, v {v.shape}, {q.dtype}, mask {keep is not None}, "
+                f"dropout {drop is not None}, gradients for {needs}")
+        results = {}
+        for fn in (AttentionFunction, AttentionKeepFunction):
+            ts = [Tensor(a, dtype=a.dtype, requires_grad=n) for a, n in zip((q, k, v), needs)]
+            out = fn.apply(*ts, keep=keep, drop=drop)
+            weights = Tensor(rng(177).standard_normal(out.shape).astype(q.dtype), dtype=q.dtype)
+            (out * weights).sum().backward()
+            results[fn] = out.data, [None if t.grad is None else t.grad.data for t in ts]
+        got, got_grads = results[AttentionKeepFunction]
+        _, want_grads = results[AttentionFunction]
+        scores = q.astype(np.float64) @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+        if keep is not None:
+            scores = np.where(keep, scores, -np.inf)
+        top = scores.max(axis=-1, keepdims=True)
+        e = np.exp(scores - np.where(np.isfinite(top), top, 0))
+        total = e.sum(axis=-1, keepdims=True)
+        probs = e / np.where(total == 0, 1, total)
+        want = (probs if drop is None else probs * drop) @ v.astype(np.float64)
+        tol = 1e-10 if q.dtype == np.float64 else 1e-5
+        reach = max(1.0, float(np.abs(np.where(np.isfinite(scores), scores, 0)).max()))
+        assert got.dtype == q.dtype and got.shape == want.shape and np.allclose(
+            got, want, rtol=tol, atol=tol * reach), (
+            f"{kind}: the forward differs from softmax(q k^T / sqrt(D)) @ v by "
+            f"{np.abs(got - want).max():.3g}, or is not {q.dtype} {want.shape}")
+        for name, g1, g0, need in zip("qkv", got_grads, want_grads, needs):
+            if not need:
+                continue
+            size = max(1.0, float(np.abs(g0).max()))
+            assert g1 is not None and np.allclose(g1, g0, rtol=tol * 10, atol=tol * 10 * size), (
+                f"{kind}: d{name} differs from module 12's rule by "
+                f"{np.abs(g1 - g0).max() if g1 is not None else 'everything (None)'}: scale by "
+                "1 / sqrt(D) of these inputs, swap the last two axes whatever the rank")
+        ctx = AttentionKeepFunction.apply(Tensor(q, dtype=q.dtype, requires_grad=True),
+                                          Tensor(k, dtype=q.dtype), Tensor(v, dtype=q.dtype),
+                                          keep=keep, drop=drop)._ctx  # before backward frees it
+        saved = sum(a.nbytes for a in {id(a): a for a in ctx.saved}.values())
+        one = probs.size * q.dtype.itemsize
+        assert saved == (one if drop is None else 2 * one), (
+            f"{kind}: the record keeps {saved} bytes, expected "
+            f"{'one' if drop is None else 'two'} (..., T, S) array(s) of {one} bytes")
+
+    check_keep(q[:1, :2], k[:1, :2], v[:1, :2], causal)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    gen = rng(178)
+    big = gen.random((2, 2, 4, 6)) > 0.3
+    hidden_cases(check_keep, {
+        "more keys than queries": (f32(2, 2, 3, 4, seed=180), f32(2, 2, 7, 4, seed=181),
+                                   f32(2, 2, 7, 4, seed=182)),
+        "values wider than keys, causal": (f32(1, 3, 5, 4, seed=183), f32(1, 3, 5, 4, seed=184),
+                                           f32(1, 3, 5, 6, seed=185),
+                                           np.tril(np.ones((5, 5), bool))),
+        "a wider head with a padding mask": (f32(2, 2, 4, 16, seed=186),
+                                             f32(2, 2, 6, 16, seed=187),
+                                             f32(2, 2, 6, 16, seed=188),
+                                             np.array([[[[True] * 4 + [False] * 2]]] * 2)),
+        "no head axis": (f32(2, 5, 8, seed=189), f32(2, 5, 8, seed=190), f32(2, 5, 8, seed=191),
+                         np.tril(np.ones((5, 5), bool))),
+        "every row masked": (f32(1, 2, 3, 4, seed=192), f32(1, 2, 3, 4, seed=193),
+                             f32(1, 2, 3, 4, seed=194), np.zeros((3, 3), bool)),
+        "large scores": (f32(2, 2, 4, 4, seed=195, scale=30.0), f32(2, 2, 4, 4, seed=196,
+                                                                  scale=30.0),
+                         f32(2, 2, 4, 4, seed=197), np.tril(np.ones((4, 4), bool))),
+        "float64 inputs with a mask and dropout": (
+            gen.standard_normal((2, 2, 4, 3)), gen.standard_normal((2, 2, 6, 3)),
+            gen.standard_normal((2, 2, 6, 3)), big,
+            (gen.random((2, 2, 4, 6)) > 0.5) / 0.5),
+        "only the values need gradients": (f32(2, 2, 4, 8, seed=198), f32(2, 2, 4, 8, seed=199),
+                                           f32(2, 2, 4, 8, seed=200), None, None,
+                                           (False, False, True)),
+        "only the queries need gradients": (f32(2, 2, 4, 8, seed=201), f32(2, 2, 4, 8, seed=202),
+                                            f32(2, 2, 4, 8, seed=203),
+                                            np.tril(np.ones((4, 4), bool)), None,
+                                            (True, False, False)),
+        "a single query": (f32(2, 2, 1, 4, seed=204), f32(2, 2, 6, 4, seed=205),
+                           f32(2, 2, 6, 4, seed=206)),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_attention_keep()
@@ -970,6 +1189,54 @@ def test_unit_fused_adamw():
         f"{plain / 2**20:.2f} MiB: write every intermediate into tmp (out=tmp, tmp *= ...)")
     print(f"AdamW step on 512x512: peak of new memory {plain / 2**20:.2f} MiB; fused "
           f"{fused / 2**20:.2f} MiB; same parameters and state to the bit")
+
+    def check_same_as_adamw(shapes, settings, steps, dtype=np.float32, decay_groups=False):
+        """FusedAdamW(**settings) against module 07's AdamW on the same parameters and
+        gradients for `steps` steps: every parameter and every state array to the bit."""
+        def train(cls):
+            gen = rng(210)
+            params = [Parameter(gen.standard_normal(s).astype(dtype), dtype=dtype) for s in shapes]
+            groups = ([{"params": params[::2]}, {"params": params[1::2], "weight_decay": 0.0}]
+                      if decay_groups else params)
+            opt = cls(groups, **settings)
+            for _ in range(steps):
+                for p in params:
+                    p.grad = Tensor(gen.standard_normal(p.shape).astype(dtype), dtype=dtype)
+                opt.step()
+            return params, opt.state_dict()
+
+        (want, want_state), (got, got_state) = train(AdamW), train(FusedAdamW)
+        kind = f"{dtype.__name__} parameters {shapes}, {settings}, {steps} steps"
+        for i, (a, b) in enumerate(zip(got, want)):
+            assert a.dtype == b.dtype and np.array_equal(a.data, b.data), (
+                f"{kind}: parameter {i} differs from AdamW's by "
+                f"{np.abs(a.data.astype(np.float64) - b.data).max():.3g}: use the optimizer's "
+                "own lr, betas, eps and weight_decay (never their default values), in AdamW's "
+                "order")
+        assert sorted(got_state) == sorted(want_state) and all(
+            np.array_equal(got_state[key], want_state[key]) for key in want_state), (
+            f"{kind}: the state differs from AdamW's")
+
+    check_same_as_adamw([(8, 4), (4,)], {"lr": 1e-2, "betas": (0.9, 0.99),
+                                         "weight_decay": 0.1}, 3)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_same_as_adamw, {
+        "other betas and a larger eps": ([(6, 5), (5,)], {"lr": 3e-3, "betas": (0.8, 0.95),
+                                                          "eps": 1e-3, "weight_decay": 0.05},
+                                         4),
+        "no weight decay": ([(4, 4), (7,)], {"lr": 1e-2, "weight_decay": 0.0}, 3),
+        "many steps": ([(3, 3)], {"lr": 1e-3, "betas": (0.85, 0.9), "weight_decay": 0.01},
+                       12),
+        "parameters that grow in size": ([(3,), (4, 5), (16, 16)], {"lr": 2e-2}, 3),
+        "float64 parameters": ([(5, 3), (3,)], {"lr": 1e-2, "betas": (0.7, 0.98),
+                                                "weight_decay": 0.2}, 3, np.float64),
+        "a large step and strong decay": ([(4, 6)], {"lr": 0.5, "weight_decay": 0.5}, 2),
+        "groups with their own decay": ([(5, 5), (5,), (2, 5)], {"lr": 1e-2, "betas": (
+            0.95, 0.999), "weight_decay": 0.3}, 3, np.float32, True),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_fused_adamw()
@@ -1433,6 +1700,100 @@ def test_unit_layer_norm_rows():
     with_rule(KERNELS, LayerNormFunction, LayerNormCompiled,
               lambda: gradcheck(lambda t, u, v: layer_norm(t, u, v), [x64, w64, b64]))
 
+    def norm64(x, w, b, eps, g):
+        """Layer norm over the last axis and its gradients for the upstream g, in float64:
+        out, mean, rstd, dx, and the per-row terms of dweight and dbias."""
+        x, w, g = (a.astype(np.float64) for a in (x, w, g))
+        mean = x.mean(axis=-1, keepdims=True)
+        rstd = 1 / np.sqrt(((x - mean) ** 2).mean(axis=-1, keepdims=True) + eps)
+        x_hat = (x - mean) * rstd
+        g_hat = g * w
+        dx = rstd * (g_hat - g_hat.mean(axis=-1, keepdims=True)
+                     - x_hat * (g_hat * x_hat).mean(axis=-1, keepdims=True))
+        return x_hat * w + (0 if b is None else b), mean, rstd, dx, g * x_hat, g
+
+    def check_norm(x, w, b, eps, tol):
+        """layer_norm through LayerNormCompiled against the float64 formulas: the output and
+        the gradients of x, weight and bias, in x's dtype."""
+        xt = Tensor(x, dtype=x.dtype, requires_grad=True)
+        wt = Tensor(w, dtype=x.dtype, requires_grad=True)
+        bt = None if b is None else Tensor(b, dtype=x.dtype, requires_grad=True)
+        g = rng(220).standard_normal(x.shape).astype(x.dtype)
+        out = with_rule(KERNELS, LayerNormFunction, LayerNormCompiled,
+                        lambda: layer_norm(xt, wt, bt, eps=eps))
+        with_rule(KERNELS, LayerNormFunction, LayerNormCompiled,
+                  lambda: (out * Tensor(g, dtype=x.dtype)).sum().backward())
+        want, _, _, dx, dw, db = norm64(x, w, b, eps, g)
+        kind = f"{x.dtype} x {x.shape}, eps={eps}, bias {b is not None}"
+        assert out.dtype == x.dtype and np.allclose(out.data, want, rtol=tol, atol=tol), (
+            f"{kind}: the output differs from (x - mean) * rstd * weight + bias by "
+            f"{np.abs(out.data - want).max():.3g}: mean first, then the mean of (x - mean)^2 "
+            "(not mean(x^2) - mean^2, which cancels), and the eps you are given")
+        rows = (-1, x.shape[-1])
+        pairs = [("dx", xt, dx), ("dweight", wt, dw.reshape(rows).sum(0))]
+        pairs += [] if b is None else [("dbias", bt, db.reshape(rows).sum(0))]
+        for name, t, want_g in pairs:
+            size = max(1.0, float(np.abs(want_g).max()))
+            assert t.grad is not None and t.grad.dtype == x.dtype and np.allclose(
+                t.grad.data, want_g, rtol=tol * 10, atol=tol * 10 * size), (
+                f"{kind}: {name} differs from module 13's rule by "
+                f"{np.abs(t.grad.data - want_g).max():.3g}")
+
+    def check_pieces(x, w, b, eps, parts):
+        """layer_norm_rows and its backward called with `parts` pieces: every row's out, mean
+        and rstd, dx, and in row p of dweight and dbias the sums over piece p's rows only."""
+        n, c = x.shape
+        out, mean, rstd = np.empty_like(x), np.empty(n, x.dtype), np.empty(n, x.dtype)
+        layer_norm_rows(x, w, b, x.dtype.type(eps), out, mean, rstd, parts)
+        g = rng(221).standard_normal((n, c)).astype(x.dtype)
+        dx, dweight, dbias = np.empty_like(x), np.zeros((parts, c), x.dtype), np.zeros(
+            (parts, c), x.dtype)
+        layer_norm_rows_backward(g, x, w, mean, rstd, dx, dweight, dbias, parts)
+        want, want_mean, want_rstd, want_dx, dw, db = norm64(x, w, b, eps, g)
+        kind = f"{parts} pieces of {n} rows of {c}, eps={eps}"
+        for name, got, ref in (("out", out, want), ("mean", mean, want_mean[:, 0]),
+                               ("rstd", rstd, want_rstd[:, 0]), ("dx", dx, want_dx)):
+            size = max(1.0, float(np.abs(ref).max()))
+            assert np.allclose(got, ref, rtol=1e-4, atol=1e-4 * size), (
+                f"{kind}: {name} differs from the formula by {np.abs(got - ref).max():.3g}")
+        for p in range(parts):
+            piece = slice(p * n // parts, (p + 1) * n // parts)
+            for name, got, ref in (("dweight", dweight, dw), ("dbias", dbias, db)):
+                assert np.allclose(got[p], ref[piece].sum(axis=0), rtol=1e-4, atol=1e-4), (
+                    f"{kind}: row {p} of {name} is not the sum over the rows of piece {p}: "
+                    "add into row p of the piece (dweight[p, j] += ...), never another row")
+
+    check_norm(x.data[:4], w.data, b.data, 1e-5, 1e-5)
+    check_pieces(x.data[:6].copy(), w.data, b.data, 1e-5, 2)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    gen = rng(222)
+    flat = f32(5, 12, seed=223)
+    flat[2] = 0.25  # a constant row: variance 0
+    hidden_cases(check_norm, {
+        "a large eps": (f32(6, 10, seed=224, scale=2.0), f32(10, seed=225), f32(10, seed=226),
+                        0.5, 1e-5),
+        "a batch of sequences": (f32(2, 5, 16, seed=227), f32(16, seed=228), f32(16, seed=229),
+                                 1e-5, 1e-5),
+        "float64 rows": (gen.standard_normal((7, 9)) * 3, gen.standard_normal(9),
+                         gen.standard_normal(9), 1e-6, 1e-10),
+        "a constant row": (flat, f32(12, seed=230), f32(12, seed=231), 1e-5, 1e-4),
+        "rows far from zero": (f32(8, 24, seed=232) + 1000, f32(24, seed=233),
+                               f32(24, seed=234), 1e-5, 2e-3),
+        "no bias": (f32(4, 8, seed=235, scale=2.0), f32(8, seed=236), None, 1e-5, 1e-5),
+        "one feature": (f32(4, 1, seed=246), f32(1, seed=247), f32(1, seed=248), 1e-5, 1e-5),
+    })
+    hidden_cases(check_pieces, {
+        "rows split into pieces": (f32(50, 24, seed=237), f32(24, seed=238), f32(24, seed=239),
+                                   1e-5, 3),
+        "more pieces than rows": (f32(3, 8, seed=240), f32(8, seed=241), f32(8, seed=242),
+                                  1e-5, 4),
+        "a large eps in pieces": (f32(9, 6, seed=243, scale=3.0), f32(6, seed=244),
+                                  f32(6, seed=245), 2.0, 2),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_layer_norm_rows()
 
@@ -1803,6 +2164,92 @@ def test_unit_softmax_rows():
     with_rule(KERNELS, AttentionFunction, AttentionCompiled,
               lambda: gradcheck(lambda a, b, c: scaled_dot_product_attention(
                   a, b, c, is_causal=True), [q64, k64, v64]))
+
+    def softmax64(scores, keep):
+        """softmax over the last axis in float64, masked entries 0, rows with none kept 0."""
+        scores = np.where(keep, scores.astype(np.float64), -np.inf)
+        top = scores.max(axis=-1, keepdims=True)
+        e = np.exp(scores - np.where(np.isfinite(top), top, 0))
+        total = e.sum(axis=-1, keepdims=True)
+        return e / np.where(total == 0, 1, total)
+
+    def check_compiled(q, k, v, keep=None):
+        """AttentionCompiled against softmax(q k^T / sqrt(D)) @ v in float64, and its
+        gradients against module 12's rule."""
+        got, got_grads = run_attention(AttentionCompiled, q, k, v, keep)
+        _, want_grads = run_attention(AttentionFunction, q, k, v, keep)
+        scores = q.astype(np.float64) @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+        want = softmax64(scores, True if keep is None else keep) @ v.astype(np.float64)
+        kind = f"q {q.shape}, k {k.shape}, v {v.shape}, {q.dtype}, mask {keep is not None}"
+        tol = 1e-10 if q.dtype == np.float64 else 1e-5
+        reach = max(1.0, float(np.abs(scores).max()))
+        assert got.dtype == q.dtype and got.shape == want.shape and np.allclose(
+            got, want, rtol=tol, atol=tol * reach), (
+            f"{kind}: the forward differs from softmax(q k^T / sqrt(D)) @ v by "
+            f"{np.abs(got - want).max():.3g}: subtract the row's max (of the kept entries) "
+            "before exp, so that no exp overflows; a row with nothing kept is all zeros")
+        for name, g1, g0 in zip("qkv", got_grads, want_grads):
+            size = max(1.0, float(np.abs(g0).max()))
+            assert np.allclose(g1, g0, rtol=tol * 10, atol=tol * 10 * size), (
+                f"{kind}: d{name} differs from module 12's rule by {np.abs(g1 - g0).max():.3g}")
+
+    def check_rows(scores, mask, scale, parts):
+        """softmax_rows and softmax_rows_backward called with `parts` pieces on (R, T, S)
+        rows and a mask broadcast from (T, S), against the float64 formulas."""
+        keep = np.broadcast_to(mask, scores.shape)  # as AttentionCompiled passes it
+        probs = scores.copy()
+        softmax_rows(probs, keep, scores.dtype.type(scale), parts)
+        want = softmax64(scores.astype(np.float64) * scale, keep)
+        kind = f"{parts} pieces of rows {scores.shape}, scale {scale}"
+        reach = max(1.0, float(np.abs(scores).max()) * scale)
+        assert np.allclose(probs, want, rtol=1e-5, atol=1e-6 * reach), (
+            f"{kind}: softmax_rows differs from softmax(scale * s) over the kept entries by "
+            f"{np.abs(probs - want).max():.3g}")
+        d_probs = rng(250).standard_normal(scores.shape).astype(scores.dtype)
+        p64 = probs.astype(np.float64)
+        want_d = scale * p64 * (d_probs - (p64 * d_probs).sum(axis=-1, keepdims=True))
+        softmax_rows_backward(probs, d_probs, scores.dtype.type(scale), parts)
+        assert np.allclose(d_probs, want_d, rtol=1e-5, atol=1e-6), (
+            f"{kind}: softmax_rows_backward differs from scale * P * (dP - rowsum(P * dP)) by "
+            f"{np.abs(d_probs - want_d).max():.3g}")
+
+    check_compiled(q[:1], k[:1], v[:1], causal)
+    check_rows(f32(2, 6, 6, seed=107), causal, 0.5, 1)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    gen = rng(251)
+    lower = np.tril(np.ones((5, 5), dtype=bool))
+    some = gen.random((4, 6)) > 0.4
+    some[1] = False  # a row with nothing kept
+    hidden_cases(check_compiled, {
+        "more keys than queries": (f32(2, 2, 3, 4, seed=252), f32(2, 2, 7, 4, seed=253),
+                                   f32(2, 2, 7, 4, seed=254)),
+        "values wider than keys, causal": (f32(1, 3, 5, 4, seed=255), f32(1, 3, 5, 4, seed=256),
+                                           f32(1, 3, 5, 6, seed=257), lower),
+        "a wider head, causal": (f32(2, 2, 5, 16, seed=258), f32(2, 2, 5, 16, seed=259),
+                                 f32(2, 2, 5, 16, seed=260), lower),
+        "no head axis": (f32(2, 5, 8, seed=261), f32(2, 5, 8, seed=262), f32(2, 5, 8, seed=263),
+                         lower),
+        "every row masked": (f32(1, 2, 3, 4, seed=264), f32(1, 2, 3, 4, seed=265),
+                             f32(1, 2, 3, 4, seed=266), np.zeros((3, 3), dtype=bool)),
+        "large scores": (f32(2, 2, 5, 4, seed=267, scale=30.0), f32(2, 2, 5, 4, seed=268,
+                                                                  scale=30.0),
+                         f32(2, 2, 5, 4, seed=269), lower),
+        "a mask shared by every head": (f32(2, 2, 4, 4, seed=270), f32(2, 2, 6, 4, seed=271),
+                                        f32(2, 2, 6, 4, seed=272), some),
+        "float64 inputs, causal": (gen.standard_normal((2, 2, 5, 3)),
+                                   gen.standard_normal((2, 2, 5, 3)),
+                                   gen.standard_normal((2, 2, 5, 3)), lower),
+        "a single query": (f32(2, 2, 1, 4, seed=273), f32(2, 2, 6, 4, seed=274),
+                           f32(2, 2, 6, 4, seed=275)),
+    })
+    hidden_cases(check_rows, {
+        "rows split into pieces": (f32(4, 4, 6, seed=276, scale=3.0), some, 0.35, 3),
+        "more pieces than rows": (f32(2, 1, 5, seed=277), np.ones((1, 5), dtype=bool), 1.0, 4),
+        "large scores in pieces": (f32(3, 5, 5, seed=278, scale=200.0), lower, 0.5, 2),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_softmax_rows()
@@ -2250,6 +2697,58 @@ def test_unit_int8_matmul_rows():
         f"int8_matmul_rows allocated {held:,} bytes: it must read the int8 weights as they "
         f"are, not build float32 ones ({big.nbytes:,} bytes)")
 
+    def product64(x, q, s):
+        """x @ (q * s per row).T in float64: what the integers and scales stand for."""
+        return x.astype(np.float64) @ (q.astype(np.float64) * s.astype(np.float64)[:, None]).T
+
+    def check_kernel(rows, n_in, n_out, parts, seed):
+        """int8_matmul_rows called with `parts` pieces of weight rows, against float64."""
+        q, s, _ = quantize_int8(f32(n_out, n_in, seed=seed), axis=0)
+        x = f32(rows, n_in, seed=seed + 1)
+        out = np.full((rows, n_out), np.nan, np.float32)
+        int8_matmul_rows(x, q, s, out, parts)
+        want = product64(x, q, s)
+        assert np.allclose(out, want, rtol=1e-5, atol=1e-5 * math.sqrt(n_in)), (
+            f"{rows} rows of {n_in} times {n_out} int8 weight rows in {parts} pieces: differs "
+            f"from x @ deq(W).T by {np.nanmax(np.abs(out - want)):.3g}: every output of the "
+            "piece's weight rows, the sum over all K = x.shape[1] entries")
+
+    def check_function(shape, n_out, seed):
+        """QuantizedMatMulCompiled (through the kernel table) for x of `shape`: the integer
+        kernel up to SMALL_ROWS rows, tiles of dequantized rows above, against float64."""
+        q, s, _ = quantize_int8(f32(n_out, shape[-1], seed=seed), axis=0)
+        x = Tensor(f32(*shape, seed=seed + 1))
+        got = with_rule(KERNELS, QuantizedMatMul, QuantizedMatMulCompiled,
+                        lambda: QuantizedMatMul.apply(x, qweight=q, scale=s, bits=8,
+                                                      group_size=None)).data
+        want = product64(x.data.reshape(-1, shape[-1]), q, s).reshape(shape[:-1] + (n_out,))
+        assert got.dtype == np.float32 and got.shape == want.shape and np.allclose(
+            got, want, rtol=1e-5, atol=1e-5 * math.sqrt(shape[-1])), (
+            f"x {shape} times {n_out} int8 weight rows: the compiled product differs from "
+            f"x @ deq(W).T by {np.abs(got - want).max():.3g}")
+
+    check_kernel(3, 128, 96, 2, 132)
+    check_function((2, 128), 96, 134)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_kernel, {
+        "an odd row length": (2, 37, 10, 1, 140),
+        "a long row": (2, 300, 12, 1, 142),
+        "weight rows split into pieces": (4, 64, 20, 3, 144),
+        "more pieces than weight rows": (1, 16, 2, 4, 146),
+        "one input row": (1, 96, 33, 2, 148),
+        "one weight row": (5, 40, 1, 1, 150),
+    })
+    hidden_cases(check_function, {
+        "as many rows as the integer kernel takes": ((SMALL_ROWS, 64), 24, 152),
+        "one row more": ((SMALL_ROWS + 1, 64), 24, 154),
+        "a batch of sequences": ((2, 3, 48), 16, 156),
+        "weights in several tiles": ((10, 4096), 40, 158),
+        "a single vector": ((80,), 7, 160),
+    })
+    ### END HIDDEN TESTS
+
 
 test_unit_int8_matmul_rows()
 
@@ -2608,6 +3107,50 @@ def test_unit_fast_kernels():
             f"{np.abs(got - want).max():.3g}; the kernel tests above say which rule is wrong")
     assert use_fast_kernels(True) == active_kernels() and use_fast_kernels(False) == (), (
         "use_fast_kernels(on) returns the names active afterwards")
+
+    def check_step(fields, batch, length, seed, compiled=True):
+        """One training step of GPT(GPTConfig(**fields)) on `batch` random sequences: the
+        loss and every gradient with the kernels of kernel_set(compiled) on equal the plain
+        step's, and the tables are as they were afterwards."""
+        results = {}
+        for on in (False, True):
+            manual_seed(seed)
+            model = GPT(GPTConfig(**fields))
+            ids = rng(seed).integers(0, fields["vocab_size"], (batch, length + 1))
+            with fast_kernels(on, compiled=compiled) as names:
+                _, loss = model(ids[:, :-1], ids[:, 1:])
+                loss.backward()
+            results[on] = loss.item(), {n: p.grad.data for n, p in model.named_parameters()}
+            want_names = {name for name, *_ in kernel_set(compiled)} if on else set()
+            assert set(names) == want_names and active_kernels() == (), (
+                f"{fields}: fast_kernels({on}, compiled={compiled}) ran {names} and left "
+                f"{active_kernels()} on afterwards")
+        (plain, plain_grads), (fast, fast_grads) = results[False], results[True]
+        assert abs(plain - fast) < 1e-5, (
+            f"{fields}, compiled={compiled}: the loss is {fast} with the kernels, {plain} "
+            "without")
+        for name, want in plain_grads.items():
+            got = fast_grads[name]
+            assert got.dtype == np.float32 and np.allclose(got, want, rtol=1e-4, atol=1e-6), (
+                f"{fields}, compiled={compiled}: the gradient of {name} differs by "
+                f"{np.abs(got - want).max():.3g}; the kernel tests above say which rule is wrong")
+
+    small = {"vocab_size": 17, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 32}
+    check_step(small, 3, 16, 0)
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.core.tensor import hidden_cases
+
+    hidden_cases(check_step, {
+        "a wider model with more heads": (small | {"n_embd": 48, "n_head": 4}, 2, 12, 1),
+        "one layer and one head": (small | {"n_layer": 1, "n_head": 1}, 3, 10, 2),
+        "biases and an untied head": (small | {"bias": True, "tie_weights": False}, 2, 16, 3),
+        "a single sequence": (small, 1, 16, 4),
+        "a short sequence": (small | {"vocab_size": 40}, 4, 3, 5),
+        "the exact GELU": (small | {"gelu_approximate": "none"}, 2, 8, 6),
+        "the NumPy kernels alone": (small | {"n_head": 4}, 2, 16, 7, False),
+        "the NumPy kernels with biases": (small | {"bias": True}, 3, 9, 8, False),
+    })
+    ### END HIDDEN TESTS
 
 
 test_unit_fast_kernels()

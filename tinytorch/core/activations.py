@@ -20,7 +20,12 @@ class ReLUFunction(Function):
 
 
 def relu(x):
-    """max(x, 0), element-wise. `x` is a Tensor or anything Tensor() accepts."""
+    """max(x, 0), element-wise. `x` is a Tensor or anything Tensor() accepts.
+
+    >>> y = relu([-2.0, 0.0, 3.0])
+    >>> y, y.dtype
+    (Tensor([0., 0., 3.]), dtype('float32'))
+    """
     return ReLUFunction.apply(x)
 
 
@@ -43,12 +48,20 @@ class TanhFunction(Function):
 
 
 def sigmoid(x):
-    """1 / (1 + exp(-x)), element-wise, finite for any input."""
+    """1 / (1 + exp(-x)), element-wise, finite for any input.
+
+    >>> sigmoid(Tensor([-1000.0, 0.0, 2.0]))
+    Tensor([0.    , 0.5   , 0.8808])
+    """
     return SigmoidFunction.apply(x)
 
 
 def tanh(x):
-    """Hyperbolic tangent, element-wise."""
+    """Hyperbolic tangent, element-wise.
+
+    >>> tanh([-20.0, 0.0, 1.0])
+    Tensor([-1.    ,  0.    ,  0.7616])
+    """
     return TanhFunction.apply(x)
 
 
@@ -117,13 +130,23 @@ class SiLUFunction(Function):
 
 
 def gelu(x, approximate="none"):
-    """x * Phi(x), exact (approximate="none") or GPT-2's tanh form (approximate="tanh")."""
+    """x * Phi(x), exact (approximate="none") or GPT-2's tanh form (approximate="tanh").
+
+    >>> gelu([-1.0, 0.0, 1.0])
+    Tensor([-0.1587,  0.    ,  0.8413])
+    >>> gelu([-1.0, 0.0, 1.0], approximate="tanh")
+    Tensor([-0.1588,  0.    ,  0.8412])
+    """
     _check_approximate(approximate)
     return GELUFunction.apply(x, approximate=approximate)
 
 
 def silu(x):
-    """x * sigmoid(x), element-wise (also called swish)."""
+    """x * sigmoid(x), element-wise (also called swish).
+
+    >>> silu([-1.0, 0.0, 2.0])
+    Tensor([-0.2689,  0.    ,  1.7616])
+    """
     return SiLUFunction.apply(x)
 
 
@@ -149,13 +172,25 @@ class LogSoftmaxFunction(Function):
 
 
 def softmax(x, axis=None, *, dim=None):
-    """exp(x) / sum(exp(x)) along `axis`: probabilities that sum to 1, overflow-free."""
+    """exp(x) / sum(exp(x)) along `axis`: probabilities that sum to 1, overflow-free.
+
+    >>> softmax(Tensor([[1.0, 2.0, 3.0], [1000.0, 1000.0, 1000.0]]))  # the last axis
+    Tensor([[0.09  , 0.2447, 0.6652],
+            [0.3333, 0.3333, 0.3333]])
+    >>> softmax(Tensor([[1.0, 2.0], [3.0, 4.0]]), dim=0)
+    Tensor([[0.1192, 0.1192],
+            [0.8808, 0.8808]])
+    """
     axis, _ = reduction_args("softmax", axis, None, dim, None)
     return SoftmaxFunction.apply(x, axis=-1 if axis is None else axis)
 
 
 def log_softmax(x, axis=None, *, dim=None):
-    """x - logsumexp(x) along `axis`: the log of softmax, finite where softmax underflows."""
+    """x - logsumexp(x) along `axis`: the log of softmax, finite where softmax underflows.
+
+    >>> softmax([0.0, -1000.0]), log_softmax([0.0, -1000.0])
+    (Tensor([1., 0.]), Tensor([    0., -1000.]))
+    """
     axis, _ = reduction_args("log_softmax", axis, None, dim, None)
     return LogSoftmaxFunction.apply(x, axis=-1 if axis is None else axis)
 
@@ -175,28 +210,47 @@ class _Activation:
 
 
 class ReLU(_Activation):
-    """max(x, 0), element-wise."""
+    """max(x, 0), element-wise.
+
+    >>> ReLU()(Tensor([-1.0, 2.0]))
+    Tensor([0., 2.])
+    """
 
     def forward(self, x):
         return relu(x)
 
 
 class Sigmoid(_Activation):
-    """1 / (1 + exp(-x)), element-wise."""
+    """1 / (1 + exp(-x)), element-wise.
+
+    >>> Sigmoid()(Tensor([0.0, 2.0]))
+    Tensor([0.5   , 0.8808])
+    """
 
     def forward(self, x):
         return sigmoid(x)
 
 
 class Tanh(_Activation):
-    """Hyperbolic tangent, element-wise."""
+    """Hyperbolic tangent, element-wise.
+
+    >>> Tanh()(Tensor([0.0, 1.0]))
+    Tensor([0.    , 0.7616])
+    """
 
     def forward(self, x):
         return tanh(x)
 
 
 class GELU(_Activation):
-    """x * Phi(x), exact ("none") or GPT-2's tanh approximation ("tanh")."""
+    """x * Phi(x), exact ("none") or GPT-2's tanh approximation ("tanh").
+
+    >>> act = GELU(approximate="tanh")
+    >>> act
+    GELU(approximate='tanh')
+    >>> act(Tensor([-1.0, 1.0]))
+    Tensor([-0.1588,  0.8412])
+    """
 
     def __init__(self, approximate="none"):
         _check_approximate(approximate)
@@ -210,14 +264,25 @@ class GELU(_Activation):
 
 
 class SiLU(_Activation):
-    """x * sigmoid(x), element-wise."""
+    """x * sigmoid(x), element-wise.
+
+    >>> SiLU()(Tensor([-1.0, 2.0]))
+    Tensor([-0.2689,  1.7616])
+    """
 
     def forward(self, x):
         return silu(x)
 
 
 class Softmax(_Activation):
-    """Probabilities along `axis`."""
+    """Probabilities along `axis` (the last one by default).
+
+    >>> Softmax(dim=0)
+    Softmax(axis=0)
+    >>> Softmax()(Tensor([[0.0, 0.0], [0.0, 2.0]]))
+    Tensor([[0.5   , 0.5   ],
+            [0.1192, 0.8808]])
+    """
 
     def __init__(self, axis=None, *, dim=None):
         axis, _ = reduction_args(type(self).__name__, axis, None, dim, None)
@@ -231,7 +296,11 @@ class Softmax(_Activation):
 
 
 class LogSoftmax(_Activation):
-    """Log-probabilities along `axis`."""
+    """Log-probabilities along `axis` (the last one by default).
+
+    >>> LogSoftmax()(Tensor([[0.0, 0.0]]))
+    Tensor([[-0.6931, -0.6931]])
+    """
 
     def __init__(self, axis=None, *, dim=None):
         axis, _ = reduction_args(type(self).__name__, axis, None, dim, None)

@@ -30,6 +30,19 @@ def derivative(function_class):
     the gradient of the output; it returns one gradient (an array, or None for an input
     that needs none) per input, in order. Arrays may keep the output's broadcast shape:
     `backward` sums them down to each input's shape.
+
+    >>> class Sin(Function):
+    ...     @staticmethod
+    ...     def forward(a):
+    ...         return np.sin(a)
+    >>> @derivative(Sin)
+    ... def sin_backward(ctx, grad):
+    ...     (a,) = ctx.inputs
+    ...     return (grad * np.cos(a),)
+    >>> x = Tensor([0.0, np.pi], requires_grad=True)
+    >>> Sin.apply(x).sum().backward()
+    >>> x.grad
+    Tensor([ 1., -1.])
     """
     if not (isinstance(function_class, type) and issubclass(function_class, Function)):
         raise TypeError(
@@ -268,7 +281,16 @@ def backward(tensor, grad=None, retain_graph=False):
     """Accumulate d(tensor)/d(leaf), times `grad`, into `.grad` of every leaf behind `tensor`.
 
     `grad` defaults to 1 for a one-element tensor. The graph is freed afterwards unless
-    `retain_graph=True`.
+    `retain_graph=True`. `t.backward()` calls it.
+
+    >>> a, b = Tensor(2.0, requires_grad=True), Tensor(-3.0, requires_grad=True)
+    >>> backward((a * b + b) ** 2)
+    >>> a.grad, b.grad
+    (Tensor(54.), Tensor(-54.))
+    >>> x = Tensor([1.0, 2.0], requires_grad=True)
+    >>> backward(x * 3, grad=Tensor([1.0, 0.5]))  # not one element: grad is needed
+    >>> x.grad
+    Tensor([3. , 1.5])
     """
     if not isinstance(tensor, Tensor):
         raise TypeError(f"backward() takes a Tensor, got {type(tensor).__name__}")
@@ -520,19 +542,56 @@ class _GradMode:
 
 
 class no_grad(_GradMode):
-    """`with no_grad():` (or `@no_grad()`): operations inside record nothing."""
+    """`with no_grad():` (or `@no_grad()`): operations inside record nothing.
+
+    >>> w = Tensor([1.0, 2.0], requires_grad=True)
+    >>> with no_grad():
+    ...     y = w * 2
+    >>> y.requires_grad, (w * 2).requires_grad
+    (False, True)
+    >>> @no_grad()
+    ... def predict(x):
+    ...     return w * x
+    >>> predict(3.0)
+    Tensor([3., 6.])
+    """
 
     enabled = False
 
 
 class enable_grad(_GradMode):
-    """`with enable_grad():` records again, e.g. inside a no_grad() block."""
+    """`with enable_grad():` records again, e.g. inside a no_grad() block.
+
+    >>> w = Tensor([1.0], requires_grad=True)
+    >>> with no_grad():
+    ...     with enable_grad():
+    ...         y = w * 2
+    ...     z = w * 2
+    >>> y.requires_grad, z.requires_grad
+    (True, False)
+    """
 
     enabled = True
 
 
 class GradcheckError(AssertionError):
-    """An analytic gradient that disagrees with finite differences."""
+    """An analytic gradient that disagrees with finite differences.
+
+    >>> class Cube(Function):
+    ...     @staticmethod
+    ...     def forward(a):
+    ...         return a * a * a
+    >>> @derivative(Cube)
+    ... def cube_backward(ctx, grad):  # wrong on purpose: the factor 3 is missing
+    ...     (a,) = ctx.inputs
+    ...     return (grad * a * a,)
+    >>> x = Tensor([1.0, 2.0], dtype=np.float64, requires_grad=True)
+    >>> try:
+    ...     gradcheck(Cube.apply, [x])
+    ... except GradcheckError as error:
+    ...     print(str(error)[:85])  # the start of the message
+    gradcheck: input 0, element (1,): analytic gradient -0.52841945, numerical -1.5852584
+    """
 
 
 def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-4):
@@ -540,6 +599,11 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-4):
 
     `inputs` are float64 Tensors; those with requires_grad are checked. The output is
     reduced with fixed random weights, sum(w * fn(*inputs)), so no rule can pass by accident.
+
+    >>> x = Tensor([0.5, -1.0, 2.0], dtype=np.float64, requires_grad=True)
+    >>> y = Tensor([3.0, 1.0, 0.5], dtype=np.float64, requires_grad=True)
+    >>> gradcheck(lambda a, b: (a * b).exp() / b, [x, y])
+    True
     """
     inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
     for i, x in enumerate(inputs):

@@ -14,7 +14,13 @@ from tinytorch.core.tensor import Function, ShapeError, Tensor, default_generato
 
 
 def conv_output_size(size, kernel, stride=1, padding=0):
-    """Number of window positions along one axis: (size + 2 * padding - kernel) // stride + 1."""
+    """Number of window positions along one axis: (size + 2 * padding - kernel) // stride + 1.
+
+    >>> conv_output_size(28, kernel=5), conv_output_size(28, kernel=5, padding=2)
+    (24, 28)
+    >>> conv_output_size(32, kernel=3, stride=2, padding=1)
+    16
+    """
     return (size + 2 * padding - kernel) // stride + 1
 
 
@@ -61,7 +67,14 @@ def _conv_geometry(x_shape, kernel, stride, padding, op, in_channels=None):
 
 
 def conv2d_loop(x, weight, bias=None, stride=1, padding=0):
-    """out[n, o, i, j] = b[o] + sum over c, u, v of w[o, c, u, v] * xp[n, c, i*sh + u, j*sw + v]"""
+    """out[n, o, i, j] = b[o] + sum over c, u, v of w[o, c, u, v] * xp[n, c, i*sh + u, j*sw + v]
+
+    >>> x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    >>> w = np.ones((1, 1, 2, 2), dtype=np.float32)  # adds up each 2x2 window
+    >>> out = conv2d_loop(x, w, stride=2)
+    >>> out.shape, out.dtype, out[0, 0].tolist()
+    ((1, 1, 2, 2), dtype('float32'), [[10.0, 18.0], [42.0, 50.0]])
+    """
     stride, padding = _pair(stride, "stride"), _pair(padding, "padding", minimum=0)
     O, C, kh, kw = weight.shape
     OH, OW = _conv_geometry(x.shape, (kh, kw), stride, padding, "conv2d_loop", C)
@@ -92,7 +105,15 @@ def _zeros(shape, dtype):
 
 
 def im2col(x, kernel_size, stride=(1, 1), padding=(0, 0)):
-    """(N, C, H, W) -> (N * OH * OW, kh * kw * C): every window of x, flattened, one per row."""
+    """(N, C, H, W) -> (N * OH * OW, kh * kw * C): every window of x, flattened, one per row.
+
+    >>> x = np.arange(9, dtype=np.float32).reshape(1, 1, 3, 3)
+    >>> cols = im2col(x, (2, 2))
+    >>> cols.shape  # four 2x2 windows of one channel
+    (4, 4)
+    >>> cols[0].tolist(), cols[3].tolist()  # the top-left and the bottom-right window
+    ([0.0, 1.0, 3.0, 4.0], [4.0, 5.0, 7.0, 8.0])
+    """
     (kh, kw), (sh, sw) = kernel_size, stride
     N, C = x.shape[:2]
     OH, OW = _conv_geometry(x.shape, (kh, kw), (sh, sw), padding, "im2col")
@@ -105,7 +126,12 @@ def im2col(x, kernel_size, stride=(1, 1), padding=(0, 0)):
 
 
 def col2im(cols, x_shape, kernel_size, stride=(1, 1), padding=(0, 0)):
-    """The adjoint of im2col: (N * OH * OW, kh * kw * C) -> (N, C, H, W), overlaps summed."""
+    """The adjoint of im2col: (N * OH * OW, kh * kw * C) -> (N, C, H, W), overlaps summed.
+
+    >>> cols = np.ones((4, 4), dtype=np.float32)  # the four 2x2 windows of a 3x3 image
+    >>> col2im(cols, (1, 1, 3, 3), (2, 2))[0, 0].tolist()  # windows holding each pixel
+    [[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]]
+    """
     (kh, kw), (sh, sw), (ph, pw) = kernel_size, stride, padding
     N, C, H, W = x_shape
     OH, OW = _conv_geometry(x_shape, (kh, kw), (sh, sw), (ph, pw), "col2im")
@@ -156,7 +182,14 @@ def conv2d_backward(ctx, grad):
 
 
 class Conv2d(Module):
-    """2-D convolution over (N, C, H, W) with weight (out_channels, in_channels, kh, kw)."""
+    """2-D convolution over (N, C, H, W) with weight (out_channels, in_channels, kh, kw).
+
+    >>> conv = Conv2d(3, 8, kernel_size=3, padding=1)
+    >>> conv
+    Conv2d(3, 8, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1), bias=True)
+    >>> conv.weight.shape, conv(Tensor(np.ones((2, 3, 32, 32)))).shape
+    ((8, 3, 3, 3), (2, 8, 32, 32))
+    """
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, bias=True):
         super().__init__()
@@ -273,7 +306,12 @@ def _pool_args(kernel_size, stride, padding, name):
 
 
 class MaxPool2d(Module):
-    """The maximum of each window; stride defaults to kernel_size."""
+    """The maximum of each window; stride defaults to kernel_size.
+
+    >>> MaxPool2d(2)(Tensor(np.arange(16.0).reshape(1, 1, 4, 4)))
+    Tensor([[[[ 5.,  7.],
+              [13., 15.]]]])
+    """
 
     def __init__(self, kernel_size, stride=None, padding=0):
         super().__init__()
@@ -290,7 +328,12 @@ class MaxPool2d(Module):
 
 
 class AvgPool2d(Module):
-    """The mean of each window (padding counts as zeros); stride defaults to kernel_size."""
+    """The mean of each window (padding counts as zeros); stride defaults to kernel_size.
+
+    >>> AvgPool2d(2)(Tensor(np.arange(16.0).reshape(1, 1, 4, 4)))
+    Tensor([[[[ 2.5,  4.5],
+              [10.5, 12.5]]]])
+    """
 
     def __init__(self, kernel_size, stride=None, padding=0):
         super().__init__()
@@ -307,7 +350,11 @@ class AvgPool2d(Module):
 
 
 class Flatten(Module):
-    """(N, C, H, W) -> (N, C * H * W): keep the batch axis, merge the rest."""
+    """(N, C, H, W) -> (N, C * H * W): keep the batch axis, merge the rest.
+
+    >>> Flatten()(Tensor(np.ones((2, 3, 4, 4)))).shape
+    (2, 48)
+    """
 
     def forward(self, x):
         x = x if isinstance(x, Tensor) else Tensor(x)

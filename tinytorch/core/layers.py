@@ -13,7 +13,14 @@ from tinytorch.core.tensor import ShapeError, Tensor, default_generator
 
 
 class Parameter(Tensor):
-    """A Tensor that a Module owns and training updates: it always requires grad."""
+    """A Tensor that a Module owns and training updates: it always requires grad.
+
+    >>> w = Parameter(np.ones((2, 2)))
+    >>> w.requires_grad, w.dtype
+    (True, dtype('float32'))
+    >>> type(w * 2).__name__  # results of ops on it are plain Tensors
+    'Tensor'
+    """
 
     def __init__(self, data, dtype=None):
         super().__init__(data, dtype=dtype, requires_grad=True)
@@ -23,7 +30,17 @@ class Parameter(Tensor):
 
 
 class StateDictError(KeyError, ValueError):
-    """A state dict whose keys or shapes do not fit the model; the message lists them all."""
+    """A state dict whose keys or shapes do not fit the model; the message lists them all.
+
+    >>> try:
+    ...     Linear(2, 3).load_state_dict({"weight": np.zeros((3, 3))})
+    ... except StateDictError as error:
+    ...     for line in str(error).splitlines()[:3]:
+    ...         print(line)
+    load_state_dict for Linear failed, nothing was loaded:
+      missing keys (in the model, not in the state dict): 'bias'
+      shape mismatches: 'weight': state dict has shape (3, 3), model has (3, 2)
+    """
 
     def __str__(self):  # KeyError would print the message in quotes, on one line
         return str(self.args[0]) if self.args else ""
@@ -34,7 +51,28 @@ _call_observers = []  # objects with enter(module) and exit(module); module 14's
 
 
 class Module:
-    """Base class of every layer and model: a registry of parameters and sub-modules."""
+    """Base class of every layer and model: a registry of parameters and sub-modules.
+
+    >>> class TwoLayer(Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.hidden = Linear(4, 8)
+    ...         self.out = Linear(8, 2)
+    ...     def forward(self, x):
+    ...         return self.out(self.hidden(x))
+    >>> model = TwoLayer()
+    >>> [name for name, _ in model.named_parameters()]
+    ['hidden.weight', 'hidden.bias', 'out.weight', 'out.bias']
+    >>> model.num_parameters(), model(Tensor(np.ones((3, 4)))).shape
+    (58, (3, 2))
+    >>> model.eval().training, model.hidden.training
+    (False, False)
+    >>> other = TwoLayer()
+    >>> other.load_state_dict(model.state_dict())
+    _IncompatibleKeys(missing_keys=[], unexpected_keys=[])
+    >>> bool((other.out.weight.data == model.out.weight.data).all())
+    True
+    """
 
     def __init__(self):
         # object.__setattr__ skips our own __setattr__, which needs these to exist.
@@ -236,7 +274,16 @@ class Module:
 
 
 class Linear(Module):
-    """y = x @ W.T + b, with W of shape (out_features, in_features)."""
+    """y = x @ W.T + b, with W of shape (out_features, in_features).
+
+    >>> layer = Linear(3, 2)
+    >>> layer
+    Linear(in_features=3, out_features=2, bias=True)
+    >>> layer.weight.shape, layer.bias.shape
+    ((2, 3), (2,))
+    >>> layer(Tensor(np.ones((5, 3)))).shape
+    (5, 2)
+    """
 
     def __init__(self, in_features, out_features, bias=True):
         super().__init__()
@@ -275,7 +322,14 @@ class Linear(Module):
 
 
 class Dropout(Module):
-    """In training, zero each unit with probability p and scale the rest by 1/(1-p)."""
+    """In training, zero each unit with probability p and scale the rest by 1/(1-p).
+
+    >>> drop = Dropout(p=0.5)
+    >>> sorted(set(drop(Tensor(np.ones(1000))).data.tolist()))  # 0, or 1/(1-p)
+    [0.0, 2.0]
+    >>> drop.eval()(Tensor([1.0, 2.0]))  # off in evaluation mode
+    Tensor([1., 2.])
+    """
 
     def __init__(self, p=0.5):
         super().__init__()
@@ -298,7 +352,20 @@ class Dropout(Module):
 
 
 class Sequential(Module):
-    """Calls its layers in order; Module layers are registered as children "0", "1", ..."""
+    """Calls its layers in order; Module layers are registered as children "0", "1", ...
+
+    >>> model = Sequential(Linear(4, 8), Dropout(0.1), Linear(8, 2))
+    >>> model
+    Sequential(
+      (0): Linear(in_features=4, out_features=8, bias=True)
+      (1): Dropout(p=0.1)
+      (2): Linear(in_features=8, out_features=2, bias=True)
+    )
+    >>> [name for name, _ in model.named_parameters()]
+    ['0.weight', '0.bias', '2.weight', '2.bias']
+    >>> len(model), model(Tensor(np.ones((5, 4)))).shape
+    (3, (5, 2))
+    """
 
     def __init__(self, *layers):
         super().__init__()

@@ -12,7 +12,29 @@ from tinytorch.core.tensor import Tensor
 
 
 class Optimizer:
-    """Base class: holds the parameters, the learning rate and per-parameter state."""
+    """Base class: holds the parameters, the learning rate and per-parameter state.
+
+    Subclasses write `update`; here SGD shows what every optimizer shares:
+
+    >>> w = Tensor([1.0, -2.0], requires_grad=True)
+    >>> opt = SGD([w], lr=0.1)
+    >>> w.grad = Tensor([0.5, 0.5])
+    >>> opt.step()
+    >>> opt.steps, w
+    (1, Tensor([ 0.95, -2.05], requires_grad=True))
+    >>> opt.zero_grad()
+    >>> w.grad is None
+    True
+
+    Parameter groups, as in PyTorch: a group's own settings override the keyword ones.
+
+    >>> a, b = Tensor([1.0], requires_grad=True), Tensor([1.0], requires_grad=True)
+    >>> opt = SGD([{"params": [a]}, {"params": [b], "lr": 0.0}], lr=0.5)
+    >>> a.grad, b.grad = Tensor([1.0]), Tensor([1.0])
+    >>> opt.step()
+    >>> a.item(), b.item(), [group["lr"] for group in opt.param_groups]
+    (0.5, 1.0, [0.5, 0.0])
+    """
 
     # Names of the per-parameter state entries this optimizer keeps (for load_state_dict).
     state_names = ()
@@ -126,7 +148,7 @@ class Optimizer:
         specs = self.__dict__.get("_group_specs", ())
         if (self.__dict__.get("_groups") is None and name in self.__dict__
                 and any(name in settings for _, settings in specs)):
-            self.param_groups  # a second assignment (opt.lr = x): build the groups first
+            _ = self.param_groups  # a second assignment (opt.lr = x): build the groups first
         groups = self.__dict__.get("_groups")
         if groups is not None and name in groups[0] and name != "params":
             for group in groups:
@@ -144,12 +166,15 @@ class Optimizer:
         for g, group in enumerate(self.param_groups):
             for name, value in group.items():
                 if name != "params":
-                    out[f"group.{g}.{name}"] = np.asarray(value) if isinstance(value, tuple) else value
+                    value = np.asarray(value) if isinstance(value, tuple) else value
+                    out[f"group.{g}.{name}"] = value
         return out
 
     def load_state_dict(self, state_dict):
         """Restore what state_dict() returned; checks everything before changing anything."""
-        problems = [f"missing key {k!r}" for k in ("steps", "lr", "num_params") if k not in state_dict]
+        problems = [
+            f"missing key {k!r}" for k in ("steps", "lr", "num_params") if k not in state_dict
+        ]
         if not problems and int(state_dict["num_params"]) != len(self.params):
             problems.append(
                 f"the state was saved for {int(state_dict['num_params'])} parameters, this "
@@ -186,7 +211,9 @@ class Optimizer:
                 continue
             i, name = int(parts[1]), parts[2]
             if i >= len(self.params):
-                problems.append(f"{key!r} refers to parameter {i}, but there are {len(self.params)}")
+                problems.append(
+                    f"{key!r} refers to parameter {i}, but there are {len(self.params)}"
+                )
                 continue
             value = np.asarray(value)
             if value.ndim == 0 and np.issubdtype(value.dtype, np.integer):  # a step count
@@ -206,7 +233,8 @@ class Optimizer:
             )
         if problems:
             raise ValueError(
-                f"cannot load this state into {type(self).__name__}:\n  - " + "\n  - ".join(problems)
+                f"cannot load this state into {type(self).__name__}:\n  - "
+                + "\n  - ".join(problems)
             )
         self.steps = int(state_dict["steps"])
         self.lr = float(state_dict["lr"])  # a state saved without groups: lr for all
@@ -259,7 +287,20 @@ def _grad_array(p):
 
 
 class SGD(Optimizer):
-    """Stochastic gradient descent, with optional momentum, Nesterov momentum and L2 decay."""
+    """Stochastic gradient descent, with optional momentum, Nesterov momentum and L2 decay.
+
+    >>> w = Tensor([1.0], requires_grad=True)
+    >>> opt = SGD([w], lr=0.1, momentum=0.9)
+    >>> opt
+    SGD(lr=0.1, momentum=0.9, weight_decay=0.0, nesterov=False, 1 parameters)
+    >>> for _ in range(3):  # the same gradient three times: the steps grow
+    ...     w.grad = Tensor([1.0])
+    ...     opt.step()
+    ...     print(round(w.item(), 4))
+    0.9
+    0.71
+    0.439
+    """
 
     state_names = ("momentum_buffer",)
 
@@ -294,7 +335,15 @@ class SGD(Optimizer):
 
 
 class Adam(Optimizer):
-    """Adam: per-weight steps from running averages of the gradient and its square."""
+    """Adam: per-weight steps from running averages of the gradient and its square.
+
+    >>> w = Tensor([1.0, 1.0], requires_grad=True)
+    >>> opt = Adam([w], lr=0.1)
+    >>> w.grad = Tensor([1000.0, 0.001])  # gradients a million times apart
+    >>> opt.step()
+    >>> w  # the first step moves every weight by about lr
+    Tensor([0.9, 0.9], requires_grad=True)
+    """
 
     state_names = ("step", "exp_avg", "exp_avg_sq")
 
@@ -339,7 +388,15 @@ class Adam(Optimizer):
 
 
 class AdamW(Adam):
-    """Adam with decoupled weight decay: shrink the weights, then take an Adam step."""
+    """Adam with decoupled weight decay: shrink the weights, then take an Adam step.
+
+    >>> w = Tensor([1.0, -3.0], requires_grad=True)
+    >>> opt = AdamW([w], lr=0.1, weight_decay=0.2)
+    >>> w.grad = Tensor([0.0, 0.0])  # no gradient: only the decay, times 1 - lr * wd
+    >>> opt.step()
+    >>> w
+    Tensor([ 0.98, -2.94], requires_grad=True)
+    """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
         super().__init__(params, lr, betas, eps, weight_decay)
@@ -355,6 +412,13 @@ def clip_grad_norm_(params, max_norm):
 
     Returns the global norm before clipping, as a float. Parameters whose grad is None
     are ignored.
+
+    >>> a, b = Tensor([3.0], requires_grad=True), Tensor([4.0], requires_grad=True)
+    >>> a.grad, b.grad = Tensor([3.0]), Tensor([4.0])
+    >>> clip_grad_norm_([a, b], max_norm=1.0)
+    5.0
+    >>> a.grad, b.grad
+    (Tensor([0.6]), Tensor([0.8]))
     """
     if isinstance(params, Tensor):
         params = [params]

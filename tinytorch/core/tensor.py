@@ -8,14 +8,32 @@ import numpy as np
 
 
 class Tensor:
-    """An N-dimensional float32 array that can record the operations that made it."""
+    """An N-dimensional float32 array that can record the operations that made it.
+
+    >>> t = Tensor([[1, 2, 3], [4, 5, 6]])
+    >>> t.shape, t.dtype
+    ((2, 3), dtype('float32'))
+    >>> t * 2 - 1
+    Tensor([[ 1.,  3.,  5.],
+            [ 7.,  9., 11.]])
+    >>> t @ Tensor([1.0, 0.5, 0.0])
+    Tensor([2. , 6.5])
+    >>> t.sum(axis=0), t.max().item(), t.T.shape
+    (Tensor([5., 7., 9.]), 6.0, (3, 2))
+    """
 
     # Make NumPy defer to Tensor in mixed expressions: `np_array + tensor` calls
     # Tensor.__radd__ instead of NumPy looping over the tensor's elements.
     __array_priority__ = 1000
 
     def __init__(self, data, dtype=None, requires_grad=False):
-        """Wrap `data` (list, scalar, ndarray or Tensor) as an array, float32 unless `dtype`."""
+        """Wrap `data` (list, scalar, ndarray or Tensor) as an array, float32 unless `dtype`.
+
+        >>> Tensor(np.arange(3)).dtype, Tensor([1, 2], dtype=np.float64).dtype
+        (dtype('float32'), dtype('float64'))
+        >>> Tensor(2.5, requires_grad=True)
+        Tensor(2.5, requires_grad=True)
+        """
         if isinstance(data, Tensor):
             data = data.data
         if dtype is not None:
@@ -72,7 +90,11 @@ class Tensor:
         return self.data
 
     def item(self):
-        """The single value of a one-element tensor, as a Python number."""
+        """The single value of a one-element tensor, as a Python number.
+
+        >>> Tensor([[2.5]]).item()
+        2.5
+        """
         if self.data.size != 1:
             raise ValueError(
                 f"item() needs a tensor with exactly one element, got shape {self.shape} "
@@ -81,6 +103,13 @@ class Tensor:
         return self.data.item()
 
     def __repr__(self):
+        """NumPy's layout at 4 decimals; the dtype and requires_grad only when not the default.
+
+        >>> Tensor([0.1234567, 2.0])
+        Tensor([0.1235, 2.    ])
+        >>> Tensor([1, 2], dtype=np.int64)
+        Tensor([1, 2], dtype=int64)
+        """
         body = np.array2string(self.data, precision=4, separator=", ", prefix="Tensor(")
         extra = ""
         if self.data.dtype != np.float32:
@@ -232,7 +261,14 @@ def hidden_cases(check, cases):
 
 
 class ShapeError(ValueError):
-    """Two tensors whose shapes do not fit the operation."""
+    """Two tensors whose shapes do not fit the operation; the message names both shapes.
+
+    >>> try:
+    ...     Tensor(np.ones((2, 3))) + Tensor(np.ones(4))
+    ... except ShapeError as error:
+    ...     print(str(error).split(".")[0])
+    Add: cannot combine shapes (2, 3) and (4,)
+    """
 
 
 def reduction_args(name, axis=None, keepdims=None, dim=None, keepdim=None):
@@ -240,6 +276,11 @@ def reduction_args(name, axis=None, keepdims=None, dim=None, keepdim=None):
 
     One spelling per call: giving both `axis` and `dim` (or `keepdims` and `keepdim`) is a
     TypeError, since the two could disagree.
+
+    >>> reduction_args("sum", dim=1, keepdim=True)
+    (1, True)
+    >>> reduction_args("mean", axis=[0, 1])
+    ((0, 1), False)
     """
     if axis is not None and dim is not None:
         raise TypeError(
@@ -263,12 +304,26 @@ _op_observers = []  # observe(fn, arrays, params, result) after every op; module
 
 
 def is_grad_enabled():
-    """True when operations record their inputs for backward (see `no_grad`, module 06)."""
+    """True when operations record their inputs for backward (see `no_grad`, module 06).
+
+    >>> is_grad_enabled()
+    True
+    """
     return _grad_enabled
 
 
 def set_grad_enabled(enabled):
-    """Turn recording on or off; returns the previous setting."""
+    """Turn recording on or off; returns the previous setting.
+
+    >>> x = Tensor([1.0, 2.0], requires_grad=True)
+    >>> previous = set_grad_enabled(False)
+    >>> (x * 2).requires_grad, is_grad_enabled()
+    (False, False)
+    >>> set_grad_enabled(previous)  # back on; returns the setting it replaces
+    False
+    >>> (x * 2).requires_grad
+    True
+    """
     global _grad_enabled
     previous, _grad_enabled = _grad_enabled, bool(enabled)
     return previous
@@ -278,18 +333,38 @@ _generator = np.random.default_rng()
 
 
 def manual_seed(seed):
-    """Seed the generator that layers (initial weights) and dropout draw from."""
+    """Seed the generator that layers (initial weights) and dropout draw from.
+
+    >>> manual_seed(0)
+    >>> first = default_generator().standard_normal(3)
+    >>> manual_seed(0)
+    >>> bool((default_generator().standard_normal(3) == first).all())
+    True
+    """
     global _generator
     _generator = np.random.default_rng(seed)
 
 
 def default_generator():
-    """The shared NumPy Generator; its `.bit_generator.state` can be saved in checkpoints."""
+    """The shared NumPy Generator; its `.bit_generator.state` can be saved in checkpoints.
+
+    >>> manual_seed(0)
+    >>> default_generator().integers(0, 10, size=4).tolist()
+    [8, 6, 5, 2]
+    """
     return _generator
 
 
 class Context:
-    """What one operation remembers for backward: its inputs, output and parameters."""
+    """What one operation remembers for backward: its inputs, output and parameters.
+
+    >>> a = Tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    >>> ctx = a.sum(axis=1)._ctx
+    >>> ctx.fn.__name__, ctx.parents[0] is a, ctx.params, ctx.output.tolist()
+    ('Sum', True, {'axis': 1, 'keepdims': False}, [3.0, 7.0])
+    >>> Tensor([1.0]).sum()._ctx is None  # nothing requires grad: nothing recorded
+    True
+    """
 
     __slots__ = ("fn", "parents", "inputs", "output", "params", "saved")
 
@@ -313,8 +388,53 @@ def kernel(function_class):
     switches it off. A kernel is a Function subclass of its own, with its own forward and
     its own derivative rule, computing the same values. Module 06 explains the table and
     module 17 fills it; while it is empty, every lesson's own code runs.
+
+    >>> class Halve(Function):
+    ...     @staticmethod
+    ...     def forward(a):
+    ...         return a / a.dtype.type(2)
+    >>> class LoudHalve(Halve):  # a "faster" twin that says when it runs
+    ...     @staticmethod
+    ...     def forward(a):
+    ...         print("LoudHalve ran")
+    ...         return a * a.dtype.type(0.5)
+    >>> KERNELS[Halve] = LoudHalve
+    >>> kernel(Halve).__name__, Halve.apply(Tensor([3.0]))
+    LoudHalve ran
+    ('LoudHalve', Tensor([1.5]))
+    >>> del KERNELS[Halve]
+    >>> kernel(Halve).__name__
+    'Halve'
     """
     return KERNELS.get(function_class, function_class)
+
+
+def _inputs_clash(arrays, error):
+    """Is NumPy's `error`, raised in a forward, about the inputs themselves (their shapes do
+    not fit together), rather than a mistake further inside forward? NumPy is asked again on
+    the input shapes alone, as a broadcast or as a matrix product, whichever it complained of."""
+    text = str(error)
+    try:
+        if "core dimension" in text or "remapped shapes" in text:  # np.matmul's two messages
+            if len(arrays) != 2 or min(x.ndim for x in arrays) == 0:
+                return False
+            a, b = arrays
+            # the same shapes with n and m set to 0: NumPy checks k and the batch, computes nothing
+            a_shape = a.shape[:-2] + (0, a.shape[-1]) if a.ndim > 1 else a.shape
+            b_shape = b.shape[:-1] + (0,) if b.ndim > 1 else b.shape
+            np.matmul(np.empty(a_shape, a.dtype), np.empty(b_shape, b.dtype))
+        elif "broadcast" in text:
+            # NumPy writes shapes as (2,3) and (4,): are the arrays it names the inputs?
+            named = ["(" + ",".join(map(str, x.shape)) + ("," if x.ndim == 1 else "") + ")"
+                     for x in arrays]
+            if not all(shape in text for shape in named):
+                return False  # arrays made inside forward
+            np.broadcast_shapes(*(x.shape for x in arrays))
+        else:
+            return False  # "cannot reshape ...", say: forward's own mistake
+    except ValueError:
+        return True
+    return False
 
 
 class Function:
@@ -323,6 +443,17 @@ class Function:
     A fused operation whose derivative needs intermediate results (attention's
     probabilities, layer norm's inverse standard deviation) sets `saves_for_backward = True`
     and returns `(output, saved)`; the record keeps `saved` in `ctx.saved` for module 06.
+
+    >>> class Square(Function):
+    ...     @staticmethod
+    ...     def forward(a):
+    ...         return a * a
+    >>> Square.apply(Tensor([1.0, -3.0]))
+    Tensor([1., 9.])
+    >>> Square.apply([2.0])  # anything Tensor() accepts is wrapped first
+    Tensor([4.])
+    >>> Square.apply(Tensor([2.0], requires_grad=True))._ctx.fn is Square
+    True
     """
 
     saves_for_backward = False
@@ -351,8 +482,8 @@ class Function:
         try:
             out = cls.forward(*arrays, **params)
         except ValueError as error:
-            if isinstance(error, ShapeError) or len(arrays) < 2:
-                raise
+            if isinstance(error, ShapeError) or len(arrays) < 2 or not _inputs_clash(arrays, error):
+                raise  # a mistake inside forward: its traceback points at its own line
             shapes = " and ".join(str(a.shape) for a in arrays)
             raise ShapeError(
                 f"{cls.__name__}: cannot combine shapes {shapes}. Broadcasting compares "

@@ -23,6 +23,10 @@ class CosineWarmup:
 
     The same convention as nanoGPT's get_lr: lr(s) = max_lr * (s + 1) / (warmup_steps + 1)
     for s < warmup_steps; min_lr for s > total_steps.
+
+    >>> schedule = CosineWarmup(max_lr=1.0, min_lr=0.1, warmup_steps=4, total_steps=14)
+    >>> [round(schedule(s), 3) for s in (0, 3, 4, 9, 14, 20)]
+    [0.2, 0.8, 1.0, 0.55, 0.1, 0.1]
     """
 
     def __init__(self, max_lr, min_lr, warmup_steps, total_steps):
@@ -51,11 +55,18 @@ class CosineWarmup:
 
 
 class StepDecay:
-    """lr * gamma ** (step // step_size): multiply by gamma every step_size steps."""
+    """lr * gamma ** (step // step_size): multiply by gamma every step_size steps.
+
+    >>> decay = StepDecay(lr=1.0, step_size=2, gamma=0.5)
+    >>> [decay(s) for s in range(6)]
+    [1.0, 1.0, 0.5, 0.5, 0.25, 0.25]
+    """
 
     def __init__(self, lr, step_size, gamma=0.1):
         if step_size < 1 or lr < 0 or gamma < 0:
-            raise ValueError(f"need lr >= 0, step_size >= 1, gamma >= 0; got {lr}, {step_size}, {gamma}")
+            raise ValueError(
+                f"need lr >= 0, step_size >= 1, gamma >= 0; got {lr}, {step_size}, {gamma}"
+            )
         self.lr, self.step_size, self.gamma = float(lr), int(step_size), float(gamma)
 
     def __call__(self, step):
@@ -66,12 +77,33 @@ class StepDecay:
 
 
 def set_lr(optimizer, lr):
-    """Set the learning rate the optimizer's next step() will use."""
+    """Set the learning rate the optimizer's next step() will use.
+
+    >>> from tinytorch.optim import SGD
+    >>> opt = SGD([Tensor([1.0], requires_grad=True)], lr=0.1)
+    >>> set_lr(opt, 0.05)
+    >>> opt.lr
+    0.05
+    """
     optimizer.lr = float(lr)
 
 
 class LRScheduler:
-    """Base of the PyTorch-style schedulers: sets each group's lr from lr_at(base_lr, step)."""
+    """Base of the PyTorch-style schedulers: sets each group's lr from lr_at(base_lr, step).
+
+    >>> from tinytorch.optim import SGD
+    >>> class Halving(LRScheduler):
+    ...     def lr_at(self, base_lr, step):
+    ...         return base_lr / 2 ** step
+    >>> opt = SGD([Tensor([1.0], requires_grad=True)], lr=0.1)
+    >>> scheduler = Halving(opt)  # sets the lr of step 0
+    >>> scheduler.get_last_lr()
+    [0.1]
+    >>> scheduler.step()  # once after each opt.step()
+    >>> scheduler.step()
+    >>> scheduler.get_last_lr(), scheduler.state_dict()
+    ([0.025], {'last_epoch': 2, 'base_lrs': [0.1]})
+    """
 
     def __init__(self, optimizer, last_epoch=-1):
         if not hasattr(optimizer, "param_groups"):
@@ -111,7 +143,18 @@ class LRScheduler:
 
 
 class LambdaLR(LRScheduler):
-    """lr = base_lr * lr_lambda(step), as torch.optim.lr_scheduler.LambdaLR."""
+    """lr = base_lr * lr_lambda(step), as torch.optim.lr_scheduler.LambdaLR.
+
+    >>> from tinytorch.optim import SGD
+    >>> opt = SGD([Tensor([1.0], requires_grad=True)], lr=0.5)
+    >>> scheduler = LambdaLR(opt, lambda step: 1 / (step + 1))
+    >>> for _ in range(3):
+    ...     print(opt.lr)
+    ...     scheduler.step()
+    0.5
+    0.25
+    0.16666666666666666
+    """
 
     def __init__(self, optimizer, lr_lambda, last_epoch=-1):
         self.lr_lambda = lr_lambda
@@ -122,7 +165,18 @@ class LambdaLR(LRScheduler):
 
 
 class StepLR(LRScheduler):
-    """lr = base_lr * gamma ** (step // step_size), as torch.optim.lr_scheduler.StepLR."""
+    """lr = base_lr * gamma ** (step // step_size), as torch.optim.lr_scheduler.StepLR.
+
+    >>> from tinytorch.optim import SGD
+    >>> opt = SGD([Tensor([1.0], requires_grad=True)], lr=1.0)
+    >>> scheduler = StepLR(opt, step_size=2, gamma=0.5)
+    >>> lrs = []
+    >>> for _ in range(5):
+    ...     lrs.append(opt.lr)
+    ...     scheduler.step()
+    >>> lrs
+    [1.0, 1.0, 0.5, 0.5, 0.25]
+    """
 
     def __init__(self, optimizer, step_size, gamma=0.1, last_epoch=-1):
         self.decay = StepDecay(1.0, step_size, gamma)  # checks the arguments
@@ -133,7 +187,18 @@ class StepLR(LRScheduler):
 
 
 class CosineWarmupLR(LRScheduler):
-    """CosineWarmup from each group's base lr down to min_lr (nanoGPT's get_lr)."""
+    """CosineWarmup from each group's base lr down to min_lr (nanoGPT's get_lr).
+
+    >>> from tinytorch.optim import SGD
+    >>> opt = SGD([Tensor([1.0], requires_grad=True)], lr=0.1)
+    >>> scheduler = CosineWarmupLR(opt, warmup_steps=1, total_steps=3)
+    >>> lrs = []
+    >>> for _ in range(4):
+    ...     lrs.append(round(opt.lr, 4))
+    ...     scheduler.step()
+    >>> lrs
+    [0.05, 0.1, 0.05, 0.0]
+    """
 
     def __init__(self, optimizer, warmup_steps, total_steps, min_lr=0.0, last_epoch=-1):
         self.warmup_steps, self.total_steps, self.min_lr = warmup_steps, total_steps, min_lr
@@ -147,7 +212,15 @@ class CosineWarmupLR(LRScheduler):
 
 
 class ScheduleLR(LRScheduler):
-    """Every group's lr = schedule(step), for a schedule function such as CosineWarmup."""
+    """Every group's lr = schedule(step), for a schedule function such as CosineWarmup.
+
+    >>> from tinytorch.optim import SGD
+    >>> opt = SGD([Tensor([1.0], requires_grad=True)], lr=123.0)  # the schedule decides
+    >>> scheduler = ScheduleLR(opt, StepDecay(lr=0.1, step_size=1, gamma=0.5))
+    >>> scheduler.step()
+    >>> scheduler.get_last_lr()
+    [0.05]
+    """
 
     def __init__(self, optimizer, schedule, last_epoch=-1):
         self.schedule = schedule
@@ -162,7 +235,14 @@ CHECKPOINT_VERSION = 1
 
 
 class CheckpointError(Exception):
-    """A checkpoint that cannot be read, or that does not fit the model or optimizer."""
+    """A checkpoint that cannot be read, or that does not fit the model or optimizer.
+
+    >>> try:
+    ...     read_checkpoint_meta("no/such/run.npz")
+    ... except CheckpointError as error:
+    ...     print(error)
+    there is no checkpoint file at 'no/such/run.npz'
+    """
 
 
 def _write_npz_atomically(path, arrays):
@@ -216,7 +296,9 @@ def _read_meta(arrays, path):
     try:
         meta = json.loads(str(arrays["meta"]))
     except ValueError as error:
-        raise CheckpointError(f"the metadata of {os.fspath(path)!r} is not valid JSON: {error}") from None
+        raise CheckpointError(
+            f"the metadata of {os.fspath(path)!r} is not valid JSON: {error}"
+        ) from None
     if meta.get("format") != CHECKPOINT_FORMAT or meta.get("version") != CHECKPOINT_VERSION:
         raise CheckpointError(
             f"{os.fspath(path)!r} has format {meta.get('format')!r} version "
@@ -227,13 +309,35 @@ def _read_meta(arrays, path):
 
 
 def read_checkpoint_meta(path):
-    """A checkpoint's metadata (step, optimizer, your `extra`, ...), without loading weights."""
+    """A checkpoint's metadata (step, optimizer, your `extra`, ...), without loading weights.
+
+    >>> from tinytorch.nn import Linear
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(folder.name, "run.npz")
+    >>> save_checkpoint(path, Linear(3, 2), step=500, extra={"best_loss": 1.91})
+    >>> meta = read_checkpoint_meta(path)
+    >>> meta["format"], meta["step"], meta["optimizer"], meta["extra"]
+    ('tinytorch.checkpoint', 500, None, {'best_loss': 1.91})
+    >>> folder.cleanup()
+    """
     return _read_meta(_read_npz(path), path)
 
 
 def save_checkpoint(path, model, optimizer=None, step=0, extra=None):
     """Write the model's weights, the optimizer's state, the step, `extra` (JSON data)
-    and the random generator's state to one .npz file, atomically."""
+    and the random generator's state to one .npz file, atomically.
+
+    >>> from tinytorch.nn import Linear
+    >>> from tinytorch.optim import AdamW
+    >>> model = Linear(3, 2)
+    >>> opt = AdamW(model.parameters(), lr=0.01)
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(folder.name, "run.npz")
+    >>> save_checkpoint(path, model, opt, step=500, extra={"best_loss": 1.91})
+    >>> os.listdir(folder.name)  # one file, no temporary left behind
+    ['run.npz']
+    >>> folder.cleanup()
+    """
     try:
         json.dumps(extra)
     except (TypeError, ValueError) as error:
@@ -261,6 +365,23 @@ def load_checkpoint(path, model, optimizer=None):
 
     Returns (step, extra). Raises CheckpointError, and changes nothing, if the file cannot
     be read or does not fit.
+
+    >>> from tinytorch.nn import Linear
+    >>> from tinytorch.optim import AdamW
+    >>> model, other = Linear(3, 2), Linear(3, 2)
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(folder.name, "run.npz")
+    >>> save_checkpoint(path, model, AdamW(model.parameters()), step=5, extra={"a": 1})
+    >>> load_checkpoint(path, other, AdamW(other.parameters()))
+    (5, {'a': 1})
+    >>> bool((other.weight.data == model.weight.data).all())
+    True
+    >>> try:
+    ...     load_checkpoint(path, Linear(4, 2))
+    ... except CheckpointError as error:
+    ...     print(str(error).splitlines()[0].replace(folder.name, "..."))
+    the weights in '.../run.npz' do not fit this model:
+    >>> folder.cleanup()
     """
     arrays = _read_npz(path)
     meta = _read_meta(arrays, path)
@@ -300,7 +421,14 @@ def _num_samples(x):
 
 
 def accuracy(logits, targets):
-    """Fraction of rows whose largest logit is at the target class (indices or one-hot)."""
+    """Fraction of rows whose largest logit is at the target class (indices or one-hot).
+
+    >>> logits = Tensor([[2.0, 0.1], [0.3, 0.9], [1.5, 1.0]])
+    >>> accuracy(logits, [0, 1, 1])
+    0.6666666666666666
+    >>> accuracy(logits, [[1, 0], [0, 1], [1, 0]])  # one-hot targets
+    1.0
+    """
     logits, targets = _array(logits), _array(targets)
     if targets.shape == logits.shape:  # one-hot (or probability) targets
         targets = targets.argmax(axis=-1)
@@ -314,7 +442,19 @@ def accuracy(logits, targets):
 
 
 def evaluate(model, loss_fn, loader, metric=None):
-    """Mean loss (and metric) over a loader, in eval mode under no_grad."""
+    """Mean loss (and metric) over a loader, in eval mode under no_grad.
+
+    >>> from tinytorch.data import DataLoader, TensorDataset
+    >>> from tinytorch.nn import Linear, cross_entropy
+    >>> model = Linear(2, 2)
+    >>> model.weight.data[...] = [[1.0, 0.0], [0.0, 1.0]]
+    >>> model.bias.data[...] = 0.0
+    >>> x, y = np.array([[2.0, 0.0], [0.0, 3.0], [1.0, 2.0]]), np.array([0, 1, 0])
+    >>> loader = DataLoader(TensorDataset(x, y), batch_size=2)
+    >>> results = evaluate(model, cross_entropy, loader, metric=accuracy)
+    >>> {name: round(value, 4) for name, value in results.items()}
+    {'loss': 0.4963, 'accuracy': 0.6667}
+    """
     was_training = model.training
     model.eval()
     total_loss = total_metric = 0.0
@@ -339,7 +479,19 @@ def evaluate(model, loss_fn, loader, metric=None):
 
 
 class TrainingError(RuntimeError):
-    """Training cannot go on (the loss or the gradients are not finite); names the step."""
+    """Training cannot go on (the loss or the gradients are not finite); names the step.
+
+    >>> from tinytorch.nn import Linear, mse_loss
+    >>> from tinytorch.optim import SGD
+    >>> model = Linear(1, 1)
+    >>> opt = SGD(model.parameters(), lr=0.1)
+    >>> bad_batch = (Tensor([[np.nan]]), Tensor([[0.0]]))
+    >>> try:
+    ...     train_step(model, mse_loss, opt, bad_batch, step=7)
+    ... except TrainingError as error:
+    ...     print(str(error).split(" Common causes")[0])
+    step 7: the loss is nan. Training diverged; the weights are those of step 6.
+    """
 
 
 def _diverged(step, what, value, lr):
@@ -352,7 +504,21 @@ def _diverged(step, what, value, lr):
 
 
 def train_step(model, loss_fn, optimizer, batch, step, clip_norm=None):
-    """One optimizer step on one (inputs, targets) batch; returns (loss, grad_norm)."""
+    """One optimizer step on one (inputs, targets) batch; returns (loss, grad_norm).
+
+    >>> from tinytorch.nn import Linear, mse_loss
+    >>> from tinytorch.optim import SGD
+    >>> model = Linear(1, 1)
+    >>> model.weight.data[...] = 0.5
+    >>> model.bias.data[...] = 0.0
+    >>> opt = SGD(model.parameters(), lr=0.1)
+    >>> batch = (Tensor([[2.0]]), Tensor([[3.0]]))  # (inputs, targets)
+    >>> loss, norm = train_step(model, mse_loss, opt, batch, step=0)
+    >>> loss, round(norm, 4)  # the loss before the update, the gradient's global norm
+    (4.0, 8.9443)
+    >>> round(model.weight.item(), 4), round(model.bias.item(), 4)
+    (1.3, 0.4)
+    """
     inputs, targets = batch
     optimizer.zero_grad()
     loss = loss_fn(model(inputs), targets)
@@ -368,7 +534,18 @@ def train_step(model, loss_fn, optimizer, batch, step, clip_norm=None):
 
 
 def batches_from(loader, step=0):
-    """Yield (step, batch) from global step `step` on, epoch after epoch, forever."""
+    """Yield (step, batch) from global step `step` on, epoch after epoch, forever.
+
+    >>> from tinytorch.data import DataLoader, TensorDataset
+    >>> loader = DataLoader(TensorDataset(np.arange(6.0)), batch_size=2)  # 3 batches
+    >>> stream = batches_from(loader, step=2)  # resume at step 2
+    >>> for _ in range(3):
+    ...     step, (x,) = next(stream)
+    ...     print(step, x.data.tolist())
+    2 [4.0, 5.0]
+    3 [0.0, 1.0]
+    4 [2.0, 3.0]
+    """
     per_epoch = len(loader)
     if per_epoch == 0:
         raise ValueError("the training loader has no batches (an empty data set, or "
@@ -387,7 +564,14 @@ def batches_from(loader, step=0):
 
 @dataclass
 class History:
-    """What a run did: per step (loss, lr, gradient norm) and per evaluation."""
+    """What a run did: per step (loss, lr, gradient norm) and per evaluation.
+
+    >>> history = History()
+    >>> history.record(step=0, loss=2.5, lr=0.1, grad_norm=1.0, samples=32, seconds=0.5)
+    >>> history.record(step=1, loss=2.0, lr=0.1, grad_norm=0.8, samples=32, seconds=0.5)
+    >>> history
+    History(steps 0..1, loss 2.5000 -> 2.0000, 64 samples/s)
+    """
 
     step: list = field(default_factory=list)
     loss: list = field(default_factory=list)
@@ -477,6 +661,18 @@ def train(model, loss_fn, optimizer, train_loader, *, steps=None, epochs=None, s
     Returns a History. Evaluates on eval_loader every eval_every steps and at the end,
     saves to `checkpoint` every checkpoint_every steps and at the end, and continues the
     run saved in `resume_from` if given. Raises TrainingError at the first non-finite loss.
+
+    >>> from tinytorch.data import DataLoader, TensorDataset
+    >>> from tinytorch.nn import Linear, mse_loss
+    >>> from tinytorch.optim import SGD
+    >>> x = np.linspace(-1, 1, 32, dtype=np.float32).reshape(-1, 1)
+    >>> data = TensorDataset(x, 3 * x + 1)
+    >>> loader = DataLoader(data, batch_size=8, shuffle=True, seed=0)
+    >>> model = Linear(1, 1)
+    >>> opt = SGD(model.parameters(), lr=0.3)
+    >>> history = train(model, mse_loss, opt, loader, epochs=20, progress=False)
+    >>> len(history.loss), round(model.weight.item(), 2), round(model.bias.item(), 2)
+    (80, 3.0, 1.0)
     """
     if (steps is None) == (epochs is None):
         raise ValueError("pass exactly one of steps= or epochs=")
@@ -522,7 +718,19 @@ def train(model, loss_fn, optimizer, train_loader, *, steps=None, epochs=None, s
 
 
 class SafetensorsError(ValueError):
-    """A safetensors file (or index) that breaks the format; names the file and the tensor."""
+    """A safetensors file (or index) that breaks the format; names the file and the tensor.
+
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(folder.name, "model.safetensors")
+    >>> with open(path, "wb") as handle:
+    ...     _ = handle.write(b"\\x05\\x00")  # two bytes: not even a header length
+    >>> try:
+    ...     read_safetensors_header(path)
+    ... except SafetensorsError as error:
+    ...     print(str(error).split(": ")[1])
+    the file is 2 bytes, shorter than the 8-byte header length
+    >>> folder.cleanup()
+    """
 
 
 # safetensors name -> NumPy dtype of the stored bytes (little-endian), in the order in which
@@ -571,7 +779,15 @@ def _write_atomically(path, write):
 
 
 def save_safetensors(path, tensors, metadata=None):
-    """Write {name: array} (and optional {str: str} metadata) as one safetensors file."""
+    """Write {name: array} (and optional {str: str} metadata) as one safetensors file.
+
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(folder.name, "model.safetensors")
+    >>> save_safetensors(path, {"w": np.ones((2, 3), np.float32)}, metadata={"a": "b"})
+    >>> os.path.getsize(path)  # 8 bytes of length, the JSON header, 24 bytes of data
+    120
+    >>> folder.cleanup()
+    """
     arrays, dtypes = {}, {}
     for name, value in tensors.items():
         if not isinstance(name, str) or name == "__metadata__":
@@ -609,7 +825,18 @@ def save_safetensors(path, tensors, metadata=None):
 def read_safetensors_header(path):
     """(header, data_start): the checked entries {name: {dtype, shape, data_offsets}},
     without "__metadata__" (see read_safetensors_metadata), and the byte offset of the data.
-    Raises SafetensorsError, naming the file and the tensor, on any breach of the format."""
+    Raises SafetensorsError, naming the file and the tensor, on any breach of the format.
+
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(folder.name, "model.safetensors")
+    >>> save_safetensors(path, {"w": np.ones((2, 3), np.float32), "step": np.array(7)})
+    >>> header, data_start = read_safetensors_header(path)
+    >>> header["step"]
+    {'dtype': 'I64', 'shape': [], 'data_offsets': [0, 8]}
+    >>> header["w"], data_start
+    ({'dtype': 'F32', 'shape': [2, 3], 'data_offsets': [8, 32]}, 120)
+    >>> folder.cleanup()
+    """
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise SafetensorsError(f"there is no safetensors file at {path!r}")
@@ -685,7 +912,15 @@ def read_safetensors_header(path):
 
 
 def read_safetensors_metadata(path):
-    """The file's "__metadata__" ({str: str}; {} when it has none), after checking the file."""
+    """The file's "__metadata__" ({str: str}; {} when it has none), after checking the file.
+
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(folder.name, "model.safetensors")
+    >>> save_safetensors(path, {"w": np.zeros(2, np.float32)}, metadata={"step": "500"})
+    >>> read_safetensors_metadata(path)
+    {'step': '500'}
+    >>> folder.cleanup()
+    """
     _, data_start = read_safetensors_header(path)
     with open(os.fspath(path), "rb") as handle:
         handle.seek(8)
@@ -693,7 +928,16 @@ def read_safetensors_metadata(path):
 
 
 def load_safetensors(path):
-    """{name: array}: read-only np.memmap views into the file (BF16 widened to float32)."""
+    """{name: array}: read-only np.memmap views into the file (BF16 widened to float32).
+
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(folder.name, "model.safetensors")
+    >>> save_safetensors(path, {"w": np.arange(6, dtype=np.float32).reshape(2, 3)})
+    >>> w = load_safetensors(path)["w"]
+    >>> w.tolist(), w.dtype, w.flags.writeable
+    ([[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]], dtype('float32'), False)
+    >>> folder.cleanup()
+    """
     header, data_start = read_safetensors_header(path)
     if not header:
         return {}
@@ -713,7 +957,19 @@ SAFETENSORS_INDEX = "model.safetensors.index.json"
 
 def load_safetensors_folder(path):
     """Every tensor of a checkpoint: a folder with model.safetensors.index.json (shards), a
-    folder with one model.safetensors (or one *.safetensors file), or a file path."""
+    folder with one model.safetensors (or one *.safetensors file), or a file path.
+
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> save_safetensors(f"{folder.name}/a.safetensors", {"w": np.ones(2, np.float32)})
+    >>> save_safetensors(f"{folder.name}/b.safetensors", {"b": np.zeros(1, np.float32)})
+    >>> index = {"weight_map": {"w": "a.safetensors", "b": "b.safetensors"}}
+    >>> with open(os.path.join(folder.name, SAFETENSORS_INDEX), "w") as handle:
+    ...     _ = handle.write(json.dumps(index))
+    >>> tensors = load_safetensors_folder(folder.name)
+    >>> {name: array.tolist() for name, array in sorted(tensors.items())}
+    {'b': [0.0], 'w': [1.0, 1.0]}
+    >>> folder.cleanup()
+    """
     path = os.fspath(path)
     if os.path.isfile(path):
         return load_safetensors(path)

@@ -10,7 +10,17 @@ from tinytorch.core.tensor import Tensor, default_generator
 
 
 class Dataset:
-    """A map-style data set: len(dataset) examples, dataset[i] returns example i."""
+    """A map-style data set: len(dataset) examples, dataset[i] returns example i.
+
+    >>> class Squares(Dataset):
+    ...     def __len__(self):
+    ...         return 4
+    ...     def __getitem__(self, i):
+    ...         return Tensor([float(i)]), Tensor(float(i * i))
+    >>> data = Squares()
+    >>> len(data), data[3]
+    (4, (Tensor([3.]), Tensor(9.)))
+    """
 
     def __getitem__(self, index):
         raise NotImplementedError(
@@ -25,7 +35,15 @@ class Dataset:
 
 
 class TensorDataset(Dataset):
-    """Examples are the rows of the given arrays: dataset[i] = (a[i], b[i], ...)."""
+    """Examples are the rows of the given arrays: dataset[i] = (a[i], b[i], ...).
+
+    >>> data = TensorDataset(np.arange(6.0).reshape(3, 2), np.array([0, 1, 1]))
+    >>> len(data), data[1]
+    (3, (Tensor([2., 3.]), Tensor(1, dtype=int64)))
+    >>> data.get_batch(np.array([2, 0]))
+    (Tensor([[4., 5.],
+            [0., 1.]]), Tensor([1, 0], dtype=int64))
+    """
 
     def __init__(self, *tensors):
         if not tensors:
@@ -89,7 +107,17 @@ def _stack_field(values, field):
 
 
 def default_collate(items):
-    """A list of examples -> a batch: a tuple (or dict) of stacked Tensors, one per field."""
+    """A list of examples -> a batch: a tuple (or dict) of stacked Tensors, one per field.
+
+    >>> x, y = default_collate([(Tensor([1.0, 2.0]), 0), (Tensor([3.0, 4.0]), 1)])
+    >>> x
+    Tensor([[1., 2.],
+            [3., 4.]])
+    >>> y
+    Tensor([0, 1], dtype=int64)
+    >>> default_collate([{"t": 0.5}, {"t": 1.5}])
+    {'t': Tensor([0.5, 1.5])}
+    """
     if len(items) == 0:
         raise ValueError("default_collate got an empty list: a batch needs at least one example")
     first = items[0]
@@ -108,7 +136,19 @@ def default_collate(items):
 
 
 class DataLoader:
-    """Batches of a dataset, in order or in a per-epoch shuffle fixed by (seed, epoch)."""
+    """Batches of a dataset, in order or in a per-epoch shuffle fixed by (seed, epoch).
+
+    >>> data = TensorDataset(np.arange(10.0), np.arange(10))
+    >>> [x.data.tolist() for x, y in DataLoader(data, batch_size=4)]
+    [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0], [8.0, 9.0]]
+    >>> loader = DataLoader(data, batch_size=4, shuffle=True, seed=0)
+    >>> len(loader), [len(x) for x, y in loader], loader.epoch
+    (3, [4, 4, 2], 1)
+    >>> loader.order(1).tolist() == loader.order(1).tolist()  # fixed by (seed, epoch)
+    True
+    >>> sorted(loader.order(1).tolist()) == list(range(10))  # each example once
+    True
+    """
 
     def __init__(self, dataset, batch_size=1, shuffle=False, drop_last=False, seed=None,
                  collate_fn=None):

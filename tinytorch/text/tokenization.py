@@ -19,7 +19,18 @@ FILE_VERSION = 1
 
 
 class TokenizerFileError(ValueError):
-    """A file that cannot be loaded as a tokenizer; the message says why and what to do."""
+    """A file that cannot be loaded as a tokenizer; the message says why and what to do.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = Path(folder) / "notes.json"
+    ...     _ = path.write_text('{"notes": []}')
+    ...     try:
+    ...         Tokenizer.load(path)
+    ...     except TokenizerFileError as error:
+    ...         print(str(error).replace(folder, "TMP").split(": it")[0])
+    TMP/notes.json is JSON but not a TinyTorch tokenizer file
+    """
 
 
 def _require_text(text):
@@ -29,7 +40,16 @@ def _require_text(text):
 
 
 class Tokenizer:
-    """Text <-> list of integer ids. Subclasses write `encode_ordinary` and `decode`."""
+    """Text <-> list of integer ids. Subclasses write `encode_ordinary` and `decode`.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = Path(folder) / "chars.json"
+    ...     CharTokenizer.train("hello world").save(path)
+    ...     tokenizer = Tokenizer.load(path)  # the file names the class
+    >>> tokenizer, tokenizer.encode("hello")
+    (CharTokenizer(vocab_size=8), [3, 2, 4, 4, 5])
+    """
 
     kind = ""  # the "type" field of a saved file: "char", "bpe"
     _kinds = {}  # kind -> subclass, filled as subclasses are defined; `load` reads it
@@ -151,7 +171,16 @@ class Tokenizer:
 
 
 class CharTokenizer(Tokenizer):
-    """One id per character: the distinct characters of a corpus, sorted by code point."""
+    """One id per character: the distinct characters of a corpus, sorted by code point.
+
+    >>> text = "hello world<|end|>"
+    >>> tokenizer = CharTokenizer.train(text, special_tokens=["<|end|>"])
+    >>> tokenizer.chars, tokenizer.vocab_size
+    ([' ', 'd', 'e', 'h', 'l', 'o', 'r', 'w'], 9)
+    >>> ids = tokenizer.encode("low<|end|>")
+    >>> ids, tokenizer.decode(ids)
+    ([4, 5, 7, 8], 'low<|end|>')
+    """
 
     kind = "char"
 
@@ -233,7 +262,11 @@ def _is_known(i, table):
 
 
 def split_on_special(text, special_tokens):
-    """[(piece, is_special), ...]: text cut around whole special tokens, longest first."""
+    """[(piece, is_special), ...]: text cut around whole special tokens, longest first.
+
+    >>> split_on_special("hi<|end|>there<|end|>", {"<|end|>": 256})
+    [('hi', False), ('<|end|>', True), ('there', False), ('<|end|>', True)]
+    """
     if not special_tokens:
         return [(text, False)] if text else []
     ordered = sorted(special_tokens, key=len, reverse=True)
@@ -246,7 +279,13 @@ def split_on_special(text, special_tokens):
 
 
 def get_pair_counts(ids, counts=None, weight=1):
-    """Add `weight` to counts[(a, b)] for every adjacent pair (a, b) of `ids`."""
+    """Add `weight` to counts[(a, b)] for every adjacent pair (a, b) of `ids`.
+
+    >>> get_pair_counts([1, 2, 3, 1, 2])
+    {(1, 2): 2, (2, 3): 1, (3, 1): 1}
+    >>> get_pair_counts([1, 2], {(1, 2): 3}, weight=10)  # adds to counts it is given
+    {(1, 2): 13}
+    """
     counts = {} if counts is None else counts
     for pair in zip(ids, ids[1:]):
         counts[pair] = counts.get(pair, 0) + weight
@@ -254,7 +293,13 @@ def get_pair_counts(ids, counts=None, weight=1):
 
 
 def merge_pair(ids, pair, new_id):
-    """A new list: `ids` with each occurrence of `pair`, left to right, replaced by `new_id`."""
+    """A new list: `ids` with each occurrence of `pair`, left to right, replaced by `new_id`.
+
+    >>> merge_pair([1, 2, 3, 1, 2, 2], (1, 2), 256)
+    [256, 3, 256, 2]
+    >>> merge_pair([7, 7, 7], (7, 7), 300)  # left to right: the third 7 has no partner
+    [300, 7]
+    """
     first, second = pair
     out = []
     i, n = 0, len(ids)
@@ -279,7 +324,11 @@ def _char_class(ch):
 
 
 def split_words(text):
-    """Runs of letters, digits, whitespace or other symbols; a space joins the next word."""
+    """Runs of letters, digits, whitespace or other symbols; a space joins the next word.
+
+    >>> split_words("Hello, world! 42 times")
+    ['Hello', ',', ' world', '!', ' 42', ' times']
+    """
     runs = []
     start, previous = 0, None
     for i, ch in enumerate(text):
@@ -302,7 +351,15 @@ def split_words(text):
 
 
 class BPETokenizer(Tokenizer):
-    """Byte-level byte-pair encoding: 256 byte ids, learned merges, then special tokens."""
+    """Byte-level byte-pair encoding: 256 byte ids, learned merges, then special tokens.
+
+    >>> tokenizer = BPETokenizer.train("low lower lowest " * 10, vocab_size=260)
+    >>> tokenizer.merges
+    {(108, 111): 256, (256, 119): 257, (32, 257): 258, (258, 101): 259}
+    >>> ids = tokenizer.encode("slower")
+    >>> ids, tokenizer.decode(ids), tokenizer.vocab[259]
+    ([115, 257, 101, 114], 'slower', b' lowe')
+    """
 
     kind = "bpe"
     cache_limit = 100_000  # words kept in the encode cache
@@ -431,7 +488,12 @@ class BPETokenizer(Tokenizer):
 
 
 def bytes_to_unicode():
-    """{byte: character}: GPT-2's table that gives each of the 256 bytes a printable character."""
+    """{byte: character}: GPT-2's table that gives each of the 256 bytes a printable character.
+
+    >>> table = bytes_to_unicode()
+    >>> len(table), table[ord("a")], table[ord(" ")], table[10]  # 10: newline
+    (256, 'a', 'Ġ', 'Ċ')
+    """
     printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
                  + list(range(ord("®"), ord("ÿ") + 1)))
     table = {b: chr(b) for b in printable}
@@ -513,7 +575,14 @@ def _template(spec, path):
 
 def split_pieces(text, pattern, behavior="Isolated"):
     """Cut text at the pattern's matches: matches and the text between them, in order
-    (with "Removed", the matches are dropped)."""
+    (with "Removed", the matches are dropped).
+
+    >>> pattern = regex.compile(GPT2_SPLIT_PATTERN)
+    >>> split_pieces("I'm here  in 2024!", pattern)
+    ['I', "'m", ' here', ' ', ' in', ' 2024', '!']
+    >>> split_pieces("a-b-c", regex.compile("-"), behavior="Removed")
+    ['a', 'b', 'c']
+    """
     pieces, last = [], 0
     for match in pattern.finditer(text):
         start, end = match.span()
@@ -580,7 +649,21 @@ def _is_space(ch):
 
 class ByteLevelBPETokenizer(Tokenizer):
     """A Hugging Face byte-level BPE tokenizer (GPT-2, Qwen2, Llama 3) from its tokenizer.json;
-    encodes and decodes as the `tokenizers` package does."""
+    encodes and decodes as the `tokenizers` package does.
+
+    >>> vocab = {"h": 0, "i": 1, "Ġ": 2, "hi": 3, "<eos>": 4}
+    >>> data = {"model": {"type": "BPE", "vocab": vocab, "merges": ["h i"]},
+    ...         "added_tokens": [{"id": 4, "content": "<eos>", "special": True}],
+    ...         "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False},
+    ...         "decoder": {"type": "ByteLevel"}}
+    >>> tokenizer = ByteLevelBPETokenizer(data)
+    >>> tokenizer.pre_tokenize("hi hi"), tokenizer.encode("hi hi<eos>")
+    (['hi', 'Ġhi'], [3, 2, 3, 4])
+    >>> tokenizer.decode([3, 2, 3, 4])  # special tokens skipped
+    'hi hi'
+    >>> tokenizer.decode([3, 4], skip_special_tokens=False)
+    'hi<eos>'
+    """
 
     kind = "hf-bytelevel-bpe"
     cache_limit = 100_000
@@ -762,5 +845,16 @@ class ByteLevelBPETokenizer(Tokenizer):
 
 
 def load_hf_tokenizer(path):
-    """A Hugging Face byte-level BPE tokenizer from tokenizer.json (a file, or its folder)."""
+    """A Hugging Face byte-level BPE tokenizer from tokenizer.json (a file, or its folder).
+
+    >>> import tempfile
+    >>> model = {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}
+    >>> data = {"model": model, "pre_tokenizer": {"type": "ByteLevel"},
+    ...         "decoder": {"type": "ByteLevel"}}
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     _ = (Path(folder) / "tokenizer.json").write_text(json.dumps(data))
+    ...     tokenizer = load_hf_tokenizer(folder)  # the folder, or the file in it
+    >>> tokenizer.encode("abba"), tokenizer.vocab_size
+    ([2, 1, 0], 3)
+    """
     return ByteLevelBPETokenizer.from_hf_json(path)

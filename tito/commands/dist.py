@@ -95,7 +95,8 @@ def build_student_wheel(out: Path) -> Path:
         )
         if done.returncode != 0:
             raise Failure("building the student wheel failed (pip needs setuptools and wheel from "
-                          "the package index or its cache):\n" + (done.stderr or done.stdout)[-3000:])
+                          "the package index or its cache):\n"
+                          + (done.stderr or done.stdout)[-3000:])
     wheels = sorted(out.glob(f"{PROJECT.replace('-', '_')}-{__version__}-*.whl"))
     if not wheels:
         raise Failure(f"pip reported success but no wheel is in {out}")
@@ -108,11 +109,13 @@ def dist():
 
 
 @dist.command()
-@click.option("--out", default="dist", show_default=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Folder for the wheel.")
+@click.option("--out", default="dist", show_default=True,
+              type=click.Path(file_okay=False, path_type=Path), help="Folder for the wheel.")
 def student(out):
     """A wheel for students: tito, the released notebooks and the milestones; no solutions."""
-    console.print(f"Releasing {len(written_modules())} notebooks with nbgrader and building the wheel ...")
+    console.print(f"Releasing {len(written_modules())} notebooks with nbgrader and building the "
+                  "wheel ...")
     wheel = build_student_wheel(out)
     console.print(f"[green]✓[/] {wheel}")
-    console.print(f"  students install it with `pip install {wheel.name}`, then `tito init my-course`")
+    console.print(f"  students install it with `pip install {wheel.name}`, then "
+                  "`tito init my-course`")

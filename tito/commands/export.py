@@ -36,4 +36,5 @@ def export(modules, check):
     written = write_plan(COURSE_ROOT, plan)
     for rel in written:
         console.print(f"  wrote {rel}")
-    console.print(f"[green]✓[/] exported: {len(written)} file(s) changed, {len(plan) - len(written)} already current")
+    console.print(f"[green]✓[/] exported: {len(written)} file(s) changed, "
+                  f"{len(plan) - len(written)} already current")

@@ -30,7 +30,8 @@ def init(directory, force):
     Workspace.create(root, releases)
     try:
         where = install_kernel(root)
-        kernel_note = f"Jupyter kernel {kernel_name(root)} ({where}) imports this workspace's tinytorch"
+        kernel_note = (f"Jupyter kernel {kernel_name(root)} ({where}) imports this workspace's "
+                       "tinytorch")
     except Exception as error:  # Jupyter missing or its data folder not writable: say so, go on
         kernel_note = (f"[yellow]could not register the Jupyter kernel ({error})[/]: "
                        "fix that, then run `tito system kernel` in the workspace")

@@ -260,27 +260,42 @@ def reset(number, yes):
 
 
 # ---- test / complete ---------------------------------------------------------------------
+def _who(r: CellResult) -> str:
+    """The cell as the student finds it: theirs or the lesson's, by name or by its first line."""
+    if r.cell.nbgrader.get("grade_id"):
+        whose = "your cell" if r.cell.origin == "yours" else "the lesson's cell"
+        return f"{whose} '{r.cell.grade_id}'"
+    return r.name
+
+
 def _print_result(r: CellResult) -> None:
     """One line per test as it finishes; a failing cell of the student's is shown first."""
     if r.cell.is_graded:
-        if r.passed:
+        if r.passed and r.after_refusal:
+            console.print(f"  [yellow]-[/] {r.cell.grade_id} [dim]({r.cell.points:g} pts)[/] "
+                          f"not counted: it ran after {escape(r.after_refusal)} was refused")
+        elif r.passed:
             console.print(f"  [green]✓[/] {r.cell.grade_id} [dim]({r.cell.points:g} pts, "
                           f"{r.seconds:.2f} s)[/]")
         else:
             console.print(f"  [red]✗[/] {r.cell.grade_id} [dim]({r.cell.points:g} pts)[/]")
             console.print(f"      {r.explain()}", markup=False)
+    elif r.error_type == "IntegrityError":
+        console.print(f"  [red]✗[/] {escape(_who(r))} was refused:")
+        console.print(f"      {r.explain()}", markup=False)
     elif not r.passed and r.status != "not run":
-        who = "your cell" if r.cell.origin == "yours" else "cell"
-        console.print(f"  [yellow]![/] {who} {r.cell.grade_id} raised (not graded, but the tests "
-                      "after it use it):")
+        why = ("not graded, but the tests after it use it" if r.cell.origin == "yours" else
+               "not graded: the lesson's code, calling yours")
+        console.print(f"  [yellow]![/] {escape(_who(r))} raised ({why}):")
         console.print(f"      {r.explain()}", markup=False)
 
 
 def _print_summary(report: RunReport, label: str) -> None:
     for note in report.notes:
-        console.print(f"  [yellow]note:[/] {note}", markup=False)
+        console.print(f"  [yellow]note:[/] {escape(note)}")
     got, total = report.points()
-    n_pass, n = len(report.passed), len(report.tests)
+    n_pass, n_fail, n = len(report.passed), len(report.failed), len(report.tests)
+    uncounted = len(report.not_counted)
     colour = "green" if report.ok else "red"
     counted = f"{n} tests:"
     if report.expected_tests is not None and report.found_tests is not None \
@@ -288,8 +303,15 @@ def _print_summary(report: RunReport, label: str) -> None:
         missing = report.expected_tests - report.found_tests
         counted = (f"{report.expected_tests} tests expected, {report.found_tests} found in your "
                    f"notebook: the {missing} missing were restored and run:")
-    console.print(f"[{colour}]{counted} {n_pass} passed, {n - n_pass} failed[/] · "
-                  f"{got:g}/{total:g} points · {report.seconds:.1f} s · {label}")
+    tally = f"{n_pass} passed, {n_fail} failed" + (f", {uncounted} not counted" if uncounted else "")
+    console.print(f"[{colour}]{escape(counted)} {tally}[/] · "
+                  f"{got:g}/{total:g} points · {report.seconds:.1f} s · {escape(label)}")
+    refused = report.integrity_errors
+    if refused:
+        first = refused[0]
+        console.print(f"[red]Refused:[/] {escape(_who(first))} did what graded code may not "
+                      f"({escape(first.message)}): it was put back, and the tests that ran after it "
+                      "are not counted.")
 
 
 def _run(m: Module, ws: Workspace | None, timeout: float) -> tuple[RunReport, object, str]:
@@ -364,8 +386,10 @@ def complete(number, timeout):
     report, notebook, label = _run(m, ws, timeout)
     _print_summary(report, label)
     if not report.ok:
+        fix = ("Remove what was refused above" if report.integrity_errors and not report.failed
+               else "Fix the failures above")
         console.print("[red]Not completed.[/] Nothing was exported; your package is unchanged. "
-                      "Fix the failures above and run this command again.")
+                      f"{fix} and run this command again.")
         raise SystemExit(1)
     rel = m.notebook_relpath
     # the cells that were tested: yours where you write, the release's where it is locked

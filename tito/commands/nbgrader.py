@@ -165,7 +165,8 @@ def _details(r: StudentResult, timeout: int | None = None) -> None:
     for change in r.locked_changes:
         console.print(f"      [bold red]⚠ {change.explain()}[/]")
     if r.awaiting:
-        console.print(f"      [yellow]✎ awaiting manual grading:[/] {escape(', '.join(r.awaiting))}")
+        console.print("      [yellow]✎ awaiting manual grading:[/] "
+                      + escape(", ".join(r.awaiting)))
     for flag in r.flags:
         console.print(f"      [bold red]⚑ flagged: {escape(flag)}[/]")
     for dropped in (r.second or {}).get("dropped", [])[:5]:

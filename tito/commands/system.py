@@ -28,7 +28,8 @@ def kernel_check() -> tuple[bool, str]:
     return found.ok, found.detail
 
 
-STATES = {"ok": "[green]✓[/]", "failed": "[red]✗[/]", "not verified": "[yellow]?[/]", "note": "[dim]·[/]"}
+STATES = {"ok": "[green]✓[/]", "failed": "[red]✗[/]", "not verified": "[yellow]?[/]",
+          "note": "[dim]·[/]"}
 
 
 @system.command()
@@ -51,9 +52,9 @@ def doctor():
         console.print(f"[red]{len(failed)} check(s) failed.[/]"
                       + (" [yellow]Progress is not verified either.[/]" if unverified else ""))
     elif unverified:
-        console.print("[yellow]Not verified:[/] your progress file says more than your package and "
-                      "the release back up (see \"progress vs package\"). Run `tito module complete` "
-                      "again for the modules named.")
+        console.print("[yellow]Not verified:[/] your progress file says more than your package "
+                      "and the release back up (see \"progress vs package\"). Run `tito module "
+                      "complete` again for the modules named.")
     else:
         console.print("[green]All checks passed.[/]")
     raise SystemExit(1 if failed or unverified else 0)
@@ -97,7 +98,8 @@ def kernel(prune):
         dead = dead_kernels()
         for k in dead:
             remove_kernel(k)
-            console.print(f"  removed kernel {k.name} of {k.workspace} (no workspace there any more)")
+            console.print(f"  removed kernel {k.name} of {k.workspace} (no workspace there any "
+                          "more)")
         if not dead:
             console.print("  no kernel of a deleted workspace to remove")
 
@@ -118,7 +120,8 @@ def repair_progress():
             continue
         release = ws.release_path(m)
         if not release.is_file():
-            console.print(f"  [red]✗[/] module {m.key}: no released notebook; run `tito init . --force`")
+            console.print(f"  [red]✗[/] module {m.key}: no released notebook; run "
+                          "`tito init . --force`")
             continue
         try:
             report = run_student(path, release, ws.root)
@@ -126,7 +129,8 @@ def repair_progress():
             console.print(f"  [red]✗[/] module {m.key}: {error}", markup=False)
             continue
         mark = "[green]✓[/]" if report.ok else "[red]✗[/]"
-        console.print(f"  {mark} module {m.key}: {len(report.passed)}/{len(report.tests)} tests pass")
+        console.print(f"  {mark} module {m.key}: {len(report.passed)}/{len(report.tests)} tests "
+                      "pass")
         if report.ok:
             got, total = report.points()
             completed[m.key] = {"completed_at": now_iso(), "tests_passed": len(report.passed),

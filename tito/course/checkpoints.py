@@ -59,9 +59,10 @@ def gpt2_names(config):
 
 def check_gpt2_compatible(config):
     if config.norm != "layernorm" or config.mlp != "gelu" or config.gelu_approximate != "tanh":
-        raise CheckpointFolderError(f"GPT-2's layout has LayerNorm and tanh-GELU MLPs only; this model has "
-                      f"norm={config.norm!r}, mlp={config.mlp!r}, "
-                      f"gelu_approximate={config.gelu_approximate!r}")
+        raise CheckpointFolderError(
+            f"GPT-2's layout has LayerNorm and tanh-GELU MLPs only; this model has "
+            f"norm={config.norm!r}, mlp={config.mlp!r}, "
+            f"gelu_approximate={config.gelu_approximate!r}")
 
 
 def gpt2_tensors(model):
@@ -165,7 +166,8 @@ def load_optimizer(folder, optimizer):
 
 
 def load_pretrained(folder, requested=None):
-    """(model, info) from a folder that save_pretrained wrote; CheckpointFolderError on anything amiss."""
+    """(model, info) from a folder that save_pretrained wrote; CheckpointFolderError on anything
+    amiss."""
     import json
 
     from tinytorch.core.training import SafetensorsError, load_safetensors_folder
@@ -174,16 +176,18 @@ def load_pretrained(folder, requested=None):
     folder = Path(folder)
     config_path = folder / GPT2_CONFIG
     if not config_path.is_file():
-        raise CheckpointFolderError(f"there is no checkpoint in {folder}: no {GPT2_CONFIG} (train one with "
-                      "`tito milestone run tinygpt`)")
+        raise CheckpointFolderError(
+            f"there is no checkpoint in {folder}: no {GPT2_CONFIG} (train one with "
+            "`tito milestone run tinygpt`)")
     try:
         hf = json.loads(config_path.read_text(encoding="utf-8"))
     except ValueError as error:
         raise CheckpointFolderError(f"{config_path} is not JSON: {error}") from None
     info = hf.get("tinytorch")
     if hf.get("model_type") != "gpt2" or not isinstance(info, dict) or "gpt_config" not in info:
-        raise CheckpointFolderError(f"{config_path} was not written by this milestone (it needs model_type "
-                      "'gpt2' and a 'tinytorch' section with the model's config)")
+        raise CheckpointFolderError(
+            f"{config_path} was not written by this milestone (it needs model_type "
+            "'gpt2' and a 'tinytorch' section with the model's config)")
     saved = GPTConfig.from_dict(info["gpt_config"])
     problems = config_mismatches(saved, requested or {})
     if problems:
@@ -200,20 +204,23 @@ def load_pretrained(folder, requested=None):
     names = gpt2_names(saved)
     missing = [hf_name for _, hf_name, _, _ in names if hf_name not in tensors]
     if missing:
-        raise CheckpointFolderError(f"{folder / GPT2_WEIGHTS} lacks {len(missing)} tensor(s) of GPT-2's "
-                      f"layout, e.g. {missing[:3]}")
+        raise CheckpointFolderError(
+            f"{folder / GPT2_WEIGHTS} lacks {len(missing)} tensor(s) of GPT-2's "
+            f"layout, e.g. {missing[:3]}")
     state = {}
     for name, hf_name, transposed, _ in names:
         value = tensors[hf_name]
         if name in ours:
             state[name] = value.T if transposed else value
         elif np.any(value):
-            raise CheckpointFolderError(f"{hf_name} in {folder / GPT2_WEIGHTS} is not zero, but the model "
-                          "has no biases (bias=False in its config)")
+            raise CheckpointFolderError(
+                f"{hf_name} in {folder / GPT2_WEIGHTS} is not zero, but the model "
+                "has no biases (bias=False in its config)")
     if saved.tie_weights:
         state["lm_head.weight"] = state["wte.weight"]  # one matrix, two names
     try:
         model.load_state_dict(state)
     except ValueError as error:
-        raise CheckpointFolderError(f"the weights in {folder} do not fit the model:\n{error}") from None
+        raise CheckpointFolderError(
+            f"the weights in {folder} do not fit the model:\n{error}") from None
     return model, info

@@ -136,7 +136,8 @@ def __getattr__(name):
 '''
 
 
-def init_files(present: dict[int, list[str]], missing_names: dict[str, Module], how: str) -> dict[Path, str]:
+def init_files(present: dict[int, list[str]], missing_names: dict[str, Module],
+               how: str) -> dict[Path, str]:
     """Generated ``__init__.py`` files for the package and its public namespaces.
 
     ``present`` maps module numbers whose export exists to their public names;
@@ -177,7 +178,8 @@ def init_files(present: dict[int, list[str]], missing_names: dict[str, Module], 
         missing = {n: m for n, m in missing_names.items() if ns in m.namespaces}
         lines = [header]
         if ns == "":
-            lines.append('"""TinyTorch: a deep-learning framework you build yourself, one module at a time."""\n')
+            lines.append('"""TinyTorch: a deep-learning framework you build yourself, one module '
+                         'at a time."""\n')
             lines.append("__version__ = \"0.1.0\"\n")
         lines.extend(line + "\n" for line in imports)
         if ns == "":

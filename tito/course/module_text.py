@@ -44,7 +44,8 @@ MODULE_TEXT: dict[int, ModuleText] = {
         summary="ReLU, Sigmoid, Tanh, GELU, SiLU, Softmax and LogSoftmax, numerically stable.",
         hours="3-4",
         difficulty=2,
-        needs_to_know="Module 01's Tensor, and what $e^x$ and $\\log x$ do for large and small inputs.",
+        needs_to_know=("Module 01's Tensor, and what $e^x$ and $\\log x$ do for large and small "
+                       "inputs."),
         question=(
             "Why does a formula that is one line on paper return `nan` in float32, and why is "
             "an activation limited by memory traffic rather than arithmetic?"

@@ -97,7 +97,8 @@ def read_ipynb(path: Path):
     (its schema validator), and grading needs only the cells, their sources and metadata."""
     text = Path(path).read_text(encoding="utf-8")
     data = json.loads(text)
-    if not isinstance(data, dict) or data.get("nbformat") != 4 or not isinstance(data.get("cells"), list):
+    if (not isinstance(data, dict) or data.get("nbformat") != 4
+            or not isinstance(data.get("cells"), list)):
         raise ValueError("not a version-4 Jupyter notebook (no 'nbformat': 4 and 'cells' list)")
     for cell in data["cells"]:
         if not isinstance(cell, dict) or cell.get("cell_type") not in ("code", "markdown", "raw"):

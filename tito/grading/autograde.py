@@ -62,7 +62,7 @@ class GradingRun:
     def close(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
 
-    def __enter__(self) -> "GradingRun":
+    def __enter__(self) -> GradingRun:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -206,7 +206,8 @@ def autograde_student(course: Course, m: Module, student: str, timeout: int | No
     n_code = DEFAULT_CELLS
     source = course.source_notebook(m)
     if source.is_file():
-        n_code = sum(c.cell_type == "code" for c in load_nbformat().read(source, as_version=4).cells)
+        cells = load_nbformat().read(source, as_version=4).cells
+        n_code = sum(c.cell_type == "code" for c in cells)
     wall = (n_code + 1) * timeout + RUN_OVERHEAD
     args = ["autograde", m.dirname, f"--student={student}", "--force",
             f"--ExecutePreprocessor.timeout={int(timeout)}",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 import shutil
-from datetime import datetime, timezone
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from ..course.registry import Module
@@ -84,7 +84,8 @@ def collect(course: Course, m: Module, paths: list[Path], student: str | None = 
             try:
                 load_nbformat().read(notebook, as_version=4)
             except Exception as error:
-                raise GradingError(f"not a readable notebook ({str(error).splitlines()[0][:120]})")
+                first = str(error).splitlines()[0][:120]
+                raise GradingError(f"not a readable notebook ({first})") from None
         except GradingError as error:
             skipped.append(Skipped(path, str(error)))
             continue

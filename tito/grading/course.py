@@ -73,12 +73,12 @@ class Course:
     root: Path
 
     @classmethod
-    def find(cls, start: Path | None = None) -> "Course | None":
+    def find(cls, start: Path | None = None) -> Course | None:
         root = find_upwards(start, lambda folder: (folder / CONFIG_NAME).is_file())
         return None if root is None else cls(root)
 
     @classmethod
-    def require(cls, start: Path | None = None) -> "Course":
+    def require(cls, start: Path | None = None) -> Course:
         found = cls.find(start)
         if found is None:
             where = Path(start or Path.cwd()).resolve()

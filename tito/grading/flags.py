@@ -21,7 +21,7 @@ def forbidden_imports(m: Module) -> tuple[dict[str, Module], dict[str, Module]]:
     return _forbidden(m.number)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _forbidden(number: int) -> tuple[dict[str, Module], dict[str, Module]]:
     from ..course.exporter import reference_export
 
@@ -172,12 +172,12 @@ def _scan(course: Course, m: Module, cells: list[tuple[str, str]]) -> list[str]:
             if owner is not None and not any(f"tinytorch.{dotted}" in s for s in said):
                 said.append(text + (" (its own module)" if owner.number == m.number
                                     else f" (module {owner.key}, not a prerequisite)"))
-        strings, words_used = _strings_and_names(code)
+        strings, used = _strings_and_names(code)  # `names` is the owners' table above
         for path in paths:
             if any(path in text for text in strings):
                 said.append(f"names the course folder {path}")
         words = {w.group(0) for text in strings for w in _COURSE_WORDS.finditer(text)}
-        if "COURSE_ROOT" in words_used:
+        if "COURSE_ROOT" in used:
             words.add("COURSE_ROOT")
         for word in sorted(words):
             said.append(f"mentions {word!r} (a path into the course?)")

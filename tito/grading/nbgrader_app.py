@@ -26,14 +26,24 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor, ClearMetadataPreprocessor
+from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
 from nbformat.notebooknode import NotebookNode
 from nbgrader.apps.baseapp import NbGrader
 from nbgrader.apps.nbgraderapp import NbGraderApp
-from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput,
-                                    DeduplicateIds, Execute, GetGrades, IgnorePattern,
-                                    LimitOutput, NbGraderPreprocessor, OverwriteCells,
-                                    OverwriteKernelspec, SaveAutoGrades)
+from nbgrader.preprocessors import (
+    AssignLatePenalties,
+    CheckCellMetadata,
+    ClearOutput,
+    DeduplicateIds,
+    Execute,
+    GetGrades,
+    IgnorePattern,
+    LimitOutput,
+    NbGraderPreprocessor,
+    OverwriteCells,
+    OverwriteKernelspec,
+    SaveAutoGrades,
+)
 from traitlets import Unicode
 from traitlets.config import Config
 
@@ -115,7 +125,8 @@ class GuardedExecute(Execute):
                     outs.remove(out)
                 outs.append(NotebookNode(
                     output_type="stream", name="stdout",
-                    text=f"\n[output past {OUTPUT_LIMIT:,} characters was dropped by the grader]\n"))
+                    text=f"\n[output past {OUTPUT_LIMIT:,} characters was dropped by the "
+                         "grader]\n"))
         return out
 
 
@@ -220,6 +231,16 @@ class BoundedFeedback(NbGraderPreprocessor):
         return cell, resources
 
 
+class HiddenTestsLeftOut(NbGraderPreprocessor):
+    """Feedback without the hidden test cases (``reports.hide_hidden_tests``)."""
+
+    def preprocess_cell(self, cell, resources, index):
+        from .reports import hide_hidden_tests
+
+        hide_hidden_tests(cell)
+        return cell, resources
+
+
 def mathml(markdown: str) -> str:
     """``$...$`` and ``$$...$$`` in ``markdown`` as MathML, when latex2mathml is installed."""
     try:
@@ -249,7 +270,8 @@ def tito_config(root: str = "") -> Config:
                                            SaveAutoGrades, AssignLatePenalties,
                                            CheckCellMetadata]
     c.RestoreDeletedCells.course_root = root
-    c.GenerateFeedback.preprocessors = [GetGrades, BoundedFeedback, CSSHTMLHeaderPreprocessor]
+    c.GenerateFeedback.preprocessors = [GetGrades, HiddenTestsLeftOut, BoundedFeedback,
+                                        CSSHTMLHeaderPreprocessor]
     return c
 
 

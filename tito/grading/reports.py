@@ -10,6 +10,7 @@ from html import escape
 from pathlib import Path
 
 from ..course.registry import MODULES, Module
+from ..course.solutions import HIDDEN_BEGIN, HIDDEN_END, partition_hidden
 from ..errors import GradingError
 from .course import Course
 from .process import NbgraderRun, run_nbgrader
@@ -31,6 +32,52 @@ def feedback(course: Course, m: Module) -> tuple[NbgraderRun, dict[str, Path | N
         if path.is_file():
             name_tests(path, student_result(course, m, student))
     return run, made, ungraded
+
+
+HIDDEN_NOTE = "# (the instructor's hidden test cases ran here: they are not shown)"
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_CONTEXT_PREFIX = re.compile(r"^\s*(?:-*>)?\s*\d+\s?")  # IPython's "---> 12 " and "     13 "
+
+
+def hide_hidden_tests(cell) -> bool:
+    """Take the hidden test cases out of an autograded cell before its feedback is rendered.
+
+    Autograde runs each test cell whole, hidden region included, and the feedback would show
+    it: in the cell's source (each region becomes one comment line saying the cases ran) and
+    in the tracebacks of its errors (IPython prints the lines around the failing line, and a
+    hidden case fails inside its region: those lines are left out). Returns whether the cell
+    changed. The gradebook and the autograded notebook keep everything.
+    """
+    kept, dropped = partition_hidden(cell.get("source", ""))
+    if not dropped:
+        return False
+    lines, inside = [], False
+    for line in cell.source.split("\n"):
+        if HIDDEN_BEGIN in line:
+            inside = True
+            lines.append(line[:len(line) - len(line.lstrip())] + HIDDEN_NOTE)
+        elif HIDDEN_END in line:
+            inside = False
+        elif not inside:
+            lines.append(line)
+    cell.source = "\n".join(lines)
+    shown = {line.strip() for line in kept}
+    secret = {line.strip() for line in dropped} - shown - {""}
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "error":
+            output["traceback"] = [_without_lines(entry, secret)
+                                   for entry in output.get("traceback", [])]
+    return True
+
+
+def _without_lines(entry: str, secret: set[str]) -> str:
+    """A traceback entry without its context lines that show one of ``secret``."""
+    def hidden(line: str) -> bool:
+        plain = _ANSI.sub("", line)
+        return (plain.strip() in secret or _CONTEXT_PREFIX.sub("", plain, count=1).strip() in secret
+                or HIDDEN_BEGIN in plain or HIDDEN_END in plain)
+
+    return "\n".join(line for line in entry.split("\n") if not hidden(line))
 
 
 _TOC_ENTRY = re.compile(r'<a href="#([^"]+)">Test cell</a>')

@@ -131,7 +131,8 @@ def verify(course: Course, m: Module, student: str, run, config: sandbox.KernelC
         return result
     if not report.started:  # the grader's failure, not the student's: nothing is lowered
         text = (report.driver_error or "").strip().splitlines()
-        result.error = f"the second grading did not start ({text[-1][:300] if text else 'no output'})"
+        last = text[-1][:300] if text else "no output"
+        result.error = f"the second grading did not start ({last})"
         return result
     untrusted_after = None
     for r in report.cells:

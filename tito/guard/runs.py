@@ -33,6 +33,33 @@ MAX_LINE = 1 << 20  # a record longer than this is not one of the driver's
 MAX_CHANNEL = 64 << 20  # bytes read from the driver before the run is stopped
 
 
+def _first_line(source: str) -> str:
+    """The first line of a cell that says something (not a directive, not blank), cut short."""
+    for line in source.splitlines():
+        text = line.strip()
+        if text and not text.startswith("#|"):
+            return text if len(text) <= 60 else text[:57] + "..."
+    return ""
+
+
+def cell_label(cell: Cell, plan: list[Cell] = ()) -> str:
+    """How a student finds a cell in Jupyter, which numbers no cell: its nbgrader name (the
+    lesson's cells), else whose it is, the named cell it follows in ``plan`` and how it starts.
+    ``origin`` "given" is a cell of the lesson the notebook holds unchanged (a demo)."""
+    if cell.nbgrader.get("grade_id"):
+        return f"cell '{cell.grade_id}'"
+    owner = "the lesson's cell" if cell.origin in ("given", "release") else "your cell"
+    named = [c for c in plan[:cell.index] if c.nbgrader.get("grade_id")]
+    if named:
+        owner += f" after '{named[-1].grade_id}'"
+    else:
+        later = [c for c in plan[cell.index + 1:] if c.nbgrader.get("grade_id")]
+        if later:
+            owner += f" before '{later[0].grade_id}'"
+    first = _first_line(cell.source)
+    return owner + (f" that starts `{first}`" if first else " (an empty cell)")
+
+
 def is_locked(cell: Cell) -> bool:
     """nbgrader's rule: graded cells and locked cells are read-only, solution cells never."""
     meta = cell.nbgrader
@@ -54,6 +81,12 @@ class CellResult:
     depends_on: str = ""  # the earlier failing cell of the student's this one likely follows from
     stderr: str = ""  # what the cell wrote to stderr (a graded cell that did fails, as in nbgrader)
     dropped: list = field(default_factory=list)  # (line, code) not run: not a definition
+    label: str = ""  # how the student finds the cell (``cell_label``); its grade_id if unset
+    after_refusal: str = ""  # the cell refused earlier in the run: this result is not counted
+
+    @property
+    def name(self) -> str:
+        return self.label or f"cell '{self.cell.grade_id}'"
 
     @property
     def passed(self) -> bool:
@@ -68,13 +101,16 @@ class CellResult:
         where = ""
         if self.where:
             label, line, code, func = self.where
-            where = f" (in {func}, {label} line {line}: `{code}`)" if code else f" ({label} line {line})"
+            if label == self.label and not self.cell.nbgrader.get("grade_id"):
+                label = "this cell"  # its long name is said once, before the message
+            where = (f" (in {func}, {label}, line {line}: `{code}`)" if code
+                     else f" ({label}, line {line})")
         if self.error_type == "NotImplementedError":
             text = f"not implemented yet{where}: replace `raise NotImplementedError()` with your code"
         elif self.error_type == "AssertionError":
             text = (self.message or "an assertion failed without a message") + where
         elif self.error_type == "IntegrityError":
-            text = f"not allowed: {self.message}. The tests cannot be trusted after that."
+            text = f"not allowed: {self.message} (put back); the tests after it are not counted"
         elif self.error_type == "StderrOutput":
             text = (f"the test passed but wrote to stderr ({self.message!r}). nbgrader, which "
                     "gives the instructor's grade, scores any output to stderr in a test cell "
@@ -83,8 +119,10 @@ class CellResult:
         elif self.error_type in ("SyntaxError", "IndentationError", "TabError"):
             text = (f"{self.error_type}: {self.message}{where}. Nothing in this cell ran, so "
                     "nothing it defines exists: fix this first")
-        else:
+        elif self.error_type:
             text = f"{self.error_type}: {self.message}{where}"
+        else:  # the run itself ended or was stopped here: no exception to name
+            text = (self.message or "failed") + where
         if self.depends_on:
             text += f" [probably caused by the error in {self.depends_on} above: fix that first]"
         return text
@@ -108,11 +146,18 @@ class RunReport:
 
     @property
     def passed(self) -> list[CellResult]:
-        return [r for r in self.tests if r.passed]
+        """Tests that passed and count: not after a refusal (see ``not_counted``)."""
+        return [r for r in self.tests if r.passed and not r.after_refusal]
 
     @property
     def failed(self) -> list[CellResult]:
         return [r for r in self.tests if not r.passed]
+
+    @property
+    def not_counted(self) -> list[CellResult]:
+        """Tests that passed after the guard refused an earlier cell: what they checked was
+        put back, but they ran after it, so they are not counted (as in the second grading)."""
+        return [r for r in self.tests if r.passed and r.after_refusal]
 
     @property
     def other_errors(self) -> list[CellResult]:
@@ -137,13 +182,57 @@ _STACK_LINE = re.compile(r'File "<cell (\d+) \'(.*?)\'>", line (\d+) in (\S+)')
 
 
 def _stack_where(stack: str, plan: list[Cell]) -> str:
-    """The innermost notebook line in a faulthandler dump, as `function, cell line N: code`."""
+    """The innermost notebook line in a faulthandler dump, as `in function, cell, line N: code`."""
     for match in _STACK_LINE.finditer(stack):  # most recent call first
-        index, name, line, func = int(match[1]), match[2], int(match[3]), match[4]
-        lines = plan[index].source.splitlines() if index < len(plan) else []
+        index, line, func = int(match[1]), int(match[3]), match[4]
+        if index >= len(plan):
+            continue
+        lines = plan[index].source.splitlines()
         code = lines[line - 1].strip() if 0 < line <= len(lines) else ""
-        return f"in {func}, cell {index} '{name}' line {line}" + (f": `{code}`" if code else "")
+        func = qualified_name(plan[index].source, line, func)
+        return (f"in {func}, {cell_label(plan[index], plan)}, line {line}"
+                + (f": `{code}`" if code else ""))
     return ""
+
+
+_LABEL = re.compile(r"^cell (\d+) '")
+
+
+def qualified_name(source: str, line: int, name: str) -> str:
+    """``name`` of the function running at ``line`` of a cell, with the classes and functions
+    around it: `MatMul.forward`, not `forward`; a test's local check as `test_x.check`."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return name
+    path: list[str] = []
+    body = tree.body
+    while True:
+        inner = next((n for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                        ast.ClassDef))
+                      and n.lineno <= line <= (n.end_lineno or n.lineno)), None)
+        if inner is None:
+            break
+        path.append(inner.name)
+        body = inner.body
+    while path and path[-1] != name:  # the line is in a lambda or a comprehension
+        path.pop()
+    return ".".join(path) if path else name
+
+
+def _where_label(where, plan: list[Cell]) -> tuple | None:
+    """The driver's ``where`` with its cell named as the student finds it (see cell_label)
+    and its function by its qualified name."""
+    if not where:
+        return None
+    where = list(where)
+    match = _LABEL.match(str(where[0]))
+    if match and int(match[1]) < len(plan):
+        cell = plan[int(match[1])]
+        where[0] = cell_label(cell, plan)
+        if len(where) > 3 and isinstance(where[1], int):
+            where[3] = qualified_name(cell.source, where[1], str(where[3]))
+    return tuple(where)
 
 
 def forbidden_roots(package_root: Path) -> list[str]:
@@ -292,6 +381,7 @@ def collect_results(plan: list[Cell], proc, found: queue.Queue, records: SignedR
     whole run) or when one cell has run ``cell_timeout`` seconds."""
     results: dict[int, CellResult] = {}
     cause: CellResult | None = None
+    refused = ""  # the first cell the guard refused: the tests after it are not counted
     running: int | None = None
     timed_out = finished = False
     deadline = start + timeout
@@ -324,12 +414,14 @@ def collect_results(plan: list[Cell], proc, found: queue.Queue, records: SignedR
         elif event == "end" and index == running and index not in results:
             result = CellResult(
                 plan[index], record.get("status", "failed"), record.get("error_type", ""),
-                record.get("message", ""),
-                tuple(record["where"]) if record.get("where") else None,
+                record.get("message", ""), _where_label(record.get("where"), plan),
                 record.get("traceback", ""), record.get("seconds", 0.0),
                 record.get("stdout", ""), stderr=record.get("stderr", ""),
                 dropped=[tuple(d) for d in record.get("dropped", [])],
+                label=cell_label(plan[index], plan), after_refusal=refused,
             )
+            if result.error_type == "IntegrityError" and not refused:
+                refused = result.name
             results[index] = result
             running = None
             cell_deadline = float("inf")
@@ -374,6 +466,7 @@ def collect_results(plan: list[Cell], proc, found: queue.Queue, records: SignedR
             else:
                 r = CellResult(cell, "not run", message=(
                     "an earlier cell ran out of time" if timed_out else "the test process stopped earlier"))
+            r.label = cell_label(cell, plan)
             if on_result:
                 on_result(r)
         report.cells.append(r)
@@ -388,5 +481,5 @@ def _root_cause(result: CellResult, cause: CellResult | None) -> CellResult | No
     if not result.cell.is_graded and result.status == "failed" and cause is None:
         return result
     if cause is not None and result.error_type in ("NameError", "ImportError", "AttributeError"):
-        result.depends_on = f"cell '{cause.cell.grade_id}'"
+        result.depends_on = cause.name
     return cause

@@ -294,7 +294,7 @@ class Browser:
         """Tab to the menu button from the top of the page, then Enter, Escape, Space."""
         page.evaluate("() => { document.activeElement && document.activeElement.blur(); }")
         reached = False
-        for presses in range(1, 8):
+        for presses in range(1, 8):  # noqa: B007 (how many it took is reported below)
             page.keyboard.press("Tab")
             if page.evaluate(
                 "() => !!document.activeElement && "

@@ -60,7 +60,8 @@ def generate() -> dict[str, str]:
 def _managed(site: Path) -> set[str]:
     """Files on disk that ``tito site build`` owns (so stale ones can be found)."""
     out = set()
-    for pattern in ("_quarto.yml", ".gitignore", "*.lua", "*.qmd", "modules/*.qmd", "milestones/*.qmd"):
+    for pattern in ("_quarto.yml", ".gitignore", "*.lua", "*.qmd", "modules/*.qmd",
+                    "milestones/*.qmd"):
         out |= {p.relative_to(site).as_posix() for p in site.glob(pattern) if p.is_file()}
     return out
 
@@ -70,7 +71,8 @@ def write_site(
 ) -> tuple[list[str], list[str]]:
     """Write the generated files; returns (written or changed, removed as stale)."""
     files = generate() if files is None else files
-    changed = [str(rel) for rel in write_plan(site, {Path(rel): text for rel, text in files.items()})]
+    plan = {Path(rel): text for rel, text in files.items()}
+    changed = [str(rel) for rel in write_plan(site, plan)]
     stale = sorted(_managed(site) - set(files))
     for rel in stale:
         (site / rel).unlink()

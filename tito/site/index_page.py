@@ -97,7 +97,8 @@ def index_page() -> str:
     written = [m for m in MODULES if m.written]
     out = [front_matter(SITE_TITLE, words("home", "subtitle"))]
     out += ["## What the course is", "", intro, ""]
-    out += [words("home", "count", modules=len(MODULES), tiers=len(TIERS), written=len(written)), ""]
+    count = words("home", "count", modules=len(MODULES), tiers=len(TIERS), written=len(written))
+    out += [count, ""]
 
     out += ["## The tiers", ""]
     tiers = tier_modules()

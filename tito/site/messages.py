@@ -131,7 +131,8 @@ def _helpers(function: ast.FunctionDef, given: dict[str, ast.FunctionDef]) -> li
             hints = calls.setdefault(node.func.id, [])
             hints += [(a.lineno, a.col_offset, a) for a in args if _is_text(a, env)]
     helpers = [
-        Helper(name, assertion_messages(given[name]), _unique(hints, env)) for name, hints in calls.items()
+        Helper(name, assertion_messages(given[name]), _unique(hints, env))
+        for name, hints in calls.items()
     ]
     return [h for h in helpers if h.messages or h.hints]
 

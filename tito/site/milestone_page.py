@@ -138,7 +138,8 @@ def _what_you_see(ms: Milestone, run: dict, words: dict) -> list[str]:
 def _how_long(run: dict, note: str = "") -> list[str]:
     before, after = run["load_before"][0], run["load_after"][0]
     busy = max(before, after) > 0.5 * (run.get("cores") or 1) + 0.5
-    busy_note = " Other work shared those cores, so on an idle machine it takes less." if busy else ""
+    busy_note = (" Other work shared those cores, so on an idle machine it takes less."
+                 if busy else "")
     return [
         "## How long it takes",
         "",

@@ -154,8 +154,18 @@ def dead_kernels() -> list[Kernel]:
 
 
 def known_workspaces() -> list[Path]:
-    """The workspaces this machine has kernels for (to tell a lost student where they are)."""
-    return sorted({k.workspace for k in workspace_kernels() if k.alive})
+    """The workspaces this machine has kernels for (to tell a lost student where they are),
+    the most recently used first: its progress file changes at every `complete`."""
+    def last_used(workspace: Path) -> float:
+        for path in (workspace / ".tito" / "progress.json", workspace / ".tito"):
+            try:
+                return path.stat().st_mtime
+            except OSError:
+                continue
+        return 0.0
+
+    found = {k.workspace for k in workspace_kernels() if k.alive}
+    return sorted(found, key=lambda w: (-last_used(w), str(w)))
 
 
 def remove_kernel(kernel: Kernel) -> None:

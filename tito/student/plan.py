@@ -14,7 +14,8 @@ def plan_cells(student: list[Cell], release: list[Cell]) -> tuple[list[Cell], li
     The release gives the structure: each locked cell runs as released (edited or deleted
     ones are named), each solution cell runs as the student wrote it (the release's stub if
     they deleted it). The student's own cells (no nbgrader id of the release) run where they
-    put them, after the release cell they follow.
+    put them, after the release cell they follow; those that are a demo cell of the release,
+    unchanged, are marked "given" (the lesson's code, run as the student's: never trusted).
     """
     release_code = [c for c in release if c.kind == "code"]
     known = {c.grade_id: c for c in release_code if c.nbgrader}
@@ -39,9 +40,14 @@ def plan_cells(student: list[Cell], release: list[Cell]) -> tuple[list[Cell], li
     def add(cell: Cell, origin: str) -> None:
         plan.append(Cell(len(plan), "code", cell.source, dict(cell.nbgrader), origin=origin))
 
+    # the release's free cells (demos, examples): the student's copy runs, but if it is
+    # unchanged it is the lesson's code, and messages say so ("given", never trusted)
+    given = {c.source.strip() for c in release_code if not c.nbgrader.get("grade_id")}
+
     def add_free(cell: Cell) -> None:
         # the student's own cell: whatever nbgrader metadata it claims, it is not a test
-        plan.append(Cell(len(plan), "code", cell.source, {}, origin="yours"))
+        origin = "given" if cell.source.strip() in given and cell.source.strip() else "yours"
+        plan.append(Cell(len(plan), "code", cell.source, {}, origin=origin))
 
     for c in after.get(None, []):
         add_free(c)

@@ -57,8 +57,12 @@ def run_cells(plan: list[Cell], package_root: Path, cwd: Path, timeout: float = 
 
 def _lesson_cells(path: Path) -> list[Cell]:
     cells = [c for c in cells_of(load_notebook(path)) if c.kind == "code"]
-    return [Cell(i, "code", c.source, c.nbgrader, origin="release" if is_locked(c) else "yours")
-            for i, c in enumerate(cells)]
+    def origin(c: Cell) -> str:
+        if is_locked(c):
+            return "release"
+        return "yours" if c.nbgrader.get("solution") else "given"  # a demo cell of the lesson
+
+    return [Cell(i, "code", c.source, c.nbgrader, origin=origin(c)) for i, c in enumerate(cells)]
 
 
 def run_notebook(path: Path, package_root: Path, timeout: float = DEFAULT_TIMEOUT,
@@ -82,7 +86,7 @@ def run_student(path: Path, release_path: Path, package_root: Path, timeout: flo
     report.expected_tests = expected
     for r in report.cells:
         for line, code in r.dropped[:3]:
-            notes.append(f"{r.cell.grade_id} line {line}: `{code}` is not a definition, an import "
+            notes.append(f"{r.name}, line {line}: `{code}` is not a definition, an import "
                          "or a constant: the instructor's grade does not run it (put it inside a "
                          "function, or in a cell of your own)")
     report.notes = notes

@@ -78,8 +78,9 @@ def not_a_workspace(cwd: Path, what: str) -> str:
     if len(known) == 1:
         text += f" Your workspace is {known[0]}: `cd {known[0]}`, then {what} again."
     elif known:
-        text += (f" Workspaces on this machine: {', '.join(str(k) for k in known[:5])}. `cd` into "
-                 f"yours, then {what} again.")
+        more = f" and {len(known) - 5} more" if len(known) > 5 else ""
+        text += (f" Workspaces on this machine, the most recently used first: "
+                 f"{', '.join(str(k) for k in known[:5])}{more}. `cd` into yours, then {what} again.")
     else:
         text += f" `cd` into the folder you made with `tito init DIR`, then {what} again."
     return text + " To make a workspace: `tito init DIR`."

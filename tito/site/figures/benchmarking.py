@@ -50,7 +50,7 @@ def draw_benchmark_pairs(fig):
     ax.set_ylabel("ms per call")
     ax.set_title("paired rounds on a machine that slows down and hiccups")
     ax.legend(frameon=False, fontsize=8, loc="upper left")
-    for i, (cmp, label) in enumerate(((c, "paired"), (unpaired, "unpaired"))):
+    for i, cmp in enumerate((c, unpaired)):  # paired, then unpaired
         ax2.errorbar(
             [i],
             [cmp.ratio],
