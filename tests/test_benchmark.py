@@ -103,6 +103,17 @@ def test_quick_decode_benchmark_prints_every_figure(repo, tmp_path):
         q = result["quantized"][side]
         assert q["weight_bytes"] < result["weight_bytes"] and q["decode_tokens_per_s"] > 0
         assert 0 < q["max_logit_error"] < q["logit_scale"] and 0 <= q["next_token_agree"] <= 64
+    targets = result["targets"]  # the targets, each judged by its interval's low end
+    for name, target in (("float32", 1.2), ("int8", 2.5), ("int4", 3.0)):
+        got = targets[name]
+        assert got["target"] == target and got["met"] == (got["ci"][0] >= target), (name, got)
+    if result["torch_int8_note"] is None:  # PyTorch's own dynamic int8 was measured beside ours
+        torch_int8 = result["quantized"]["torch-int8"]
+        assert torch_int8["weight_bytes"] < result["weight_bytes"]
+        assert 0 <= torch_int8["next_token_agree"] <= 64
+        assert targets["int8_vs_torch_int8"]["met"] == (
+            result["quantized"]["int8"]["vs_torch_int8"]["verdict"] != "slower")
+        assert "int8 against PyTorch's int8" in done.stdout
     rows = result["batching"]["rows"]
     assert [r["requests"] for r in rows] == [1, 2, 3] and all(r["identical"] for r in rows)
     assert all(r["pool_bytes"] > 0 and r["batched_tokens_per_s"] > 0 for r in rows)
