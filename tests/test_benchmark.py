@@ -39,7 +39,8 @@ def test_quick_loss_comparison_pairs_the_frameworks(repo):
     assert set(runs) == {"tinytorch/0", "paired/0", "nanogpt/0"}
     assert 2.5 < runs["tinytorch/0"] < 4.2  # 20 steps: below log(65), far from trained
     assert abs(runs["tinytorch/0"] - runs["paired/0"]) < 1e-3
-    assert result["largest_paired_gap"] == pytest.approx(abs(runs["tinytorch/0"] - runs["paired/0"]))
+    gap = abs(runs["tinytorch/0"] - runs["paired/0"])
+    assert result["largest_paired_gap"] == pytest.approx(gap)
     assert runs["nanogpt/0"] != runs["paired/0"]  # its own initial weights and batches
 
 
@@ -161,7 +162,7 @@ def test_quick_suite_compares_every_model_with_pytorch(repo, tmp_path):
     assert result["environment"]["numpy"] and result["environment"]["torch"]
     names = list(result["benchmarks"])
     assert [n.split(" (")[0] for n in names] == list(SUITE)
-    for name, row in result["benchmarks"].items():
+    for row in result["benchmarks"].values():
         assert row["names"] == ["pytorch", "tinytorch"] and row["paired"]
         assert row["baseline"]["n"] == row["candidate"]["n"] == 3
         assert row["ratio"] == pytest.approx(row["candidate"]["median"] / row["baseline"]["median"])

@@ -17,11 +17,11 @@ from tinytorch.models import (
     ModelForCausalLM,
     generate,
     kernel_choice,
+    llm,
     load_model,
     quantized,
     random_weights,
 )
-from tinytorch.models import llm
 from tinytorch.perf.quantization import QuantizedLinear
 
 VALUES = dict(model_type="qwen2", vocab_size=61, hidden_size=32, num_hidden_layers=2,
