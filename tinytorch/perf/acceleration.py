@@ -2,7 +2,7 @@
 # Do not edit: change the lesson and export again.
 """Module 17 (Acceleration): Vectorization, memory layout, BLAS threads, allocation reuse and fused kernels, plugged into your framework through its kernel table and measured."""
 
-__all__ = ['set_blas_threads', 'blas_threads', 'keep_freed_memory', 'gelu_backward_inplace', 'cross_entropy_backward_inplace', 'row_sums', 'attention_probs_fast', 'AttentionKeepFunction', 'attention_keep_backward', 'FusedAdamW', 'GELUTanhKernel', 'gelu_tanh_kernel_backward', 'LayerNormKernel', 'layer_norm_kernel_backward', 'add_backward_bias_blas', 'FASTMATH', 'PARALLEL_MIN', 'compiled', 'chunks', 'set_threads', 'layer_norm_rows', 'layer_norm_rows_backward', 'LayerNormCompiled', 'layer_norm_compiled_backward', 'fast_exp', 'exp_rows', 'softmax_rows', 'softmax_rows_backward', 'AttentionCompiled', 'attention_compiled_backward', 'gelu_tanh_rows', 'gelu_tanh_rows_backward', 'GELUCompiled', 'gelu_compiled_backward', 'cross_entropy_rows', 'cross_entropy_rows_backward', 'CrossEntropyCompiled', 'cross_entropy_compiled_backward', 'adamw_rows', 'CompiledAdamW', 'int8_matmul_rows', 'SMALL_ROWS', 'TILE_ELEMENTS', 'int4_matmul_rows', 'dequantize_rows', 'QuantizedMatMulCompiled', 'quantized_matmul_compiled_backward', 'rms_norm_rows', 'rms_norm_rows_backward', 'RMSNormCompiled', 'rms_norm_compiled_backward', 'rotary_rows', 'RotaryCompiled', 'rotary_compiled_backward', 'silu_rows', 'silu_rows_backward', 'SiLUCompiled', 'silu_compiled_backward', 'swiglu_rows', 'FAST_KERNELS', 'COMPILED_KERNELS', 'ALL_KERNELS', 'kernel_set', 'active_kernels', 'use_fast_kernels', 'fast_kernels']
+__all__ = ['set_blas_threads', 'blas_threads', 'keep_freed_memory', 'gelu_backward_inplace', 'cross_entropy_record', 'cross_entropy_backward_inplace', 'row_sums', 'attention_probs_fast', 'AttentionKeepFunction', 'attention_keep_backward', 'FusedAdamW', 'GELUTanhKernel', 'gelu_tanh_kernel_backward', 'LayerNormKernel', 'layer_norm_kernel_backward', 'add_backward_bias_blas', 'FASTMATH', 'PARALLEL_MIN', 'compiled', 'chunks', 'set_threads', 'layer_norm_rows', 'layer_norm_rows_backward', 'LayerNormCompiled', 'layer_norm_compiled_backward', 'fast_exp', 'exp_rows', 'softmax_rows', 'softmax_rows_backward', 'AttentionCompiled', 'attention_compiled_backward', 'gelu_tanh_rows', 'gelu_tanh_rows_backward', 'GELUCompiled', 'gelu_compiled_backward', 'cross_entropy_rows', 'cross_entropy_rows_backward', 'CrossEntropyCompiled', 'cross_entropy_compiled_backward', 'adamw_rows', 'CompiledAdamW', 'int8_matmul_rows', 'SMALL_ROWS', 'TILE_ELEMENTS', 'int4_matmul_rows', 'dequantize_rows', 'QuantizedMatMulCompiled', 'quantized_matmul_compiled_backward', 'rms_norm_rows', 'rms_norm_rows_backward', 'RMSNormCompiled', 'rms_norm_compiled_backward', 'rotary_rows', 'RotaryCompiled', 'rotary_compiled_backward', 'silu_rows', 'silu_rows_backward', 'SiLUCompiled', 'silu_compiled_backward', 'swiglu_rows', 'FAST_KERNELS', 'COMPILED_KERNELS', 'ALL_KERNELS', 'kernel_set', 'active_kernels', 'use_fast_kernels', 'fast_kernels']
 
 import contextlib
 import ctypes
@@ -119,12 +119,18 @@ def gelu_backward_inplace(ctx, grad):
     return (t,)
 
 
+def cross_entropy_record(ctx):
+    """(logits, target, ignore_index, reduction) of a CrossEntropyFunction record: the target
+    is a parameter (module 04's `cross_entropy` passes it so) or else the second input.
+    Part 6's rule and Part 10's compiled one both start here, so they read a record alike."""
+    target = ctx.params["target"] if "target" in ctx.params else ctx.inputs[1]
+    return (ctx.inputs[0], target, ctx.params.get("ignore_index", -100),
+            ctx.params.get("reduction", "mean"))
+
+
 def cross_entropy_backward_inplace(ctx, grad):
     """(softmax(logits) - onehot(target)) * scale per row, in the one (N, V) buffer"""
-    logits = ctx.inputs[0]
-    target = ctx.params["target"] if "target" in ctx.params else ctx.inputs[1]
-    ignore_index = ctx.params.get("ignore_index", -100)
-    reduction = ctx.params.get("reduction", "mean")
+    logits, target, ignore_index, reduction = cross_entropy_record(ctx)
     dtype = logits.dtype.type
     probs = logits - np.max(logits, axis=-1, keepdims=True)  # the one (N, V) array
     np.exp(probs, out=probs)
@@ -147,25 +153,22 @@ def row_sums(a):
 def attention_probs_fast(q, k, keep=None):
     """module 12's softmax(q @ k^T / sqrt(D)), masked weights 0, fully masked rows 0;
     without the row max unless the row sums show that exp left float range"""
-    dtype = q.dtype.type
-    scores = np.matmul(q, np.swapaxes(k, -1, -2))  # (..., T, S), a new array
-    scores *= dtype(1.0 / math.sqrt(q.shape[-1]))
+    scale = q.dtype.type(1.0 / math.sqrt(q.shape[-1]))
+    probs = np.matmul(q * scale, np.swapaxes(k, -1, -2))  # (..., T, S); scaled as (T, D)
+    empty = False  # rows with no key to attend to
     if keep is not None:
-        scores += np.where(keep, dtype(0), dtype(-np.inf))  # exp(-inf) = 0: masked weights
+        probs += np.where(keep, q.dtype.type(0), q.dtype.type(-np.inf))  # exp(-inf) = 0
+        empty = ~keep.any(axis=-1, keepdims=True)
     with np.errstate(over="ignore"):  # an overflow is caught below, by its row sum
-        np.exp(scores, out=scores)
-    total = row_sums(scores)  # (..., T, 1)
-    info = np.finfo(scores.dtype)
-    fine = total >= info.tiny / info.eps  # no row so small that rounding is lost
-    if keep is not None:
-        fine |= ~keep.any(axis=-1, keepdims=True)  # fully masked rows: 0 is right
-    fine &= np.isfinite(total)  # no exp overflowed
-    if not fine.all():
+        np.exp(probs, out=probs)
+    total = row_sums(probs)  # (..., T, 1)
+    info = np.finfo(probs.dtype)
+    lost = (total < info.tiny / info.eps) & ~empty  # so small that rounding is lost
+    if lost.any() or not np.isfinite(total).all():  # or an exp overflowed
         return _attention_probs(q, k, keep)  # module 12's: subtract each row's max first
-    if keep is not None:
-        total[total == 0] = 1
-    scores /= total
-    return scores
+    np.copyto(total, total.dtype.type(1), where=empty)  # empty rows: 0 / 1 stays 0
+    probs /= total
+    return probs
 
 
 class AttentionKeepFunction(AttentionFunction):
@@ -320,16 +323,13 @@ class LayerNormKernel(LayerNormFunction):
 
     @staticmethod
     def forward(x, weight, *bias, eps=1e-5):
-        dtype = x.dtype.type
         c = x.shape[-1]
         rows = x.reshape(-1, c)  # (N, C), N = B*T
         x_hat = rows - rows @ _mean_column(c, x.dtype)  # (N, C), a new array
-        var = np.einsum("ij,ij->i", x_hat, x_hat)[:, None]  # (N, 1)
-        var *= dtype(1.0 / c)
-        var += dtype(eps)
-        rstd = np.reciprocal(np.sqrt(var, out=var), out=var)
+        var = (np.einsum("ij,ij->i", x_hat, x_hat) / x.dtype.type(c))[:, None]  # (N, 1)
+        rstd = 1 / np.sqrt(var + x.dtype.type(eps))  # (N, 1): a few floats, temporaries are free
         x_hat *= rstd
-        out = x_hat * weight
+        out = x_hat * weight  # (N, C)
         if bias:
             out += bias[0]
         return out.reshape(x.shape), (x_hat, rstd)
@@ -349,13 +349,12 @@ def layer_norm_kernel_backward(ctx, grad):
     dx += g_hat @ _mean_column(c, x.dtype)  # + mean(g_hat), broadcast over the row
     np.subtract(g_hat, dx, out=dx)
     dx *= rstd
-    grad_weight = grad_bias = None
+    grads = [dx.reshape(x.shape)] + [None] * (len(ctx.parents) - 1)  # weight (and bias)
     if ctx.parents[1].requires_grad:
-        grad_weight = np.einsum("ij,ij->j", g, x_hat)  # (C,)
-    if len(ctx.parents) == 3 and ctx.parents[2].requires_grad:
-        grad_bias = (_constant((1, n), 1.0, g.dtype) @ g)[0]  # (C,), one BLAS product
-    grads = (dx.reshape(x.shape), grad_weight)
-    return grads + (grad_bias,) if len(ctx.parents) == 3 else grads
+        grads[1] = np.einsum("ij,ij->j", g, x_hat)  # (C,)
+    if len(grads) == 3 and ctx.parents[2].requires_grad:
+        grads[2] = (_constant((1, n), 1.0, g.dtype) @ g)[0]  # (C,), one BLAS product
+    return tuple(grads)
 
 
 def add_backward_bias_blas(ctx, grad):
@@ -634,18 +633,19 @@ def attention_compiled_backward(ctx, grad):
     if ctx.params.get("drop") is not None:
         return attention_keep_backward(ctx, grad)
     q, k, v = ctx.inputs
-    probs, _ = ctx.saved
-    needs = [p.requires_grad for p in ctx.parents]
-    grad_v = np.matmul(np.swapaxes(probs, -1, -2), grad) if needs[2] else None
-    if not (needs[0] or needs[1]):
-        return None, None, grad_v
-    d_probs = np.matmul(grad, np.swapaxes(v, -1, -2))  # (..., T, S), a new array
-    rows = _rows_of(d_probs)
-    softmax_rows_backward(_rows_of(probs), rows, q.dtype.type(1.0 / math.sqrt(q.shape[-1])),
-                          chunks(rows.shape[0] * rows.shape[1], rows.shape[2]))
-    grad_q = np.matmul(d_probs, k) if needs[0] else None
-    grad_k = np.matmul(np.swapaxes(d_probs, -1, -2), q) if needs[1] else None
-    return grad_q, grad_k, grad_v
+    probs = ctx.saved[0]  # (..., T, S)
+    want_q, want_k, want_v = (p.requires_grad for p in ctx.parents)
+    grads = [None, None, np.matmul(np.swapaxes(probs, -1, -2), grad) if want_v else None]
+    if want_q or want_k:
+        d_scores = np.matmul(grad, np.swapaxes(v, -1, -2))  # dP, a new array; dS in place
+        rows = _rows_of(d_scores)
+        softmax_rows_backward(_rows_of(probs), rows, q.dtype.type(1.0 / math.sqrt(q.shape[-1])),
+                              chunks(rows.shape[0] * rows.shape[1], rows.shape[2]))
+        if want_q:
+            grads[0] = np.matmul(d_scores, k)
+        if want_k:
+            grads[1] = np.matmul(np.swapaxes(d_scores, -1, -2), q)
+    return tuple(grads)
 
 
 @compiled
@@ -765,13 +765,9 @@ class CrossEntropyCompiled(CrossEntropyFunction):
                            chunks(n, logits.shape[1]))
         if reduction == "none":
             return losses, lse
-        total = np.sum(losses)
-        if reduction == "sum":
-            return np.asarray(total), lse
-        count = int(np.count_nonzero(target != ignore_index))
-        if count == 0:
-            return np.asarray(np.nan, dtype=logits.dtype), lse  # 0 / 0, as in PyTorch
-        return np.asarray(total / logits.dtype.type(count)), lse
+        divisor = np.count_nonzero(target != ignore_index) if reduction == "mean" else 1
+        with np.errstate(invalid="ignore"):  # no row kept: 0 / 0 = NaN, as in PyTorch
+            return np.asarray(losses.sum() / logits.dtype.type(divisor)), lse
 
 
 @derivative(CrossEntropyCompiled)
@@ -780,13 +776,11 @@ def cross_entropy_compiled_backward(ctx, grad):
     lse = ctx.saved
     if lse is None:
         return cross_entropy_backward_inplace(ctx, grad)
-    logits = np.ascontiguousarray(ctx.inputs[0])
-    target = ctx.params["target"] if "target" in ctx.params else ctx.inputs[1]
-    ignore_index = ctx.params.get("ignore_index", -100)
-    keep = target != ignore_index
-    scale = np.asarray(grad, dtype=logits.dtype) * keep  # (N,) or one value times (N,)
-    if ctx.params.get("reduction", "mean") == "mean":
-        scale /= logits.dtype.type(max(int(keep.sum()), 1))
+    logits, target, ignore_index, reduction = cross_entropy_record(ctx)
+    logits = np.ascontiguousarray(logits)
+    scale = np.broadcast_to(np.asarray(grad, dtype=logits.dtype), target.shape)  # (N,)
+    if reduction == "mean":  # the kernel writes 0 to ignored rows: they need no scale
+        scale = scale / logits.dtype.type(max(np.count_nonzero(target != ignore_index), 1))
     out = np.empty_like(logits)
     cross_entropy_rows_backward(logits, np.ascontiguousarray(target), ignore_index, lse,
                                 np.ascontiguousarray(scale), out,
