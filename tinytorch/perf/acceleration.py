@@ -52,6 +52,11 @@ def set_blas_threads(n):
 
     Only the OpenBLAS bundled with NumPy's wheels is found; with another BLAS, set
     OPENBLAS_NUM_THREADS / MKL_NUM_THREADS / OMP_NUM_THREADS before starting Python.
+
+    >>> before = blas_threads()
+    >>> set_blas_threads(1), blas_threads()
+    (True, 1)
+    >>> _ = set_blas_threads(before)  # as it was
     """
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"set_blas_threads(n): n must be a positive integer, got {n!r}")
@@ -64,7 +69,11 @@ def set_blas_threads(n):
 
 
 def blas_threads():
-    """How many threads NumPy's OpenBLAS uses now, or None if it cannot be asked."""
+    """How many threads NumPy's OpenBLAS uses now, or None if it cannot be asked.
+
+    >>> blas_threads() >= 1  # NumPy's wheels bundle OpenBLAS
+    True
+    """
     getter = _openblas_function(_BLAS_GETTERS)
     if getter is None:
         return None
@@ -78,6 +87,9 @@ def keep_freed_memory():
     Sets a fixed mmap threshold (32 MiB) and a trim threshold of 1 GiB, so the temporaries a
     training step frees are reused by the next step without page faults. Returns True if
     glibc accepted both, False elsewhere (nothing changed).
+
+    >>> keep_freed_memory()  # True on Linux with glibc; False elsewhere, and nothing changes
+    True
     """
     if not sys.platform.startswith("linux"):
         return False
@@ -122,7 +134,15 @@ def gelu_backward_inplace(ctx, grad):
 def cross_entropy_record(ctx):
     """(logits, target, ignore_index, reduction) of a CrossEntropyFunction record: the target
     is a parameter (module 04's `cross_entropy` passes it so) or else the second input.
-    Part 6's rule and Part 10's compiled one both start here, so they read a record alike."""
+    Part 6's rule and Part 10's compiled one both start here, so they read a record alike.
+
+    >>> from tinytorch.core.losses import cross_entropy
+    >>> from tinytorch.core.tensor import Tensor
+    >>> loss = cross_entropy(Tensor(np.zeros((2, 3)), requires_grad=True), np.array([0, -100]))
+    >>> logits, target, ignore_index, reduction = cross_entropy_record(loss._ctx)
+    >>> logits.shape, target.tolist(), ignore_index, reduction
+    ((2, 3), [0, -100], -100, 'mean')
+    """
     target = ctx.params["target"] if "target" in ctx.params else ctx.inputs[1]
     return (ctx.inputs[0], target, ctx.params.get("ignore_index", -100),
             ctx.params.get("reduction", "mean"))
@@ -146,13 +166,25 @@ def cross_entropy_backward_inplace(ctx, grad):
 
 
 def row_sums(a):
-    """a.sum(axis=-1, keepdims=True), computed as one BLAS product with a column of ones"""
+    """a.sum(axis=-1, keepdims=True), computed as one BLAS product with a column of ones
+
+    >>> row_sums(np.arange(6, dtype=np.float32).reshape(2, 3))  # 0+1+2, 3+4+5
+    array([[ 3.],
+           [12.]], dtype=float32)
+    """
     return np.matmul(a, np.ones((a.shape[-1], 1), dtype=a.dtype))  # (..., T, 1)
 
 
 def attention_probs_fast(q, k, keep=None):
     """module 12's softmax(q @ k^T / sqrt(D)), masked weights 0, fully masked rows 0;
-    without the row max unless the row sums show that exp left float range"""
+    without the row max unless the row sums show that exp left float range
+
+    >>> q = k = np.zeros((1, 1, 3, 2), dtype=np.float32)  # equal scores: equal weights
+    >>> attention_probs_fast(q, k, np.tril(np.ones((3, 3), dtype=bool)))[0, 0].round(3)
+    array([[1.   , 0.   , 0.   ],
+           [0.5  , 0.5  , 0.   ],
+           [0.333, 0.333, 0.333]], dtype=float32)
+    """
     scale = q.dtype.type(1.0 / math.sqrt(q.shape[-1]))
     probs = np.matmul(q * scale, np.swapaxes(k, -1, -2))  # (..., T, S); scaled as (T, D)
     empty = False  # rows with no key to attend to
@@ -389,7 +421,13 @@ def compiled(fn=None, *, fastmath=FASTMATH):
 
 def chunks(rows, row_size=1):
     """How many pieces a kernel splits `rows` rows of `row_size` elements into: one per
-    thread, but one in all below PARALLEL_MIN elements."""
+    thread, but one in all below PARALLEL_MIN elements.
+
+    >>> chunks(10), chunks(PARALLEL_MIN - 1)  # small work: one piece, no thread started
+    (1, 1)
+    >>> chunks(1000, 1000) == numba.get_num_threads()  # one piece per thread
+    True
+    """
     if rows * row_size < PARALLEL_MIN:
         return 1
     return max(1, min(numba.get_num_threads(), rows))
@@ -549,7 +587,14 @@ def _fast_exp_kernel(x):
 
 @compiled
 def exp_rows(x, out, parts):
-    """out = fast_exp(x), element by element (x, out flat): fast_exp from Python"""
+    """out = fast_exp(x), element by element (x, out flat): fast_exp from Python
+
+    >>> x = np.array([0.0, 1.0, -2.0], dtype=np.float32)
+    >>> out = np.empty_like(x)
+    >>> exp_rows(x, out, 1)
+    >>> np.allclose(out, np.exp(x), rtol=1e-6)
+    True
+    """
     n = x.shape[0]
     for p in prange(parts):
         lo, hi = p * n // parts, (p + 1) * n // parts
@@ -561,7 +606,15 @@ def exp_rows(x, out, parts):
 @compiled
 def softmax_rows(scores, keep, scale, parts):
     """In place: each row of scores (R, T, S) becomes softmax(scale * row) over its kept
-    entries (keep, bool, same shape); masked weights 0, a row with nothing kept all 0"""
+    entries (keep, bool, same shape); masked weights 0, a row with nothing kept all 0
+
+    >>> scores = np.zeros((1, 2, 3), dtype=np.float32)  # R=1 matrix, T=2 rows, S=3 keys
+    >>> keep = np.array([[[True, True, True], [True, False, False]]])
+    >>> softmax_rows(scores, keep, np.float32(0.5), 1)
+    >>> scores.round(3)
+    array([[[0.333, 0.333, 0.333],
+            [1.   , 0.   , 0.   ]]], dtype=float32)
+    """
     n_r, n_t, n_s = scores.shape
     rows = n_r * n_t
     T = scores.dtype.type
@@ -650,7 +703,14 @@ def attention_compiled_backward(ctx, grad):
 
 @compiled
 def gelu_tanh_rows(x, out, parts):
-    """out = 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = c (x + k x^3), element by element"""
+    """out = 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = c (x + k x^3), element by element
+
+    >>> x = np.array([-1.0, 0.0, 2.0], dtype=np.float32)
+    >>> out = np.empty_like(x)
+    >>> gelu_tanh_rows(x, out, 1)
+    >>> out.round(4)
+    array([-0.1588,  0.    ,  1.9546], dtype=float32)
+    """
     n = x.shape[0]
     T = x.dtype.type
     c2, k, one = T(-2 * math.sqrt(2 / math.pi)), T(0.044715), T(1)
@@ -835,7 +895,15 @@ class CompiledAdamW(FusedAdamW):
 
 @compiled
 def int8_matmul_rows(x, q, scale, out, parts):
-    """out[n, o] = scale[o] * sum_k x[n, k] q[o, k], the int8 weights read as they are"""
+    """out[n, o] = scale[o] * sum_k x[n, k] q[o, k], the int8 weights read as they are
+
+    >>> x = np.array([[1.0, 2.0]], dtype=np.float32)
+    >>> q = np.array([[10, -5], [127, 0]], dtype=np.int8)  # (out, in)
+    >>> out = np.empty((1, 2), dtype=np.float32)
+    >>> int8_matmul_rows(x, q, np.array([0.1, 0.01], dtype=np.float32), out, 1)
+    >>> out.round(4)  # 0.1 * (10 - 10), 0.01 * 127
+    array([[0.  , 1.27]], dtype=float32)
+    """
     n_rows, n_k = x.shape
     n_out = q.shape[0]
     T = x.dtype.type
@@ -938,7 +1006,14 @@ def quantized_matmul_compiled_backward(ctx, grad):
 
 @compiled
 def rms_norm_rows(x, weight, eps, out, rstd, parts):
-    """out = x * rstd * weight for each row of x (N, C), rstd = 1 / sqrt(mean(x^2) + eps)"""
+    """out = x * rstd * weight for each row of x (N, C), rstd = 1 / sqrt(mean(x^2) + eps)
+
+    >>> x = np.array([[3.0, 4.0]], dtype=np.float32)  # mean of squares 12.5
+    >>> out, rstd = np.empty_like(x), np.empty(1, dtype=np.float32)
+    >>> rms_norm_rows(x, np.ones(2, dtype=np.float32), 0.0, out, rstd, 1)
+    >>> out.round(4)  # 3 / sqrt(12.5), 4 / sqrt(12.5)
+    array([[0.8485, 1.1314]], dtype=float32)
+    """
     n, c = x.shape
     T = x.dtype.type
     inv_c = T(1.0 / c)
@@ -1057,7 +1132,14 @@ def rotary_compiled_backward(ctx, grad):
 
 @compiled
 def silu_rows(x, out, parts):
-    """out = x * sigmoid(x) = x / (1 + exp(-x)), element by element (x, out flat)"""
+    """out = x * sigmoid(x) = x / (1 + exp(-x)), element by element (x, out flat)
+
+    >>> x = np.array([-1.0, 0.0, 2.0], dtype=np.float32)
+    >>> out = np.empty_like(x)
+    >>> silu_rows(x, out, 1)
+    >>> np.allclose(out, x / (1 + np.exp(-x)), rtol=1e-5)
+    True
+    """
     n = x.shape[0]
     one = x.dtype.type(1)
     for p in prange(parts):
@@ -1105,7 +1187,14 @@ def silu_compiled_backward(ctx, grad):
 
 @compiled
 def swiglu_rows(gate, up, out, parts):
-    """out = silu(gate) * up in one pass, no temporary (gate, up, out flat)"""
+    """out = silu(gate) * up in one pass, no temporary (gate, up, out flat)
+
+    >>> gate, up = np.array([0.0, 2.0], dtype=np.float32), np.array([5.0, 3.0], dtype=np.float32)
+    >>> out = np.empty_like(gate)
+    >>> swiglu_rows(gate, up, out, 1)
+    >>> np.allclose(out, gate / (1 + np.exp(-gate)) * up, rtol=1e-5)
+    True
+    """
     n = gate.shape[0]
     one = gate.dtype.type(1)
     for p in prange(parts):
@@ -1141,7 +1230,13 @@ _PLAIN_ENTRIES = {}  # name -> the table entry the fast kernel replaced (None: t
 
 def kernel_set(compiled=True):
     """The entries use_fast_kernels switches on: the compiled kernels, and the NumPy ones for
-    the operations that have no compiled kernel (compiled=False: the NumPy ones alone)."""
+    the operations that have no compiled kernel (compiled=False: the NumPy ones alone).
+
+    >>> sorted(name for name, *_ in kernel_set())[:3]
+    ['add_backward_bias_blas', 'attention_compiled', 'cross_entropy_compiled']
+    >>> [name for name, *_ in kernel_set(compiled=False)][:2]
+    ['gelu_backward_inplace', 'cross_entropy_backward_inplace']
+    """
     if not compiled:
         return FAST_KERNELS
     taken = {key for _, _, key, _ in COMPILED_KERNELS}
@@ -1149,7 +1244,11 @@ def kernel_set(compiled=True):
 
 
 def active_kernels():
-    """The names of the fast kernels whose entries are in their tables now."""
+    """The names of the fast kernels whose entries are in their tables now.
+
+    >>> active_kernels()  # none until use_fast_kernels() or fast_kernels()
+    ()
+    """
     return tuple(name for name, table, key, fast in ALL_KERNELS if table.get(key) is fast)
 
 
@@ -1170,7 +1269,14 @@ def _switch(names, on):
 
 def use_fast_kernels(on: bool = True, compiled: bool = True) -> tuple[str, ...]:
     """Switch the fast kernels of kernel_set(compiled) on (or all of them off); returns the
-    names now active."""
+    names now active.
+
+    >>> on = use_fast_kernels()
+    >>> "attention_compiled" in on, active_kernels() == on
+    (True, True)
+    >>> use_fast_kernels(False)  # every table as the lessons left it
+    ()
+    """
     if not isinstance(on, bool) or not isinstance(compiled, bool):
         raise TypeError(f"use_fast_kernels(on, compiled) takes True or False, got {on!r}, "
                         f"{compiled!r}")
@@ -1184,7 +1290,14 @@ def use_fast_kernels(on: bool = True, compiled: bool = True) -> tuple[str, ...]:
 def fast_kernels(on=True, compiled=True):
     """with fast_kernels(): ... runs with the fast kernels on (off with on=False; the NumPy
     ones alone with compiled=False), then restores exactly the kernels that were active
-    before. Yields the names active inside."""
+    before. Yields the names active inside.
+
+    >>> with fast_kernels() as names:
+    ...     "gelu_compiled" in names
+    True
+    >>> active_kernels()  # restored on the way out
+    ()
+    """
     before = set(active_kernels())
     try:
         yield use_fast_kernels(on, compiled)
