@@ -105,7 +105,16 @@ def keep_freed_memory():
 
 
 def gelu_backward_inplace(ctx, grad):
-    """d gelu(x) for the tanh form in three arrays; the erf form goes to module 06's rule"""
+    """d gelu(x) for the tanh form in three arrays; the erf form goes to module 06's rule
+
+    >>> from tinytorch.core.tensor import Tensor
+    >>> from tinytorch.core.activations import gelu
+    >>> x = Tensor([-1.0, 0.0, 2.0], requires_grad=True)
+    >>> with fast_kernels(compiled=False):  # this rule is DERIVATIVES[GELUFunction] inside
+    ...     gelu(x, approximate="tanh").sum().backward()
+    >>> x.grad  # the slope of GELU at -1, 0 and 2
+    Tensor([-0.083 ,  0.5   ,  1.0861])
+    """
     if ctx.params.get("approximate", "none") != "tanh":
         return plain_gelu_backward(ctx, grad)
     x = ctx.inputs[0]
@@ -149,7 +158,17 @@ def cross_entropy_record(ctx):
 
 
 def cross_entropy_backward_inplace(ctx, grad):
-    """(softmax(logits) - onehot(target)) * scale per row, in the one (N, V) buffer"""
+    """(softmax(logits) - onehot(target)) * scale per row, in the one (N, V) buffer
+
+    >>> from tinytorch.core.tensor import Tensor
+    >>> from tinytorch.core.losses import cross_entropy
+    >>> logits = Tensor(np.zeros((2, 3)), requires_grad=True)
+    >>> with fast_kernels(compiled=False):  # this rule is DERIVATIVES[CrossEntropyFunction]
+    ...     cross_entropy(logits, np.array([0, -100])).backward()  # row 1 ignored
+    >>> logits.grad.data.round(4)  # (softmax - onehot) / 1 kept row
+    array([[-0.6667,  0.3333,  0.3333],
+           [ 0.    ,  0.    ,  0.    ]], dtype=float32)
+    """
     logits, target, ignore_index, reduction = cross_entropy_record(ctx)
     dtype = logits.dtype.type
     probs = logits - np.max(logits, axis=-1, keepdims=True)  # the one (N, V) array
@@ -204,7 +223,17 @@ def attention_probs_fast(q, k, keep=None):
 
 
 class AttentionKeepFunction(AttentionFunction):
-    """Module 12's attention, keeping P (and P * drop) for backward instead of recomputing"""
+    """Module 12's attention, keeping P (and P * drop) for backward instead of recomputing
+
+    >>> from tinytorch.core.tensor import Tensor
+    >>> from tinytorch.core.attention import scaled_dot_product_attention
+    >>> q = k = Tensor(np.zeros((1, 1, 3, 2)), requires_grad=True)  # equal scores
+    >>> v = Tensor([[[[0.0], [3.0], [6.0]]]])
+    >>> with fast_kernels(compiled=False):
+    ...     out = scaled_dot_product_attention(q, k, v, is_causal=True)
+    >>> out._ctx.fn.__name__, out.data.ravel().tolist()  # the mean of the values seen
+    ('AttentionKeepFunction', [0.0, 1.5, 3.0])
+    """
 
     saves_for_backward = True  # forward returns (out, (probs, dropped))
 
@@ -242,7 +271,15 @@ def attention_keep_backward(ctx, grad):
 
 
 class FusedAdamW(AdamW):
-    """AdamW with the same results, computed in place with one shared scratch buffer."""
+    """AdamW with the same results, computed in place with one shared scratch buffer.
+
+    >>> from tinytorch.core.tensor import Tensor
+    >>> w = Tensor([1.0, -1.0], requires_grad=True)
+    >>> (w * w).sum().backward()
+    >>> FusedAdamW([w], lr=0.1, weight_decay=0.0).step()  # a first step: lr against the sign
+    >>> w.data.round(4)
+    array([ 0.9, -0.9], dtype=float32)
+    """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
         super().__init__(params, lr, betas, eps, weight_decay)
@@ -286,7 +323,15 @@ class FusedAdamW(AdamW):
 
 
 class GELUTanhKernel(GELUFunction):
-    """GELU in two arrays; the tanh form keeps tanh(u) so that backward skips the tanh."""
+    """GELU in two arrays; the tanh form keeps tanh(u) so that backward skips the tanh.
+
+    >>> from tinytorch.core.tensor import Tensor
+    >>> from tinytorch.core.activations import gelu
+    >>> with fast_kernels(compiled=False):
+    ...     y = gelu(Tensor([-1.0, 0.0, 2.0], requires_grad=True), approximate="tanh")
+    >>> y._ctx.fn.__name__, y
+    ('GELUTanhKernel', Tensor([-0.1588,  0.    ,  1.9546], requires_grad=True))
+    """
 
     saves_for_backward = True  # forward returns (out, tanh_u), tanh_u None for the erf form
 
@@ -349,7 +394,16 @@ def _mean_column(c, dtype):
 
 
 class LayerNormKernel(LayerNormFunction):
-    """Module 13's layer norm, its row means and bias sum done as BLAS products."""
+    """Module 13's layer norm, its row means and bias sum done as BLAS products.
+
+    >>> from tinytorch.core.tensor import Tensor
+    >>> from tinytorch.models.transformer import layer_norm
+    >>> x = Tensor([[3.0, 4.0, 5.0]], requires_grad=True)
+    >>> with fast_kernels(compiled=False):
+    ...     y = layer_norm(x, Tensor(np.ones(3)), Tensor(np.zeros(3)))
+    >>> y._ctx.fn.__name__, y.data.round(4)
+    ('LayerNormKernel', array([[-1.2247,  0.    ,  1.2247]], dtype=float32))
+    """
 
     saves_for_backward = True  # forward returns (out, (x_hat, rstd)), both (N, C) / (N, 1)
 
@@ -490,7 +544,16 @@ def layer_norm_rows_backward(grad, x, weight, mean, rstd, dx, dweight, dbias, pa
 
 
 class LayerNormCompiled(LayerNormFunction):
-    """Module 13's layer norm as one compiled pass per row; keeps mean and rstd per row."""
+    """Module 13's layer norm as one compiled pass per row; keeps mean and rstd per row.
+
+    >>> from tinytorch.core.tensor import Tensor
+    >>> from tinytorch.models.transformer import layer_norm
+    >>> x = Tensor([[3.0, 4.0, 5.0]], requires_grad=True)
+    >>> with fast_kernels():
+    ...     y = layer_norm(x, Tensor(np.ones(3)), Tensor(np.zeros(3)))
+    >>> y._ctx.fn.__name__, y.data.round(4)
+    ('LayerNormCompiled', array([[-1.2247,  0.    ,  1.2247]], dtype=float32))
+    """
 
     saves_for_backward = True  # forward returns (out, (rows, mean, rstd))
 
@@ -664,7 +727,17 @@ def _rows_of(a):
 
 
 class AttentionCompiled(AttentionKeepFunction):
-    """Part 7's attention with the softmax and its gradient compiled; keeps P."""
+    """Part 7's attention with the softmax and its gradient compiled; keeps P.
+
+    >>> from tinytorch.core.tensor import Tensor
+    >>> from tinytorch.core.attention import scaled_dot_product_attention
+    >>> q = k = Tensor(np.zeros((1, 1, 3, 2)), requires_grad=True)  # equal scores
+    >>> v = Tensor([[[[0.0], [3.0], [6.0]]]])
+    >>> with fast_kernels(compiled=True):
+    ...     out = scaled_dot_product_attention(q, k, v, is_causal=True)
+    >>> out._ctx.fn.__name__, out.data.ravel().tolist()  # the mean of the values seen
+    ('AttentionCompiled', [0.0, 1.5, 3.0])
+    """
 
     saves_for_backward = True  # forward returns (out, (probs, dropped))
 
@@ -740,7 +813,15 @@ def gelu_tanh_rows_backward(x, grad, out, parts):
 
 
 class GELUCompiled(GELUFunction):
-    """GELU's tanh form as one compiled pass; the erf form is module 02's."""
+    """GELU's tanh form as one compiled pass; the erf form is module 02's.
+
+    >>> from tinytorch.core.tensor import Tensor
+    >>> from tinytorch.core.activations import gelu
+    >>> with fast_kernels():
+    ...     y = gelu(Tensor([-1.0, 0.0, 2.0], requires_grad=True), approximate="tanh")
+    >>> y._ctx.fn.__name__, y
+    ('GELUCompiled', Tensor([-0.1588,  0.    ,  1.9546], requires_grad=True))
+    """
 
     @staticmethod
     def forward(x, approximate):
@@ -754,7 +835,16 @@ class GELUCompiled(GELUFunction):
 
 @derivative(GELUCompiled)
 def gelu_compiled_backward(ctx, grad):
-    """the tanh form from the compiled kernel (exp recomputed); the erf form: module 06's rule"""
+    """the tanh form from the compiled kernel (exp recomputed); the erf form: module 06's rule
+
+    >>> from tinytorch.core.tensor import Tensor
+    >>> from tinytorch.core.activations import gelu
+    >>> x = Tensor([-1.0, 0.0, 2.0], requires_grad=True)
+    >>> with fast_kernels():
+    ...     gelu(x, approximate="tanh").sum().backward()
+    >>> x.grad  # module 06's slope, from the compiled kernel
+    Tensor([-0.083 ,  0.5   ,  1.0861])
+    """
     if ctx.params.get("approximate", "none") != "tanh":
         return plain_gelu_backward(ctx, grad)
     x = np.ascontiguousarray(ctx.inputs[0]).reshape(-1)
@@ -810,7 +900,15 @@ def _cross_entropy_fits(logits, target, ignore_index, reduction):
 
 
 class CrossEntropyCompiled(CrossEntropyFunction):
-    """Module 04's loss from one compiled pass per row; keeps each row's log-sum-exp."""
+    """Module 04's loss from one compiled pass per row; keeps each row's log-sum-exp.
+
+    >>> from tinytorch.core.tensor import Tensor
+    >>> from tinytorch.core.losses import cross_entropy
+    >>> with fast_kernels():
+    ...     loss = cross_entropy(Tensor(np.zeros((2, 3)), requires_grad=True), np.array([0, 2]))
+    >>> loss._ctx.fn.__name__, round(loss.item(), 4)  # uniform over 3 classes: log(3)
+    ('CrossEntropyCompiled', 1.0986)
+    """
 
     saves_for_backward = True  # forward returns (loss, lse); lse None from module 04's path
 
@@ -832,7 +930,17 @@ class CrossEntropyCompiled(CrossEntropyFunction):
 
 @derivative(CrossEntropyCompiled)
 def cross_entropy_compiled_backward(ctx, grad):
-    """(softmax - onehot) * scale per row, from the kept log-sum-exp"""
+    """(softmax - onehot) * scale per row, from the kept log-sum-exp
+
+    >>> from tinytorch.core.tensor import Tensor
+    >>> from tinytorch.core.losses import cross_entropy
+    >>> logits = Tensor(np.zeros((2, 3)), requires_grad=True)
+    >>> with fast_kernels():
+    ...     cross_entropy(logits, np.array([0, -100])).backward()  # row 1 ignored
+    >>> logits.grad.data.round(4)  # (softmax - onehot) / 1 kept row
+    array([[-0.6667,  0.3333,  0.3333],
+           [ 0.    ,  0.    ,  0.    ]], dtype=float32)
+    """
     lse = ctx.saved
     if lse is None:
         return cross_entropy_backward_inplace(ctx, grad)
@@ -870,7 +978,15 @@ def adamw_rows(param, grad, m, v, settings, parts):
 
 
 class CompiledAdamW(FusedAdamW):
-    """AdamW's numbers to the bit, each float32 parameter updated by one compiled pass."""
+    """AdamW's numbers to the bit, each float32 parameter updated by one compiled pass.
+
+    >>> from tinytorch.core.tensor import Tensor
+    >>> w = Tensor([1.0, -1.0], requires_grad=True)
+    >>> (w * w).sum().backward()
+    >>> CompiledAdamW([w], lr=0.1, weight_decay=0.0).step()  # FusedAdamW's numbers
+    >>> w.data.round(4)
+    array([ 0.9, -0.9], dtype=float32)
+    """
 
     def step(self):
         todo, plain = [], False
@@ -1048,7 +1164,16 @@ def rms_norm_rows_backward(grad, x, weight, rstd, dx, dweight, parts):
 
 
 class RMSNormCompiled(RMSNormFunction):
-    """Module 13's RMSNorm as one compiled pass per row; keeps rstd per row."""
+    """Module 13's RMSNorm as one compiled pass per row; keeps rstd per row.
+
+    >>> from tinytorch.core.tensor import Tensor
+    >>> from tinytorch.models.transformer import rms_norm
+    >>> x = Tensor([[3.0, 4.0, 5.0]], requires_grad=True)
+    >>> with fast_kernels():
+    ...     y = rms_norm(x, Tensor(np.ones(3)))
+    >>> y._ctx.fn.__name__, y.data.round(4)  # x / sqrt(mean(x^2)), mean(x^2) = 50 / 3
+    ('RMSNormCompiled', array([[0.7348, 0.9798, 1.2247]], dtype=float32))
+    """
 
     saves_for_backward = True  # forward returns (out, (rows, rstd))
 
@@ -1165,7 +1290,15 @@ def silu_rows_backward(x, grad, out, parts):
 
 
 class SiLUCompiled(SiLUFunction):
-    """Module 02's SiLU as one compiled pass."""
+    """Module 02's SiLU as one compiled pass.
+
+    >>> from tinytorch.core.tensor import Tensor
+    >>> from tinytorch.core.activations import silu
+    >>> with fast_kernels():
+    ...     y = silu(Tensor([0.0, 2.0], requires_grad=True))
+    >>> y._ctx.fn.__name__, y.data.round(4)  # x / (1 + exp(-x))
+    ('SiLUCompiled', array([0.    , 1.7616], dtype=float32))
+    """
 
     @staticmethod
     def forward(x):
