@@ -246,7 +246,17 @@ class AttentionKeepFunction(AttentionFunction):
 
 @derivative(AttentionKeepFunction)
 def attention_keep_backward(ctx, grad):
-    """module 12's rule, with P and Pd read from ctx.saved instead of recomputed"""
+    """module 12's rule, with P and Pd read from ctx.saved instead of recomputed
+
+    >>> from tinytorch.core.tensor import Tensor
+    >>> from tinytorch.core.attention import scaled_dot_product_attention
+    >>> q = k = Tensor(np.zeros((1, 1, 3, 2)), requires_grad=True)  # equal scores
+    >>> v = Tensor(np.zeros((1, 1, 3, 1)), requires_grad=True)
+    >>> with fast_kernels(compiled=False):
+    ...     scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+    >>> v.grad.data.ravel().round(4)  # dV = P^T dO: each key's total weight, 1 + 1/2 + 1/3, ...
+    array([1.8333, 0.8333, 0.3333], dtype=float32)
+    """
     q, k, v = ctx.inputs
     probs, dropped = ctx.saved
     drop = ctx.params.get("drop")
@@ -423,7 +433,17 @@ class LayerNormKernel(LayerNormFunction):
 
 @derivative(LayerNormKernel)
 def layer_norm_kernel_backward(ctx, grad):
-    """module 13's rule: rstd * (g_hat - mean(g_hat) - x_hat * mean(g_hat * x_hat))"""
+    """module 13's rule: rstd * (g_hat - mean(g_hat) - x_hat * mean(g_hat * x_hat))
+
+    >>> from tinytorch.core.tensor import Tensor
+    >>> from tinytorch.models.transformer import layer_norm
+    >>> x = Tensor([[3.0, 4.0, 5.0]], requires_grad=True)
+    >>> w, b = Tensor(np.ones(3), requires_grad=True), Tensor(np.zeros(3), requires_grad=True)
+    >>> with fast_kernels(compiled=False):
+    ...     (layer_norm(x, w, b) * Tensor([1.0, 2.0, 3.0])).sum().backward()
+    >>> w.grad, b.grad  # x_hat times the upstream gradient; the upstream gradient itself
+    (Tensor([-1.2247,  0.    ,  3.6742]), Tensor([1., 2., 3.]))
+    """
     x_hat, rstd = ctx.saved
     x, weight = ctx.inputs[0], ctx.inputs[1]
     n, c = x_hat.shape
@@ -488,7 +508,14 @@ def chunks(rows, row_size=1):
 
 
 def set_threads(n):
-    """Use n threads for NumPy's BLAS and for the compiled kernels (at most numba's pool)."""
+    """Use n threads for NumPy's BLAS and for the compiled kernels (at most numba's pool).
+
+    >>> before = blas_threads()
+    >>> set_threads(1)
+    >>> blas_threads(), numba.get_num_threads()
+    (1, 1)
+    >>> set_threads(before)
+    """
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"set_threads(n): n must be a positive integer, got {n!r}")
     set_blas_threads(int(n))
@@ -572,7 +599,17 @@ class LayerNormCompiled(LayerNormFunction):
 
 @derivative(LayerNormCompiled)
 def layer_norm_compiled_backward(ctx, grad):
-    """module 13's rule, from the compiled kernel; the weight and bias sums per piece, added"""
+    """module 13's rule, from the compiled kernel; the weight and bias sums per piece, added
+
+    >>> from tinytorch.core.tensor import Tensor
+    >>> from tinytorch.models.transformer import layer_norm
+    >>> x = Tensor([[3.0, 4.0, 5.0]], requires_grad=True)
+    >>> w, b = Tensor(np.ones(3), requires_grad=True), Tensor(np.zeros(3), requires_grad=True)
+    >>> with fast_kernels(compiled=True):
+    ...     (layer_norm(x, w, b) * Tensor([1.0, 2.0, 3.0])).sum().backward()
+    >>> w.grad, b.grad  # x_hat times the upstream gradient; the upstream gradient itself
+    (Tensor([-1.2247,  0.    ,  3.6742]), Tensor([1., 2., 3.]))
+    """
     rows, mean, rstd = ctx.saved
     n, c = rows.shape
     parts = chunks(n, c)
@@ -755,7 +792,17 @@ class AttentionCompiled(AttentionKeepFunction):
 
 @derivative(AttentionCompiled)
 def attention_compiled_backward(ctx, grad):
-    """Part 7's rule, dS from the compiled kernel (scale included); dropout: Part 7's own"""
+    """Part 7's rule, dS from the compiled kernel (scale included); dropout: Part 7's own
+
+    >>> from tinytorch.core.tensor import Tensor
+    >>> from tinytorch.core.attention import scaled_dot_product_attention
+    >>> q = k = Tensor(np.zeros((1, 1, 3, 2)), requires_grad=True)  # equal scores
+    >>> v = Tensor(np.zeros((1, 1, 3, 1)), requires_grad=True)
+    >>> with fast_kernels(compiled=True):
+    ...     scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+    >>> v.grad.data.ravel().round(4)  # dV = P^T dO: each key's total weight, 1 + 1/2 + 1/3, ...
+    array([1.8333, 0.8333, 0.3333], dtype=float32)
+    """
     if ctx.params.get("drop") is not None:
         return attention_keep_backward(ctx, grad)
     q, k, v = ctx.inputs
@@ -1087,7 +1134,20 @@ def dequantize_rows(q, scales, first, out, parts):
 
 class QuantizedMatMulCompiled(QuantizedMatMul):
     """Module 15's x @ deq(W).T from the stored integers: kernels for a few rows, tiles of
-    dequantized rows and BLAS for many; the float32 matrix is never made."""
+    dequantized rows and BLAS for many; the float32 matrix is never made.
+
+    >>> from tinytorch.core.tensor import Tensor
+    >>> from tinytorch.core.layers import Linear
+    >>> from tinytorch.core.tensor import manual_seed
+    >>> from tinytorch.perf.quantization import QuantizedLinear
+    >>> manual_seed(0)
+    >>> linear = Linear(4, 2)
+    >>> small, x = QuantizedLinear.from_linear(linear, bits=8), Tensor(np.ones((1, 4)))
+    >>> with fast_kernels():
+    ...     y = small(x)
+    >>> bool(np.allclose(y.data, linear(x).data, atol=0.01))  # int8 weights read as they are
+    True
+    """
 
     @staticmethod
     def forward(x, qweight, scale, bits, group_size):
@@ -1189,7 +1249,17 @@ class RMSNormCompiled(RMSNormFunction):
 
 @derivative(RMSNormCompiled)
 def rms_norm_compiled_backward(ctx, grad):
-    """module 13's rule from the compiled kernel"""
+    """module 13's rule from the compiled kernel
+
+    >>> from tinytorch.core.tensor import Tensor
+    >>> from tinytorch.models.transformer import rms_norm
+    >>> x = Tensor([[3.0, 4.0, 5.0]], requires_grad=True)
+    >>> w = Tensor(np.ones(3), requires_grad=True)
+    >>> with fast_kernels():
+    ...     rms_norm(x, w).sum().backward()
+    >>> w.grad  # the normalized x
+    Tensor([0.7348, 0.9798, 1.2247])
+    """
     rows, rstd = ctx.saved
     n, c = rows.shape
     parts = chunks(n, c)
@@ -1310,7 +1380,16 @@ class SiLUCompiled(SiLUFunction):
 
 @derivative(SiLUCompiled)
 def silu_compiled_backward(ctx, grad):
-    """d silu = s (1 + x (1 - s)), from the compiled kernel"""
+    """d silu = s (1 + x (1 - s)), from the compiled kernel
+
+    >>> from tinytorch.core.tensor import Tensor
+    >>> from tinytorch.core.activations import silu
+    >>> x = Tensor([0.0, 2.0], requires_grad=True)
+    >>> with fast_kernels():
+    ...     silu(x).sum().backward()
+    >>> x.grad  # s (1 + x (1 - s)), s = sigmoid(x)
+    Tensor([0.5   , 1.0908])
+    """
     x = np.ascontiguousarray(ctx.inputs[0]).reshape(-1)
     out = np.empty_like(x)
     silu_rows_backward(x, np.ascontiguousarray(grad, dtype=x.dtype).reshape(-1), out,
