@@ -1393,7 +1393,16 @@ class GELUTanhKernel(GELUFunction):
 
 @derivative(GELUTanhKernel)
 def gelu_tanh_kernel_backward(ctx, grad):
-    """Part 5's slope, 0.5 (1 + t) + x (1 - t^2) u' / 2, with t = tanh(u) read from ctx.saved"""
+    """Part 5's slope, 0.5 (1 + t) + x (1 - t^2) u' / 2, with t = tanh(u) read from ctx.saved
+
+    >>> from tinytorch.core.tensor import Tensor
+    >>> from tinytorch.core.activations import gelu
+    >>> x = Tensor([-1.0, 0.0, 2.0], requires_grad=True)
+    >>> with fast_kernels(compiled=False):  # GELUTanhKernel's record: tanh(u) kept
+    ...     gelu(x, approximate="tanh").sum().backward()
+    >>> x.grad
+    Tensor([-0.083 ,  0.5   ,  1.0861])
+    """
     t = ctx.saved
     if t is None:  # the erf form: module 06's rule
         return plain_gelu_backward(ctx, grad)
@@ -1493,7 +1502,16 @@ def layer_norm_kernel_backward(ctx, grad):
 
 
 def add_backward_bias_blas(ctx, grad):
-    """d(a + b) = (grad, grad); a bias b of shape (C,) under a 2-D grad gets ones @ grad"""
+    """d(a + b) = (grad, grad); a bias b of shape (C,) under a 2-D grad gets ones @ grad
+
+    >>> from tinytorch.core.tensor import Tensor
+    >>> a = Tensor(np.ones((4, 3)), requires_grad=True)
+    >>> b = Tensor(np.zeros(3), requires_grad=True)
+    >>> with fast_kernels(compiled=False):
+    ...     (a + b).sum().backward()
+    >>> b.grad  # the 4 rows summed by ones (1, 4) @ grad (4, 3)
+    Tensor([4., 4., 4.])
+    """
     a, b = ctx.inputs
     grad_b = grad
     if (grad.ndim == 2 and b.ndim == 1 and a.shape == grad.shape and grad.shape[0] > 1
@@ -1625,7 +1643,18 @@ PARALLEL_MIN = 1 << 14  # elements below which a kernel runs on one thread (meas
 def compiled(fn=None, *, fastmath=FASTMATH):
     """fn compiled by numba: prange loops on all threads, the given fast-math flags (False:
     none, every float operation in Python's order), no GIL, and the machine code cached on
-    disk when fn is defined in a file (your package; a notebook cell has none)."""
+    disk when fn is defined in a file (your package; a notebook cell has none).
+
+    >>> @compiled
+    ... def twice(x, out):
+    ...     for i in prange(x.shape[0]):  # the iterations shared among the threads
+    ...         out[i] = 2 * x[i]
+    >>> x = np.arange(3, dtype=np.float32)
+    >>> out = np.empty_like(x)
+    >>> twice(x, out)  # compiled on this first call, for float32 arrays
+    >>> out
+    array([0., 2., 4.], dtype=float32)
+    """
     if fn is None:
         return lambda f: compiled(f, fastmath=fastmath)
     options = {"parallel": True, "fastmath": set(fastmath) if fastmath else False,
@@ -1696,7 +1725,15 @@ def set_threads(n):
 #| export
 @compiled
 def layer_norm_rows(x, weight, bias, eps, out, mean, rstd, parts):
-    """out = (x - mean) * rstd * weight + bias for each row of x (N, C); mean, rstd (N,) kept"""
+    """out = (x - mean) * rstd * weight + bias for each row of x (N, C); mean, rstd (N,) kept
+
+    >>> x = np.array([[3.0, 4.0, 5.0]], dtype=np.float32)
+    >>> out, mean, rstd = np.empty_like(x), np.empty(1, np.float32), np.empty(1, np.float32)
+    >>> ones, zeros = np.ones(3, np.float32), np.zeros(3, np.float32)
+    >>> layer_norm_rows(x, ones, zeros, 1e-5, out, mean, rstd, 1)
+    >>> out.round(4), mean
+    (array([[-1.2247,  0.    ,  1.2247]], dtype=float32), array([4.], dtype=float32))
+    """
     n, c = x.shape
     T = x.dtype.type
     inv_c = T(1.0 / c)
@@ -2091,7 +2128,14 @@ def _exp32(x):
 
 
 def fast_exp(x):
-    """exp(x) inside compiled kernels: float32 without a library call, float64 exactly."""
+    """exp(x) inside compiled kernels: float32 without a library call, float64 exactly.
+
+    >>> x = np.array([0.0, 1.0, -2.0], dtype=np.float32)
+    >>> out = np.empty_like(x)
+    >>> exp_rows(x, out, 1)  # fast_exp runs inside compiled code; exp_rows calls it
+    >>> bool(np.allclose(out, np.exp(x), rtol=1e-6))
+    True
+    """
     return math.exp(x)
 
 
@@ -2480,7 +2524,14 @@ def gelu_tanh_rows(x, out, parts):
 
 @compiled
 def gelu_tanh_rows_backward(x, grad, out, parts):
-    """out = grad * (s + 2 x s (1 - s) u'), s = 1 / (1 + e), e = exp(-2u), 1 - s = e s"""
+    """out = grad * (s + 2 x s (1 - s) u'), s = 1 / (1 + e), e = exp(-2u), 1 - s = e s
+
+    >>> x = np.array([-1.0, 0.0, 2.0], dtype=np.float32)
+    >>> out = np.empty_like(x)
+    >>> gelu_tanh_rows_backward(x, np.ones_like(x), out, 1)
+    >>> out.round(4)  # GELU's slope at -1, 0 and 2
+    array([-0.083 ,  0.5   ,  1.0861], dtype=float32)
+    """
     n = x.shape[0]
     T = x.dtype.type
     c, k, one, two, three = T(math.sqrt(2 / math.pi)), T(0.044715), T(1), T(2), T(3)
@@ -2539,7 +2590,14 @@ def gelu_compiled_backward(ctx, grad):
 
 @compiled
 def cross_entropy_rows(logits, target, ignore_index, losses, lse, parts):
-    """losses[i] = logsumexp(logits[i]) - logits[i, target[i]] (0 if ignored); lse[i] kept"""
+    """losses[i] = logsumexp(logits[i]) - logits[i, target[i]] (0 if ignored); lse[i] kept
+
+    >>> logits = np.zeros((2, 3), dtype=np.float32)
+    >>> losses, lse = np.empty(2, np.float32), np.empty(2, np.float32)
+    >>> cross_entropy_rows(logits, np.array([0, -100]), -100, losses, lse, 1)
+    >>> losses.round(4), lse.round(4)  # log(3), and 0 for the ignored row
+    (array([1.0986, 0.    ], dtype=float32), array([1.0986, 1.0986], dtype=float32))
+    """
     n, v = logits.shape
     T = logits.dtype.type
     for p in prange(parts):
@@ -2558,7 +2616,16 @@ def cross_entropy_rows(logits, target, ignore_index, losses, lse, parts):
 
 @compiled
 def cross_entropy_rows_backward(logits, target, ignore_index, lse, scale, out, parts):
-    """out[i] = (exp(logits[i] - lse[i]) - onehot(target[i])) * scale[i], 0 for ignored rows"""
+    """out[i] = (exp(logits[i] - lse[i]) - onehot(target[i])) * scale[i], 0 for ignored rows
+
+    >>> logits, target = np.zeros((2, 3), dtype=np.float32), np.array([0, -100])
+    >>> lse = np.full(2, np.log(3), dtype=np.float32)
+    >>> out = np.empty_like(logits)
+    >>> cross_entropy_rows_backward(logits, target, -100, lse, np.ones(2, np.float32), out, 1)
+    >>> out.round(4)
+    array([[-0.6667,  0.3333,  0.3333],
+           [ 0.    ,  0.    ,  0.    ]], dtype=float32)
+    """
     n, v = logits.shape
     T = logits.dtype.type
     for p in prange(parts):
@@ -3181,7 +3248,14 @@ def silu_rows(x, out, parts):
 
 @compiled
 def silu_rows_backward(x, grad, out, parts):
-    """out = grad * s (1 + x (1 - s)), s = sigmoid(x), 1 - s = e s with e = exp(-x)"""
+    """out = grad * s (1 + x (1 - s)), s = sigmoid(x), 1 - s = e s with e = exp(-x)
+
+    >>> x = np.array([-1.0, 0.0, 2.0], dtype=np.float32)
+    >>> out = np.empty_like(x)
+    >>> silu_rows_backward(x, np.ones_like(x), out, 1)
+    >>> out.round(4)  # SiLU's slope at -1, 0 and 2
+    array([0.0723, 0.5   , 1.0908], dtype=float32)
+    """
     n = x.shape[0]
     one = x.dtype.type(1)
     for p in prange(parts):
