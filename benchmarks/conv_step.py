@@ -25,16 +25,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
-from pathlib import Path
 
+import _common
+from _common import report, set_threads, summary
 from tito.course.architectures import lenet
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 BATCH = 64
 
 
@@ -68,9 +65,7 @@ def setup_process(args):
     """Threads, malloc behaviour and clock, the same for both frameworks. Call before numpy."""
     global clock
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
-    if args.threads:
-        for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-            os.environ[name] = str(args.threads)
+    set_threads(args.threads)
     if args.malloc == "keep":
         from tinytorch.perf.acceleration import keep_freed_memory  # after the thread settings
 
@@ -172,35 +167,19 @@ def child(args):
     times = []
     for i, (x, y) in enumerate(data):
         loss = step(x, y, times if i >= args.warmup else None)
-    print("CHILD " + json.dumps({"times": times, "loss": loss}))
+    report({"times": times, "loss": loss})
 
 
 def run_child(args, framework):
-    cmd = [sys.executable, __file__, "--child", framework, "--steps", str(args.steps),
-           "--warmup", str(args.warmup), "--malloc", args.malloc, "--clock", args.clock]
-    if args.threads:
-        cmd += ["--threads", str(args.threads)]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("CHILD ")]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"the {framework} subprocess failed:\n{done.stdout}\n{done.stderr}")
-    return json.loads(lines[-1][len("CHILD "):])
+    options = ["--steps", args.steps, "--warmup", args.warmup, "--malloc", args.malloc,
+               "--clock", args.clock] + (["--threads", args.threads] if args.threads else [])
+    return _common.run_child(__file__, framework, options)
 
 
 # ---- the comparison --------------------------------------------------------------------
 def step_samples(times):
     """Seconds per whole step, from the (forward, backward, optimizer) times of each step."""
     return [sum(t) for t in times]
-
-
-def summary(times):
-    """Median step time and median forward / backward / optimizer times, in ms (module 19)."""
-    from tinytorch.perf.benchmarking import Measurement
-
-    return (Measurement(step_samples(times)).median * 1e3,
-            [Measurement([t[i] for t in times]).median * 1e3 for i in range(3)])
 
 
 def agreement_check(args):

@@ -2,22 +2,28 @@
 
     python benchmarks/decode.py            # Qwen2.5-0.5B-shaped checkpoint (~2 GB, written once)
     python benchmarks/decode.py --quick    # a tiny checkpoint, a few tokens (tests)
+    python benchmarks/decode.py --threads 1 --skip batching   # one core each (busy machines)
 
 Six measurements, printed with their ratios (nothing here is asserted):
 
-1. float32 decode tokens/s, TinyTorch (`tinytorch.models.load_model`, dense cache) and
-   transformers (float32, CPU, eager attention, its own DynamicCache), each in its own
-   subprocess, the two sides interleaved round by round; every decoded token's step time of
-   every round is a sample, and module 19's harness (`tinytorch.perf.benchmarking`) gives
-   each side's median, the ratio with its 95% bootstrap interval and the verdict
-   (tokens/s = 1 / median step);
+1. decode tokens/s of five sides, each in its own subprocess, the sides taking turns round by
+   round (the order rotates): TinyTorch in float32, int8 (per channel) and int4 (groups of
+   128) (`tinytorch.models.load_model` with `ModelFeatures(kernels="fast",
+   attention="fast", weights=...)`: module 17's compiled kernels, module 15's quantized
+   weights; `--kernels plain` runs the lessons' NumPy code instead), transformers in float32
+   (CPU, eager attention, its own DynamicCache) and transformers with PyTorch's own dynamic
+   int8 quantization of every Linear (`torch.ao.quantization.quantize_dynamic`). Every
+   decoded token's step time of every round is a sample; module 19's harness
+   (`tinytorch.perf.benchmarking`) gives each side's median, each ratio with its 95%
+   bootstrap interval and the verdict (tokens/s = 1 / median step), and the issue's targets
+   are printed with them: float32 >= 1.2x transformers float32, int8 >= 2.5x and at or above
+   PyTorch's int8, int4 >= 3.0x;
 2. peak resident memory (ru_maxrss) of each serving process against the float32 bytes of
    the weights;
-3. int8 (per channel) and int4 (groups of 128) weights, `ModelFeatures(weights=...)` with
-   module 15's QuantizedLinear, each in its own process: decode tokens/s, the weights' bytes,
-   peak resident memory, the distance of the logits from float32's on a fixed 64-token
-   sequence, how many of its 64 next-token choices (argmax) agree with float32's, and how
-   many of the 64 greedy tokens (the decode above) do;
+3. for the quantized sides: the weights' bytes, the distance of the logits from float32's on
+   a fixed 64-token sequence (TinyTorch's formats from TinyTorch's float32, PyTorch's int8
+   from transformers' float32), how many of its 64 next-token choices (argmax) agree, and
+   how many of the 64 greedy tokens of the float32 decode do;
 4. continuous batching (module 18's Engine) on the same checkpoint: total tokens/s of 1, 4
    and 8 concurrent requests against serving the same requests one after another, and the
    bytes of the paged pool;
@@ -27,7 +33,8 @@ Six measurements, printed with their ratios (nothing here is asserted):
 
 The checkpoint has random float32 weights of Qwen2.5-0.5B's shape (24 layers, hidden 896,
 14 heads, 2 KV heads, intermediate 4864, vocabulary 151,936, tied embeddings), written with
-module 08's `save_safetensors` into --folder (reused when it is already there).
+module 08's `save_safetensors` into --folder (reused when it is already there). Threads:
+`--threads N` (default 2, the issue's setting) for BLAS, numba and torch in every process.
 """
 
 from __future__ import annotations
@@ -43,8 +50,8 @@ import time
 from pathlib import Path
 
 # BLAS threads are fixed when NumPy loads: set them (--threads, default 1) before importing it.
-_THREADS = sys.argv[sys.argv.index("--threads") + 1] if "--threads" in sys.argv else "1"
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+_THREADS = sys.argv[sys.argv.index("--threads") + 1] if "--threads" in sys.argv else "2"
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
     os.environ[_var] = _THREADS
 
 import numpy as np  # noqa: E402
@@ -58,7 +65,9 @@ QWEN_05B = dict(model_type="qwen2", vocab_size=151936, hidden_size=896, num_hidd
                 dtype="float32", use_sliding_window=False)
 QUICK = dict(QWEN_05B, vocab_size=1000, hidden_size=128, num_hidden_layers=2,
              num_attention_heads=4, num_key_value_heads=2, intermediate_size=256)
-SIDES = ("tinytorch", "transformers", "int8", "int4")
+SIDES = ("tinytorch", "transformers", "int8", "int4", "torch-int8")
+OURS = ("tinytorch", "int8", "int4")  # TinyTorch's sides; the others are PyTorch's
+TARGETS = {"tinytorch": 1.2, "int8": 2.5, "int4": 3.0}  # x transformers float32 (issue 22)
 
 
 def shapes(c):
@@ -121,20 +130,21 @@ def peak_rss():
 
 
 # ---- one side, in its own process -----------------------------------------------------------
-def worker(side, folder, prompt_len, new_tokens, threads, logits_file=None):
+def worker(side, folder, prompt_len, new_tokens, threads, kernels="fast", logits_file=None):
     """Decode new_tokens greedy tokens after a prompt; step times, memory, tokens."""
     prompt = prompt_of(prompt_len)
     marks = []
     t0 = time.perf_counter()
-    if side != "transformers":
+    if side in OURS:
         from tinytorch.models import ModelFeatures, generate, load_model
 
-        features = ModelFeatures(weights="float32" if side == "tinytorch" else side,
-                                 group_size=128)
+        features = ModelFeatures(kernels=kernels, attention=kernels, group_size=128,
+                                 weights="float32" if side == "tinytorch" else side)
         model = load_model(folder, features)
         load_s = time.perf_counter() - t0
         weight_bytes = model.nbytes()
         float32_bytes = 4 * model.num_parameters()
+        model(np.asarray([prompt[:1]]))  # the one-token kernels loaded (or compiled) once
         if logits_file:  # logits of a fixed sequence, to compare the weight formats
             np.save(logits_file, model(np.asarray([prompt_of(SCORED, seed=2)]))[0])
         start = time.perf_counter()
@@ -148,8 +158,17 @@ def worker(side, folder, prompt_len, new_tokens, threads, logits_file=None):
         torch.set_num_threads(threads)
         model = transformers.AutoModelForCausalLM.from_pretrained(
             folder, dtype=torch.float32, attn_implementation="eager").eval()
-        load_s = time.perf_counter() - t0
         weight_bytes = float32_bytes = 4 * sum(p.numel() for p in model.parameters())
+        if side == "torch-int8":  # PyTorch's dynamic int8: every Linear, the tied head too
+            import warnings
+
+            from torch.ao.quantization import quantize_dynamic
+
+            with warnings.catch_warnings():  # deprecated in favour of torchao, still shipped
+                warnings.simplefilter("ignore")
+                model = quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+            weight_bytes = torch_bytes(model)
+        load_s = time.perf_counter() - t0
         model.generation_config.eos_token_id = None
         model.generation_config.pad_token_id = 0
 
@@ -158,8 +177,11 @@ def worker(side, folder, prompt_len, new_tokens, threads, logits_file=None):
                 marks.append(time.perf_counter())
                 return scores
 
-        start = time.perf_counter()
         with torch.no_grad():
+            if logits_file:
+                np.save(logits_file, model(torch.tensor([prompt_of(SCORED, seed=2)]))
+                        .logits[0].numpy())
+            start = time.perf_counter()
             ids = torch.tensor([prompt])
             out = model.generate(ids, attention_mask=torch.ones_like(ids),
                                  max_new_tokens=new_tokens, do_sample=False,
@@ -174,11 +196,41 @@ def worker(side, folder, prompt_len, new_tokens, threads, logits_file=None):
             "float32_bytes": float32_bytes, "tokens": tokens}
 
 
-def batching_worker(folder, prompt_len, new_tokens, counts):
-    """Total tokens/s of N concurrent requests (the Engine) against one after another."""
-    from tinytorch.models import Engine, generate, load_model
+def torch_bytes(model):
+    """Bytes of a dynamically quantized transformers model: its float parameters (the
+    embedding, norms) and every quantized Linear's int8 weight (one byte each), scales and
+    bias."""
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    for module in model.modules():
+        if type(module).__name__ == "Linear" and callable(getattr(module, "weight", None)):
+            weight = module.weight()  # a quantized tensor: int8 values and their scale(s)
+            scales = (weight.q_per_channel_scales().numel()
+                      if weight.qscheme() in (torch_per_channel_schemes()) else 1)
+            total += weight.numel() + 4 * scales
+            bias = module.bias()
+            total += 0 if bias is None else bias.numel() * bias.element_size()
+    return total
 
-    model = load_model(folder)
+
+def torch_per_channel_schemes():
+    import torch
+
+    return (torch.per_channel_affine, torch.per_channel_symmetric)
+
+
+def quantize_dynamic_available():
+    try:
+        from torch.ao.quantization import quantize_dynamic  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def batching_worker(folder, prompt_len, new_tokens, counts, kernels="fast"):
+    """Total tokens/s of N concurrent requests (the Engine) against one after another."""
+    from tinytorch.models import Engine, ModelFeatures, generate, load_model
+
+    model = load_model(folder, ModelFeatures(kernels=kernels, attention=kernels))
     rng = np.random.default_rng(1)
     prompts = [rng.integers(0, 1000, size=int(rng.integers(prompt_len // 2, prompt_len + 1)))
                .tolist() for _ in range(max(counts))]
@@ -207,7 +259,8 @@ def batching_worker(folder, prompt_len, new_tokens, counts):
 
 def thread_env(threads):
     n = str(threads)
-    return {"OPENBLAS_NUM_THREADS": n, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}
+    return {"OPENBLAS_NUM_THREADS": n, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n,
+            "NUMBA_NUM_THREADS": n}
 
 
 def run_worker(args, *extra):
@@ -221,7 +274,7 @@ def run_worker(args, *extra):
 
 def decode_worker(args, side, folder, new_tokens, logits_file=None):
     extra = ["--worker", side, "--folder", str(folder), "--prompt-len", str(args.prompt_len),
-             "--new-tokens", str(new_tokens)]
+             "--new-tokens", str(new_tokens), "--kernels", args.kernels]
     return run_worker(args, *extra, *(["--logits-file", str(logits_file)] if logits_file else []))
 
 
@@ -272,31 +325,38 @@ def main():
     p.add_argument("--quick", action="store_true")
     p.add_argument("--folder", type=Path, default=None,
                    help="where the checkpoint is written (default: a folder in the temp dir)")
-    p.add_argument("--rounds", type=int, default=None, help="interleaved float32 rounds per side")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="rounds; in each, every side decodes once, in its own process")
     p.add_argument("--new-tokens", type=int, default=None)
     p.add_argument("--prompt-len", type=int, default=32)
     p.add_argument("--batch-tokens", type=int, default=None,
                    help="new tokens per request in the batching measurement (default 16)")
     p.add_argument("--skip", nargs="*", default=[],
-                   choices=("transformers", "quantized", "batching"),
-                   help="leave out the comparison with transformers (one float32 run is "
-                        "kept), the quantized decodes and/or the batching measurement")
-    p.add_argument("--threads", type=int, default=1,
-                   help="BLAS/torch threads for every process (default 1: on a shared, loaded "
-                        "machine a second BLAS thread waits for a time slice at every matrix "
-                        "product; pass 2 on an idle 2-core machine)")
+                   choices=("transformers", "quantized", "torch-int8", "batching"),
+                   help="leave out transformers (float32 and int8), the quantized decodes "
+                        "(TinyTorch's and PyTorch's), PyTorch's int8 alone, and/or the "
+                        "batching measurement")
+    p.add_argument("--kernels", choices=("fast", "plain"), default="fast",
+                   help="TinyTorch's sides: module 17's compiled kernels (fast, the default) "
+                        "or the lessons' NumPy code (plain: module 15's int8 and int4 "
+                        "products dequantize every weight on every call, about 30x slower)")
+    p.add_argument("--threads", type=int, default=2,
+                   help="BLAS, numba and torch threads in every process (default 2, the "
+                        "issue's setting; on a shared, loaded machine a second thread waits "
+                        "for a time slice at every product: pass 1 there)")
     p.add_argument("--worker", choices=SIDES + ("batching",))
     p.add_argument("--logits-file", default=None)
     p.add_argument("--counts", default="1,4,8")
     args = p.parse_args()
     if args.worker == "batching":
         counts = [int(n) for n in args.counts.split(",")]
-        result = batching_worker(args.folder, args.prompt_len, args.new_tokens, counts)
+        result = batching_worker(args.folder, args.prompt_len, args.new_tokens, counts,
+                                 args.kernels)
         print("WORKER " + json.dumps(result))
         return
     if args.worker:
         result = worker(args.worker, args.folder, args.prompt_len, args.new_tokens, args.threads,
-                        args.logits_file)
+                        args.kernels, args.logits_file)
         print("WORKER " + json.dumps(result))
         return
 
@@ -307,17 +367,31 @@ def main():
     folder = args.folder or Path(tempfile.gettempdir()) / (
         "tinytorch-decode-" + ("quick" if args.quick else "qwen2.5-0.5b-shape"))
     write_checkpoint(folder, c)
+    sides = ["tinytorch", "transformers"]
+    if "quantized" not in args.skip:
+        sides += ["int8", "int4", "torch-int8"]
+    torch_int8_note = None
+    if "torch-int8" in sides and not quantize_dynamic_available():
+        torch_int8_note = ("the installed PyTorch has no torch.ao.quantization.quantize_dynamic: "
+                           "PyTorch's own int8 is not measured")
+    if "transformers" in args.skip or "torch-int8" in args.skip or torch_int8_note:
+        sides = [side for side in sides if side != "torch-int8"]
+    if "transformers" in args.skip:
+        sides.remove("transformers")
     print(f"checkpoint: {folder} ({'quick' if args.quick else 'Qwen2.5-0.5B'} shape, random "
           f"float32); prompt {args.prompt_len} tokens, {new_tokens} new tokens, greedy; "
-          f"{args.threads} BLAS/torch thread(s) per process; {os.cpu_count()} CPUs, shared with "
-          f"other jobs (load average {os.getloadavg()[0]:.1f})")
+          f"{args.threads} thread(s) per process (BLAS, numba, torch); TinyTorch's kernels: "
+          f"{args.kernels}; {os.cpu_count()} CPUs, shared with other jobs (load average "
+          f"{os.getloadavg()[0]:.1f})")
+    if torch_int8_note:
+        print(torch_int8_note)
 
     scratch = Path(tempfile.mkdtemp(prefix="decode-logits-"))
-    runs = {"tinytorch": [], "transformers": []}
-    sides = ("tinytorch",) if "transformers" in args.skip else ("tinytorch", "transformers")
-    for r in range(rounds if len(sides) == 2 else 1):
-        for side in sides:
-            logits = scratch / "float32.npy" if side == "tinytorch" and r == 0 else None
+    runs = {side: [] for side in sides}
+    for r in range(rounds):
+        order = sides[r % len(sides):] + sides[:r % len(sides)]  # the first side rotates
+        for side in order:
+            logits = scratch / f"{side}.npy" if r == 0 else None
             res = decode_worker(args, side, folder, new_tokens, logits)
             runs[side].append(res)
             print(f"  round {r + 1} {side:12s}: {res['decode_tokens_per_s']:7.2f} tokens/s "
@@ -327,30 +401,44 @@ def main():
                   f"{os.getloadavg()[0]:.1f}")
     from tinytorch.perf.benchmarking import Comparison
 
+    def steps_of(side):
+        return [t for run in runs[side] for t in run["steps_s"]]
+
+    def compare(baseline, candidate):
+        """tokens/s of candidate over baseline (= baseline's step / candidate's), its 95%
+        interval and verdict, and the ratio of each round."""
+        cmp = Comparison.from_samples(steps_of(baseline), steps_of(candidate),
+                                      names=(baseline, candidate))
+        rounds_ = [b["median_step_ms"] / a["median_step_ms"]
+                   for a, b in zip(runs[candidate], runs[baseline])]
+        return {"ratio": cmp.speedup, "ci": [1 / cmp.ci[1], 1 / cmp.ci[0]],
+                "verdict": cmp.verdict, "per_round": rounds_,
+                "tokens_per_s": 1 / cmp.candidate.median,
+                "baseline_tokens_per_s": 1 / cmp.baseline.median}
+
+    def shown(x):
+        return (f"{x['ratio']:.2f}x [{x['ci'][0]:.2f}, {x['ci'][1]:.2f}], {x['verdict']} "
+                f"(per round {', '.join(f'{v:.2f}' for v in x['per_round'])})")
+
     weights = runs["tinytorch"][0]["weight_bytes"]
     float32_tokens = runs["tinytorch"][0]["tokens"]
     rss = {s: max(r["peak_rss_bytes"] for r in rs) for s, rs in runs.items() if rs}
-    best = {"tinytorch": 1 / float(np.median([t for r in runs["tinytorch"]
-                                              for t in r["steps_s"]]))}
+    best = {side: 1 / float(np.median(steps_of(side))) for side in sides}
     ratio = ci = verdict = agree = None
     per_round = []
-    if runs["transformers"]:
-        steps = Comparison.from_samples(  # seconds per decoded token, every token of every round
-            [t for r in runs["transformers"] for t in r["steps_s"]],
-            [t for r in runs["tinytorch"] for t in r["steps_s"]],
-            names=("transformers", "tinytorch"))
-        best = {"tinytorch": 1 / steps.candidate.median,
-                "transformers": 1 / steps.baseline.median}
-        ratio = steps.speedup  # tokens/s ratio = transformers' step time / tinytorch's
-        ci = (1 / steps.ci[1], 1 / steps.ci[0])
-        verdict = steps.verdict
+    targets = {}
+    if "transformers" in sides:
+        float32 = compare("transformers", "tinytorch")
+        ratio, ci, verdict, per_round = (float32["ratio"], tuple(float32["ci"]),
+                                         float32["verdict"], float32["per_round"])
         agree = float32_tokens == runs["transformers"][0]["tokens"]
-        per_round = [h["median_step_ms"] / t["median_step_ms"]  # tokens/s ratio of each round
-                     for t, h in zip(runs["tinytorch"], runs["transformers"])]
+        met = ci[0] >= TARGETS["tinytorch"]
+        targets["float32"] = {"target": TARGETS["tinytorch"], "ratio": ratio, "ci": list(ci),
+                              "met": met}
         print(f"decode: tinytorch {best['tinytorch']:.2f} tokens/s, transformers "
               f"{best['transformers']:.2f} tokens/s (1 / median token step, {rounds} round(s)): "
-              f"ratio {ratio:.2f} [{ci[0]:.2f}, {ci[1]:.2f}] 95% CI, tinytorch {verdict} "
-              f"(per round {', '.join(f'{r:.2f}' for r in per_round)}); greedy tokens "
+              f"ratio {shown(float32)}; target >= {TARGETS['tinytorch']}x: "
+              f"{'met' if met else 'NOT met'}; greedy tokens "
               f"{'identical' if agree else 'DIFFERENT'}")
         print(f"memory: float32 weights {weights / 2**20:,.0f} MiB; peak RSS tinytorch "
               f"{rss['tinytorch'] / 2**20:,.0f} MiB ({rss['tinytorch'] / weights:.2f}x the "
@@ -362,40 +450,64 @@ def main():
               f"({rss['tinytorch'] / weights:.2f}x the weights)")
 
     quantized = {}
-    if "quantized" not in args.skip:
-        reference = np.load(scratch / "float32.npy")
+    for side in ("int8", "int4", "torch-int8"):
+        if side not in sides:
+            continue
+        res = dict(runs[side][0])
+        reference_side = "transformers" if side == "torch-int8" else "tinytorch"
+        reference = np.load(scratch / f"{reference_side}.npy")
+        logits = np.load(scratch / f"{side}.npy")
         scale = float(np.abs(reference).max())
-        for side in ("int8", "int4"):
-            res = decode_worker(args, side, folder, new_tokens, scratch / f"{side}.npy")
-            logits = np.load(scratch / f"{side}.npy")
-            diff = np.abs(logits - reference)
-            same, prefix = agreement(res["tokens"], float32_tokens)
-            choices = int((logits.argmax(-1) == reference.argmax(-1)).sum())
-            res.update(max_logit_error=float(diff.max()), mean_logit_error=float(diff.mean()),
-                       logit_scale=scale, next_token_agree=choices, tokens_agree=same,
-                       common_prefix=prefix,
-                       distinct_float32_tokens=len(set(float32_tokens)))
-            quantized[side] = res
-            res.pop("steps_s")
-            print(f"{side}{' (groups of 128)' if side == 'int4' else ' (per channel)'}: "
-                  f"{res['decode_tokens_per_s']:.2f} tokens/s ({res['decode_tokens_per_s'] / best['tinytorch']:.2f}x "
-                  f"float32), weights {res['weight_bytes'] / 2**20:,.0f} MiB "
-                  f"({res['weight_bytes'] / weights:.2f}x float32), peak RSS "
-                  f"{res['peak_rss_bytes'] / 2**20:,.0f} MiB ({res['peak_rss_bytes'] / weights:.2f}x "
-                  f"the float32 weights), load {res['load_s']:.1f} s; logits of a "
-                  f"{SCORED}-token sequence differ from float32 by {res['max_logit_error']:.3g} "
-                  f"at most, {res['mean_logit_error']:.3g} on average (largest |logit| "
-                  f"{scale:.3g}); next-token choices agreeing with float32: {choices} of "
-                  f"{SCORED} ({len(set(reference.argmax(-1).tolist()))} distinct); greedy tokens agreeing: {same} of {len(float32_tokens)} (first "
-                  f"{prefix} identical; float32's has {len(set(float32_tokens))} distinct "
-                  f"token(s)); load average {os.getloadavg()[0]:.1f}")
+        diff = np.abs(logits - reference)
+        reference_tokens = runs[reference_side][0]["tokens"]
+        same, prefix = agreement(res["tokens"], reference_tokens)
+        choices = int((logits.argmax(-1) == reference.argmax(-1)).sum())
+        res.update(max_logit_error=float(diff.max()), mean_logit_error=float(diff.mean()),
+                   logit_scale=scale, next_token_agree=choices, tokens_agree=same,
+                   common_prefix=prefix, distinct_float32_tokens=len(set(reference_tokens)),
+                   decode_tokens_per_s=best[side],
+                   peak_rss_bytes=max(r["peak_rss_bytes"] for r in runs[side]))
+        res.pop("steps_s")
+        res["vs_float32"] = compare(reference_side, side)
+        if "transformers" in sides and side != "torch-int8":
+            res["vs_transformers"] = compare("transformers", side)
+            met = res["vs_transformers"]["ci"][0] >= TARGETS[side]
+            targets[side] = {"target": TARGETS[side], "ratio": res["vs_transformers"]["ratio"],
+                             "ci": res["vs_transformers"]["ci"], "met": met}
+        if side == "int8" and "torch-int8" in sides:
+            res["vs_torch_int8"] = compare("torch-int8", "int8")
+            targets["int8_vs_torch_int8"] = {
+                "target": 1.0, "ratio": res["vs_torch_int8"]["ratio"],
+                "ci": res["vs_torch_int8"]["ci"],
+                "met": res["vs_torch_int8"]["verdict"] != "slower"}
+        quantized[side] = res
+        label = {"int8": "int8 (per channel)", "int4": "int4 (groups of 128)",
+                 "torch-int8": "PyTorch int8 (quantize_dynamic, per tensor)"}[side]
+        print(f"{label}: {res['decode_tokens_per_s']:.2f} tokens/s, "
+              f"{shown(res['vs_float32'])} its framework's float32; weights "
+              f"{res['weight_bytes'] / 2**20:,.0f} MiB ({res['weight_bytes'] / weights:.2f}x "
+              f"float32), peak RSS {res['peak_rss_bytes'] / 2**20:,.0f} MiB "
+              f"({res['peak_rss_bytes'] / weights:.2f}x the float32 weights), load "
+              f"{res['load_s']:.1f} s; logits of a {SCORED}-token sequence differ from "
+              f"{reference_side}'s float32 by {res['max_logit_error']:.3g} at most, "
+              f"{res['mean_logit_error']:.3g} on average (largest |logit| {scale:.3g}); "
+              f"next-token choices agreeing: {choices} of {SCORED} "
+              f"({len(set(reference.argmax(-1).tolist()))} distinct); greedy tokens agreeing: "
+              f"{same} of {len(reference_tokens)} (first {prefix} identical; float32's has "
+              f"{len(set(reference_tokens))} distinct token(s))")
+        if "vs_transformers" in res:
+            print(f"  {side} against transformers float32: {shown(res['vs_transformers'])}; "
+                  f"target >= {TARGETS[side]}x: {'met' if targets[side]['met'] else 'NOT met'}")
+        if "vs_torch_int8" in res:
+            print(f"  int8 against PyTorch's int8: {shown(res['vs_torch_int8'])}; target at or "
+                  f"above it: {'met' if targets['int8_vs_torch_int8']['met'] else 'NOT met'}")
 
     batching = None
     if "batching" not in args.skip:
         counts = "1,2,3" if args.quick else "1,4,8"
         batching = run_worker(args, "--worker", "batching", "--folder", str(folder),
                               "--prompt-len", str(args.prompt_len), "--new-tokens",
-                              str(batch_tokens), "--counts", counts)
+                              str(batch_tokens), "--counts", counts, "--kernels", args.kernels)
         for row in batching["rows"]:
             print(f"batching, {row['requests']} request(s) x {batch_tokens} tokens (prompts of "
                   f"{args.prompt_len // 2}-{args.prompt_len}): one after another "
@@ -428,7 +540,8 @@ def main():
         "tinytorch_tokens_per_s": best["tinytorch"], "transformers_tokens_per_s":
         best.get("transformers"), "ratio": ratio, "ratio_ci": ci and list(ci),
         "verdict": verdict,
-        "ratio_per_round": per_round,
+        "ratio_per_round": per_round, "targets": targets, "threads": args.threads,
+        "kernels": args.kernels, "torch_int8_note": torch_int8_note,
         "greedy_identical": agree,
         "weight_bytes": weights, "peak_rss_bytes": rss, "quantized": quantized,
         "batching": batching,

@@ -45,16 +45,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
-from pathlib import Path
 
+import _common
+from _common import child_env, report, set_threads, summary
 from tito.course.packages import acceleration  # imports no NumPy: thread settings first
-
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 
 
 def parse_args(argv=None):
@@ -106,10 +102,7 @@ def setup_process(args):
     """
     global clock
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
-    if args.threads:
-        for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-                     "NUMBA_NUM_THREADS"):
-            os.environ[name] = str(args.threads)
+    set_threads(args.threads)
     if args.malloc == "keep" and args.child in ("tinytorch", "numpy17", "torch"):
         accel = acceleration()  # imported after the thread settings above
         if accel is None:
@@ -304,45 +297,28 @@ def child(args):
         step(*data[-1])
         result["tracemalloc_peak"] = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
-    print("CHILD " + json.dumps(result))
+    report(result)
 
 
 def run_child(args, framework):
-    cmd = [sys.executable, __file__, "--child", framework, "--steps", str(args.steps),
-           "--warmup", str(args.warmup), "--malloc", args.malloc, "--clock", args.clock,
-           "--n-layer", str(args.n_layer), "--n-head", str(args.n_head),
-           "--n-embd", str(args.n_embd), "--block-size", str(args.block_size),
-           "--batch-size", str(args.batch_size)]
-    if args.threads:
-        cmd += ["--threads", str(args.threads)]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    options = ["--steps", args.steps, "--warmup", args.warmup, "--malloc", args.malloc,
+               "--clock", args.clock, "--n-layer", args.n_layer, "--n-head", args.n_head,
+               "--n-embd", args.n_embd, "--block-size", args.block_size,
+               "--batch-size", args.batch_size] + (["--threads", args.threads] if args.threads
+                                                   else [])
     if args.cold and framework == "tinytorch":
         import tempfile
 
         with tempfile.TemporaryDirectory() as cache:  # numba compiles every kernel afresh
-            env["NUMBA_CACHE_DIR"] = cache
-            done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-    else:
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("CHILD ")]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"the {framework} subprocess failed:\n{done.stdout}\n{done.stderr}")
-    return json.loads(lines[-1][len("CHILD "):])
+            return _common.run_child(__file__, framework, options,
+                                     child_env(NUMBA_CACHE_DIR=cache))
+    return _common.run_child(__file__, framework, options)
 
 
 # ---- the comparison --------------------------------------------------------------------
 def config_of(args):
     return dict(block_size=args.block_size, n_layer=args.n_layer, n_head=args.n_head,
                 n_embd=args.n_embd)
-
-
-def summary(times):
-    """Median step time and median forward / backward / optimizer times, in ms (module 19)."""
-    from tinytorch.perf.benchmarking import Measurement
-
-    return (Measurement(tuple(sum(t) for t in times)).median * 1e3,
-            [Measurement(tuple(t[i] for t in times)).median * 1e3 for i in range(3)])
 
 
 def compare(runs, name):

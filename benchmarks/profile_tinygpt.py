@@ -117,7 +117,8 @@ def step_section(config, B, repeat):
     rule = 6 * n * tokens
     attention = 12 * config.n_layer * config.block_size * config.n_embd * tokens
     print("\n2. Training step FLOPs (forward counted, backward from the recorded graph)")
-    print(f"   counted {counted:,} = forward {profile.flops:,} + backward {profile.backward_flops:,}")
+    print(f"   counted {counted:,} = forward {profile.flops:,} + backward "
+          f"{profile.backward_flops:,}")
     print(f"   6ND = 6 x {n:,} x {tokens} = {rule:,}: counted / 6ND = {counted / rule:.3f}")
     print(f"   6ND + 12 L T C D = {rule + attention:,}: counted / that = "
           f"{counted / (rule + attention):.3f}")
@@ -126,7 +127,9 @@ def step_section(config, B, repeat):
         parts = row.name.split(".")
         if parts[0] == "blocks" and len(parts) == 3:
             return parts[2]
-        return "residual adds" if parts[0] == "blocks" and len(parts) == 2 else (row.name or "(model)")
+        if parts[0] == "blocks" and len(parts) == 2:
+            return "residual adds"
+        return row.name or "(model)"
 
     groups = {g.name: g for g in profile.grouped(part)}
     forward = sum(g.time for g in groups.values())
@@ -134,8 +137,8 @@ def step_section(config, B, repeat):
           f"(median; step {profile.total_time * 1e3:.1f} ms: "
           + ", ".join(f"{k} {v * 1e3:.1f} ms ({v / profile.total_time:.0%})"
                       for k, v in profile.phases.items()) + ")")
-    print(f"   {'part':16s} {'fwd time':>9s} {'fwd FLOPs':>10s} {'step FLOPs':>11s} {'GFLOP/s':>8s} "
-          f"{'kept MiB':>9s}")
+    print(f"   {'part':16s} {'fwd time':>9s} {'fwd FLOPs':>10s} {'step FLOPs':>11s} "
+          f"{'GFLOP/s':>8s} {'kept MiB':>9s}")
     for name in ("attn", "mlp", "ln1", "ln2", "residual adds", "lm_head", "ln_f", "(model)", "wte"):
         g = groups[name]
         rate = g.flops / g.time / 1e9 if g.time > 0 else 0.0

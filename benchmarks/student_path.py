@@ -12,7 +12,8 @@ printed beside every figure: on a shared machine the absolute times drift with i
 
     .venv/bin/python benchmarks/student_path.py                          # doctor and complete 01
     .venv/bin/python benchmarks/student_path.py --compare-with /path/to/main --repeat 5
-    .venv/bin/python benchmarks/student_path.py --tito new=venv-a/bin/tito --tito old=venv-b/bin/tito
+    .venv/bin/python benchmarks/student_path.py --tito new=venv-a/bin/tito \
+        --tito old=venv-b/bin/tito
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def run(args: list[str], cwd: Path, version) -> tuple[float, subprocess.Complete
         env.pop("PYTHONPATH", None)
         env.pop("VIRTUAL_ENV", None)
     elif version is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(version), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        paths = [str(version), env.get("PYTHONPATH", "")]
+        env["PYTHONPATH"] = os.pathsep.join(paths).rstrip(os.pathsep)
     start = time.perf_counter()
     done = subprocess.run([*command, *args], cwd=cwd, env=env, capture_output=True, text=True,
                           stdin=subprocess.DEVNULL)
@@ -104,7 +106,8 @@ def main() -> None:
                 for version, checkout in versions.items():
                     seconds, done = run(command, ws, checkout)
                     ok = "ok" if done.returncode == 0 else f"exit {done.returncode}"
-                    print(f"{label:<26} {version:<15} {seconds:6.2f} s  ({ok}; {load()})", flush=True)
+                    print(f"{label:<26} {version:<15} {seconds:6.2f} s  ({ok}; {load()})",
+                          flush=True)
                     results.setdefault((label, version), []).append(seconds)
         print()
         print(f"{'command':<26} {'version':<15} {'median':>8} {'min':>8}")

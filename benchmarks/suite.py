@@ -38,14 +38,17 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
-from typing import Callable  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-
 from tinytorch.perf.benchmarking import (  # noqa: E402
-    Benchmark, Measurement, environment, plot, table,
+    Benchmark,
+    Measurement,
+    environment,
+    plot,
+    table,
 )
 
 FULL = dict(mlp_batch=32, gpt=dict(vocab_size=65, block_size=64, n_layer=4, n_head=4,

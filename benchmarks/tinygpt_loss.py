@@ -76,14 +76,12 @@ def torch_run(args):
     """Train PyTorch's model for args.steps steps; print its whole-split validation loss."""
     import numpy as np
     import torch
-
     from gpt_step import torch_setup  # beside this script
-
-    from tito.course.datasets import encode_splits, get_batch, load_text, tiled_windows
 
     from tinytorch.core.tensor import manual_seed
     from tinytorch.models.transformer import GPT, GPTConfig
     from tinytorch.text.tokenization import CharTokenizer
+    from tito.course.datasets import encode_splits, get_batch, load_text, tiled_windows
 
     if args.threads:
         torch.set_num_threads(args.threads)

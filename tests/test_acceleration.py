@@ -13,7 +13,12 @@ from hypothesis import strategies as st
 from tinytorch.core.activations import GELUFunction, gelu
 from tinytorch.core.attention import AttentionFunction, scaled_dot_product_attention
 from tinytorch.core.autograd import (
-    DERIVATIVES, KERNELS, add_backward, cross_entropy_backward, gelu_backward, gradcheck,
+    DERIVATIVES,
+    KERNELS,
+    add_backward,
+    cross_entropy_backward,
+    gelu_backward,
+    gradcheck,
     kernel,
 )
 from tinytorch.core.layers import Parameter

@@ -39,7 +39,8 @@ def test_quick_loss_comparison_pairs_the_frameworks(repo):
     assert set(runs) == {"tinytorch/0", "paired/0", "nanogpt/0"}
     assert 2.5 < runs["tinytorch/0"] < 4.2  # 20 steps: below log(65), far from trained
     assert abs(runs["tinytorch/0"] - runs["paired/0"]) < 1e-3
-    assert result["largest_paired_gap"] == pytest.approx(abs(runs["tinytorch/0"] - runs["paired/0"]))
+    gap = abs(runs["tinytorch/0"] - runs["paired/0"])
+    assert result["largest_paired_gap"] == pytest.approx(gap)
     assert runs["nanogpt/0"] != runs["paired/0"]  # its own initial weights and batches
 
 
@@ -103,6 +104,17 @@ def test_quick_decode_benchmark_prints_every_figure(repo, tmp_path):
         q = result["quantized"][side]
         assert q["weight_bytes"] < result["weight_bytes"] and q["decode_tokens_per_s"] > 0
         assert 0 < q["max_logit_error"] < q["logit_scale"] and 0 <= q["next_token_agree"] <= 64
+    targets = result["targets"]  # the targets, each judged by its interval's low end
+    for name, target in (("float32", 1.2), ("int8", 2.5), ("int4", 3.0)):
+        got = targets[name]
+        assert got["target"] == target and got["met"] == (got["ci"][0] >= target), (name, got)
+    if result["torch_int8_note"] is None:  # PyTorch's own dynamic int8 was measured beside ours
+        torch_int8 = result["quantized"]["torch-int8"]
+        assert torch_int8["weight_bytes"] < result["weight_bytes"]
+        assert 0 <= torch_int8["next_token_agree"] <= 64
+        assert targets["int8_vs_torch_int8"]["met"] == (
+            result["quantized"]["int8"]["vs_torch_int8"]["verdict"] != "slower")
+        assert "int8 against PyTorch's int8" in done.stdout
     rows = result["batching"]["rows"]
     assert [r["requests"] for r in rows] == [1, 2, 3] and all(r["identical"] for r in rows)
     assert all(r["pool_bytes"] > 0 and r["batched_tokens_per_s"] > 0 for r in rows)
@@ -150,7 +162,7 @@ def test_quick_suite_compares_every_model_with_pytorch(repo, tmp_path):
     assert result["environment"]["numpy"] and result["environment"]["torch"]
     names = list(result["benchmarks"])
     assert [n.split(" (")[0] for n in names] == list(SUITE)
-    for name, row in result["benchmarks"].items():
+    for row in result["benchmarks"].values():
         assert row["names"] == ["pytorch", "tinytorch"] and row["paired"]
         assert row["baseline"]["n"] == row["candidate"]["n"] == 3
         assert row["ratio"] == pytest.approx(row["candidate"]["median"] / row["baseline"]["median"])

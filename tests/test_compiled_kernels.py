@@ -23,11 +23,21 @@ from tinytorch.core.losses import CrossEntropyFunction, cross_entropy
 from tinytorch.core.optimizers import AdamW
 from tinytorch.core.tensor import Tensor, manual_seed
 from tinytorch.models.transformer import (
-    GPT, GPTConfig, LayerNormFunction, RMSNormFunction, layer_norm, rms_norm)
+    GPT,
+    GPTConfig,
+    LayerNormFunction,
+    RMSNormFunction,
+    layer_norm,
+    rms_norm,
+)
 from tinytorch.perf import acceleration as acc
 from tinytorch.perf.quantization import (
-    QuantizedLinear, QuantizedMatMul, dequantize_int4, dequantize_int8, quantize_int4,
-    quantize_int8, quantize_model)
+    QuantizedLinear,
+    QuantizedMatMul,
+    quantize_int4,
+    quantize_int8,
+    quantize_model,
+)
 
 torch = pytest.importorskip("torch")
 
@@ -214,7 +224,8 @@ def test_rms_norm_compiled_matches_module_13_pytorch_and_gradcheck():
     np.testing.assert_allclose(got, ref.detach().numpy(), atol=1e-5)
     np.testing.assert_allclose(got_g[0], tx.grad.numpy(), atol=1e-4)
     with_kernel(RMSNormFunction, acc.RMSNormCompiled,
-                lambda: gradcheck(lambda a, b: rms_norm(a, b), [f64(3, 6, seed=20), f64(6, seed=21)]))
+                lambda: gradcheck(lambda a, b: rms_norm(a, b),
+                                  [f64(3, 6, seed=20), f64(6, seed=21)]))
 
 
 # ---- GELU, SiLU, SwiGLU ------------------------------------------------------------------------

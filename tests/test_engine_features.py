@@ -17,11 +17,11 @@ from tinytorch.models import (
     ModelForCausalLM,
     generate,
     kernel_choice,
+    llm,
     load_model,
     quantized,
     random_weights,
 )
-from tinytorch.models import llm
 from tinytorch.perf.quantization import QuantizedLinear
 
 VALUES = dict(model_type="qwen2", vocab_size=61, hidden_size=32, num_hidden_layers=2,
@@ -150,13 +150,14 @@ def test_quantizing_a_mapped_checkpoint_lets_its_float32_pages_go(tmp_path):
 
 
 def test_fast_kernels_are_switched_on_around_the_forward_only():
-    """kernels="fast" switches module 17's table on inside the forward (attention kept plain
-    unless attention="fast"), and restores the table afterwards."""
-    from tinytorch.perf.acceleration import FAST_KERNELS, active_kernels
+    """kernels="fast" switches module 17's kernel set (its compiled kernels) on inside the
+    forward (attention kept plain unless attention="fast"), and restores the table afterwards."""
+    from tinytorch.perf.acceleration import COMPILED_KERNELS, active_kernels, kernel_set
 
-    attention = {n for n, _, key, _ in FAST_KERNELS if llm._is_attention_kernel(key)}
-    others = {n for n, *_ in FAST_KERNELS} - attention
+    attention = {n for n, _, key, _ in kernel_set() if llm._is_attention_kernel(key)}
+    others = {n for n, *_ in kernel_set()} - attention
     assert attention and others
+    assert {n for n, *_ in COMPILED_KERNELS} <= attention | others  # the compiled ones run
     before = active_kernels()
     for features, expected in ((ModelFeatures(kernels="fast"), others),
                                (ModelFeatures(attention="fast"), attention),
@@ -219,3 +220,139 @@ def test_the_engine_is_made_of_the_students_classes():
         extra = (2,) if cls is nn.MultiHeadAttention else ()
         built = cls.from_linears(*(getattr(made, a) for a in args), *extra)
         assert set(vars(built)) == set(vars(made)), cls.__name__
+
+
+# ---- module 17's compiled kernels in the engine -----------------------------------------------
+FAMILIES = {
+    "qwen2": {},
+    "llama_untied": dict(model_type="llama", tie_word_embeddings=False),
+    "qwen3": dict(model_type="qwen3", head_dim=8),
+    "qwen2_moe": dict(model_type="qwen2_moe", num_experts=4, num_experts_per_tok=2,
+                      moe_intermediate_size=16, shared_expert_intermediate_size=32),
+    "gpt2": "gpt2",
+}
+
+
+def family_config(family):
+    changes = FAMILIES[family]
+    if changes == "gpt2":
+        return Config.from_dict(dict(model_type="gpt2", vocab_size=61, n_embd=32, n_layer=2,
+                                     n_head=4, n_positions=64))
+    return Config.from_dict(dict(VALUES, **changes))
+
+
+@pytest.fixture
+def compiled_calls(monkeypatch):
+    """Counts the calls of module 17's compiled kernels (the engine looks them up by name)."""
+    from tinytorch.perf import acceleration as acc
+
+    counts = {}
+    names = ("int8_matmul_rows", "int4_matmul_rows", "dequantize_rows", "rms_norm_rows",
+             "rotary_rows", "softmax_rows", "silu_rows", "layer_norm_rows", "gelu_tanh_rows")
+    for name in names:
+        kernel = getattr(acc, name)
+
+        def counted(*args, _kernel=kernel, _name=name):
+            counts[_name] = counts.get(_name, 0) + 1
+            return _kernel(*args)
+
+        monkeypatch.setattr(acc, name, counted)
+    return counts
+
+
+@pytest.mark.parametrize("weights", ["float32", "int8", "int4"])
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_compiled_kernels_give_the_plain_engines_logits_and_tokens(family, weights,
+                                                                   compiled_calls):
+    """kernels="fast", attention="fast" (module 17's compiled kernels) give the plain engine's
+    logits (prefill, and token by token through the cache) and greedy tokens, in every weight
+    format, and the compiled kernels really ran (integer products for one token, tiles for a
+    prefill)."""
+    config = family_config(family)
+    store = random_weights(config, seed=11)
+    plain = ModelForCausalLM(config, store, ModelFeatures(weights=weights, group_size=16))
+    fast = ModelForCausalLM(config, store, ModelFeatures("fast", weights, 16, "fast"))
+    ids = np.random.default_rng(12).integers(0, config.vocab_size, size=(2, 11))
+    want = plain(ids)
+    scale = max(1.0, float(np.abs(want).max()))
+    got = fast(ids)
+    assert got.dtype == np.float32
+    assert np.abs(got - want).max() <= 1e-4 * scale, (
+        f"{family} {weights}: the compiled prefill differs by {np.abs(got - want).max():.3g}")
+    cache = fast.create_kv_cache("dense")
+    steps = [fast(ids[:, :4], cache=cache)] + [fast(ids[:, t:t + 1], cache=cache)
+                                                for t in range(4, 11)]
+    err = np.abs(np.concatenate(steps, 1) - want).max()
+    assert err <= 1e-4 * scale, f"{family} {weights}: token by token differs by {err:.3g}"
+    prompt = ids[0, :5].tolist()
+    for mode in ("dense", "paged"):
+        assert generate(fast, prompt, 12, cache=mode, page_size=4, stop_ids=()).tolist() == \
+            generate(plain, prompt, 12, cache=mode, page_size=4, stop_ids=()).tolist(), mode
+    ran = set(compiled_calls)
+    expected = {"softmax_rows"}
+    expected |= {"layer_norm_rows", "gelu_tanh_rows"} if family == "gpt2" else {
+        "rms_norm_rows", "rotary_rows", "silu_rows"}
+    if weights != "float32":
+        expected |= {"int8_matmul_rows" if weights == "int8" else "int4_matmul_rows",
+                     "dequantize_rows"}  # one token: integer products; a prefill: tiles
+    assert expected <= ran, f"{family} {weights}: compiled kernels not run: {expected - ran}"
+    if weights == "float32":
+        assert not ran & {"int8_matmul_rows", "int4_matmul_rows"}
+
+
+@pytest.fixture(scope="module")
+def hf_checkpoints(tmp_path_factory):
+    """Small random transformers checkpoints (every parameter random), written once."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    common = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                  rms_norm_eps=1e-5)
+    configs = {"qwen2": transformers.Qwen2Config(**common, tie_word_embeddings=True),
+               "qwen3": transformers.Qwen3Config(**common, head_dim=12,
+                                                 tie_word_embeddings=False),
+               "gpt2": transformers.GPT2Config(vocab_size=97, n_embd=32, n_layer=2, n_head=4,
+                                               n_positions=128)}
+    root = tmp_path_factory.mktemp("hf")
+    folders = {}
+    for i, (name, config) in enumerate(configs.items()):
+        torch.manual_seed(i)
+        model = transformers.AutoModelForCausalLM.from_config(config)
+        g = torch.Generator().manual_seed(50 + i)
+        with torch.no_grad():
+            for pname, p in model.named_parameters():
+                base = 1.0 if p.ndim == 1 and ("norm" in pname or "ln_" in pname) and \
+                    pname.endswith("weight") else 0.0
+                p.copy_(base + (0.3 if p.ndim == 1 else 0.2) * torch.randn(p.shape, generator=g))
+        folders[name] = root / name
+        model.save_pretrained(folders[name])
+    return folders
+
+
+@pytest.mark.parametrize("name", ["qwen2", "qwen3", "gpt2"])
+def test_compiled_engine_matches_transformers(hf_checkpoints, name):
+    """The float32 engine with module 17's compiled kernels gives transformers' logits
+    (prefill and decode through the cache) and its 24 greedy tokens."""
+    import torch
+    import transformers
+
+    folder = hf_checkpoints[name]
+    hf = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, dtype=torch.float32, attn_implementation="eager").eval()
+    hf.generation_config.eos_token_id = None
+    hf.generation_config.pad_token_id = 0
+    model = load_model(folder, ModelFeatures(kernels="fast", attention="fast"))
+    ids = np.random.default_rng(13).integers(0, 97, size=(2, 10))
+    with torch.no_grad():
+        want = hf(torch.as_tensor(ids)).logits.numpy()
+    scale = max(1.0, float(np.abs(want).max()))
+    cache = model.create_kv_cache("dense")
+    got = np.concatenate([model(ids[:, :3], cache=cache)]
+                         + [model(ids[:, t:t + 1], cache=cache) for t in range(3, 10)], 1)
+    assert np.abs(model(ids) - want).max() <= 1e-4 * scale
+    assert np.abs(got - want).max() <= 1e-4 * scale
+    prompt = [3, 14, 15, 92, 65]
+    with torch.no_grad():
+        expected = hf.generate(torch.tensor([prompt]), max_new_tokens=24,
+                               do_sample=False)[0].tolist()
+    assert generate(model, prompt, 24, cache="dense", stop_ids=()).tolist() == expected

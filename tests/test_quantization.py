@@ -5,14 +5,24 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tinytorch.core.autograd import gradcheck
 from tinytorch.core.layers import Linear, Sequential
 from tinytorch.core.tensor import Tensor, manual_seed
 from tinytorch.models.transformer import GPT, GPTConfig
-from tinytorch.core.autograd import gradcheck
 from tinytorch.perf.quantization import (
-    QuantizedLinear, QuantizedMatMul, calibrate, dequantize_int4, dequantize_int8,
-    linear_weight_nbytes, model_nbytes, pack_int4, quantize_int4, quantize_int8, quantize_model,
-    unpack_int4)
+    QuantizedLinear,
+    QuantizedMatMul,
+    calibrate,
+    dequantize_int4,
+    dequantize_int8,
+    linear_weight_nbytes,
+    model_nbytes,
+    pack_int4,
+    quantize_int4,
+    quantize_int8,
+    quantize_model,
+    unpack_int4,
+)
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.filterwarnings("ignore:torch.quantize_per:UserWarning")

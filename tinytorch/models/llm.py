@@ -321,13 +321,13 @@ def _is_attention_kernel(key):
 @contextlib.contextmanager
 def kernel_choice(features):
     """Module 17's kernels switched on as `features` asks while the block runs, then the
-    table restored as it was. Plain features touch nothing.
+    table restored as it was. "fast" is module 17's kernel set: its compiled kernels (the
+    quantized products, RMSNorm, rotary, SiLU, ...) and its NumPy ones where no compiled
+    kernel exists. Plain features touch nothing.
 
     >>> with kernel_choice(ModelFeatures()):  # plain: the lessons' code runs
     ...     print(nn.rms_norm(Tensor([[3.0, 4.0]]), Tensor([1.0, 1.0])).data.round(3))
     [[0.849 1.131]]
-
-    ModelFeatures(kernels="fast") switches on module 17's compiled kernels (numba) here.
     """
     if features.kernels == "plain" and features.attention == "plain":
         yield
@@ -338,7 +338,7 @@ def kernel_choice(features):
             yield
         return
     attention = features.attention == "fast"
-    chosen = [(table, key, fast) for _, table, key, fast in accel.FAST_KERNELS
+    chosen = [(table, key, fast) for _, table, key, fast in accel.kernel_set(compiled=True)
               if _is_attention_kernel(key) == attention]
     before = [(table, key, table.get(key)) for table, key, _ in chosen]
     try:

@@ -32,7 +32,15 @@ def _broadcast(values, w, axis):
 
 
 def quantize_int8(w, axis=None, symmetric=True):
-    """(q int8, scale float32, zero_point int32): w ~ scale * (q - zero_point)."""
+    """(q int8, scale float32, zero_point int32): w ~ scale * (q - zero_point).
+
+    >>> w = np.array([[-1.0, 0.5], [0.25, 2.0]], dtype=np.float32)
+    >>> q, scale, zero_point = quantize_int8(w)  # one scale: the largest |w| maps to 127
+    >>> q.tolist(), round(float(scale), 6), int(zero_point)
+    ([[-64, 32], [16, 127]], 0.015748, 0)
+    >>> quantize_int8(w, axis=0)[0].tolist()  # a scale per row: each row uses [-127, 127]
+    [[-127, 64], [16, 127]]
+    """
     w = np.asarray(w.data if isinstance(w, Tensor) else w, dtype=np.float32)
     if symmetric:
         amax = _reduce(np.abs(w), np.max, axis)
@@ -52,14 +60,25 @@ def quantize_int8(w, axis=None, symmetric=True):
 
 
 def dequantize_int8(q, scale, zero_point, axis=None):
-    """scale * (q - zero_point), float32, broadcast along `axis`."""
+    """scale * (q - zero_point), float32, broadcast along `axis`.
+
+    >>> w = np.array([[-1.0, 0.5], [0.25, 2.0]], dtype=np.float32)
+    >>> dequantize_int8(*quantize_int8(w)).round(3)  # within scale / 2 of w
+    array([[-1.008,  0.504],
+           [ 0.252,  2.   ]], dtype=float32)
+    """
     zero = _broadcast(np.asarray(zero_point, dtype=np.float32), q, axis)
     centered = q.astype(np.float32) - zero  # small integers: exact in float32
     return centered * _broadcast(np.asarray(scale, dtype=np.float32), q, axis)  # float32
 
 
 def pack_int4(q):
-    """int values in [-8, 7], last axis even -> uint8 with half the last axis (two per byte)."""
+    """int values in [-8, 7], last axis even -> uint8 with half the last axis (two per byte).
+
+    >>> packed = pack_int4(np.array([[-8, 7, 1, -1]]))  # four values in two bytes
+    >>> packed.dtype, packed.shape
+    (dtype('uint8'), (1, 2))
+    """
     q = np.asarray(q)
     if q.shape[-1] % 2:
         raise ShapeError(f"pack_int4 needs an even last axis to pair values, got shape {q.shape}")
@@ -70,7 +89,11 @@ def pack_int4(q):
 
 
 def unpack_int4(packed):
-    """uint8 (..., n) -> int8 (..., 2n) in [-8, 7], the inverse of pack_int4."""
+    """uint8 (..., n) -> int8 (..., 2n) in [-8, 7], the inverse of pack_int4.
+
+    >>> unpack_int4(pack_int4(np.array([[-8, 7, 1, -1]]))).tolist()
+    [[-8, 7, 1, -1]]
+    """
     packed = np.asarray(packed, dtype=np.uint8)
     out = np.empty(packed.shape[:-1] + (2 * packed.shape[-1],), dtype=np.int8)
     out[..., 0::2] = (packed & 0x0F).astype(np.int8) - 8
@@ -94,7 +117,13 @@ def _check_groups(in_features, group_size, name="the weight"):
 
 
 def quantize_int4(w, group_size=32):
-    """(packed uint8 (out, in/2), scales float32 (out, in/group_size)), symmetric [-7, 7]."""
+    """(packed uint8 (out, in/2), scales float32 (out, in/group_size)), symmetric [-7, 7].
+
+    >>> w = np.array([[0.7, -0.35, 0.1, 0.0]], dtype=np.float32)
+    >>> packed, scales = quantize_int4(w, group_size=2)  # two groups of two in the row
+    >>> packed.shape, packed.dtype, scales.round(4)  # each group's largest |w| over 7
+    ((1, 2), dtype('uint8'), array([[0.1   , 0.0143]], dtype=float32))
+    """
     w = np.asarray(w.data if isinstance(w, Tensor) else w, dtype=np.float32)
     if w.ndim != 2:
         raise ShapeError(f"quantize_int4 takes a weight matrix (out, in), got shape {w.shape}")
@@ -109,7 +138,12 @@ def quantize_int4(w, group_size=32):
 
 
 def dequantize_int4(packed, scales, group_size=32):
-    """float32 (out, in) from quantize_int4's packed values and group scales."""
+    """float32 (out, in) from quantize_int4's packed values and group scales.
+
+    >>> w = np.array([[0.7, -0.35, 0.1, 0.0]], dtype=np.float32)
+    >>> dequantize_int4(*quantize_int4(w, group_size=2), group_size=2)  # -0.35: 4 steps of 0.1
+    array([[ 0.7, -0.4,  0.1,  0. ]], dtype=float32)
+    """
     q = unpack_int4(packed)  # (out, in)
     out_f, in_f = q.shape
     groups = q.reshape(out_f, in_f // group_size, group_size).astype(np.float32)
@@ -140,7 +174,18 @@ def quantized_matmul_backward(ctx, grad):
 
 
 class QuantizedLinear(Module):
-    """A Linear whose weight is stored as int8 (per-channel) or packed int4 (group-wise)."""
+    """A Linear whose weight is stored as int8 (per-channel) or packed int4 (group-wise).
+
+    >>> from tinytorch.core.tensor import manual_seed
+    >>> manual_seed(0)
+    >>> linear = Linear(4, 3)
+    >>> small = QuantizedLinear.from_linear(linear, bits=8)
+    >>> small, small.qweight.dtype
+    (QuantizedLinear(in_features=4, out_features=3, int8 per-channel), dtype('int8'))
+    >>> x = Tensor(np.ones((2, 4)))
+    >>> bool(np.abs(small(x).data - linear(x).data).max() < 0.05)  # close to the float layer
+    True
+    """
 
     def __init__(self, in_features, out_features, bits, qweight, scale, group_size=None,
                  bias=None):
@@ -206,7 +251,18 @@ class QuantizedLinear(Module):
 
 
 def calibrate(model, batches, method="minmax", percentile=99.99):
-    """Set input_scale on every int8 QuantizedLinear from the inputs seen on `batches`."""
+    """Set input_scale on every int8 QuantizedLinear from the inputs seen on `batches`.
+
+    >>> from tinytorch.core.tensor import manual_seed
+    >>> manual_seed(0)
+    >>> model = Sequential(Linear(4, 8), Linear(8, 2))
+    >>> _ = quantize_model(model)
+    >>> _ = calibrate(model, [np.full((2, 4), 2.54, dtype=np.float32)])
+    >>> round(float(model[0].input_scale), 4)  # the largest input seen, 2.54, over 127
+    0.02
+    >>> model[0]
+    QuantizedLinear(in_features=4, out_features=8, int8 per-channel, int8 activations)
+    """
     if method not in ("minmax", "percentile"):
         raise ValueError(f"method must be 'minmax' or 'percentile', got {method!r}")
     layers = [m for m in model.modules() if isinstance(m, QuantizedLinear)]
@@ -245,7 +301,15 @@ def _arrays_of(module):
 
 
 def model_nbytes(model):
-    """Bytes of every array the model holds (parameters, quantized weights, scales), once each."""
+    """Bytes of every array the model holds (parameters, quantized weights, scales), once each.
+
+    >>> model = Sequential(Linear(4, 8), Linear(8, 2))
+    >>> model_nbytes(model)  # (4*8 + 8 + 8*2 + 2) float32 values
+    232
+    >>> _ = quantize_model(model)
+    >>> model_nbytes(model)  # int8 weights, float32 scales and biases
+    128
+    """
     seen, total = set(), 0
     for module in model.modules():
         for _, array in _arrays_of(module):
@@ -256,7 +320,15 @@ def model_nbytes(model):
 
 
 def linear_weight_nbytes(model):
-    """Bytes of the weights (with their scales) of the model's Linear and QuantizedLinear layers."""
+    """Bytes of the weights (with their scales) of the model's Linear and QuantizedLinear layers.
+
+    >>> model = Sequential(Linear(4, 8), Linear(8, 2))
+    >>> linear_weight_nbytes(model)  # (4*8 + 8 + 8*2 + 2) float32 values, biases included
+    192
+    >>> _ = quantize_model(model)
+    >>> linear_weight_nbytes(model)
+    88
+    """
     total, seen = 0, set()
     for module in model.modules():
         if isinstance(module, QuantizedLinear):
@@ -281,7 +353,14 @@ def _replace_child(parent, name, new):
 
 
 def quantize_model(model, bits=8, group_size=32, skip=("lm_head",)):
-    """Replace every Linear not named in `skip` by a QuantizedLinear, in place; their names."""
+    """Replace every Linear not named in `skip` by a QuantizedLinear, in place; their names.
+
+    >>> model = Sequential(Linear(4, 8), Linear(8, 2))
+    >>> quantize_model(model, bits=4, group_size=4)
+    ['0', '1']
+    >>> model[1]
+    QuantizedLinear(in_features=8, out_features=2, int4 group 4)
+    """
     if bits not in (4, 8):
         raise ValueError(
             f"bits must be 4 or 8, got {bits!r}: int8 (per-channel scales) or int4 (group-wise "
@@ -301,7 +380,7 @@ def quantize_model(model, bits=8, group_size=32, skip=("lm_head",)):
     if bits == 4:
         for name, _, _, linear in targets:
             _check_groups(linear.in_features, group_size, f"layer {name!r}")
-    for name, parent, child_name, linear in targets:
+    for _, parent, child_name, linear in targets:
         new = QuantizedLinear.from_linear(linear, bits=bits, group_size=group_size)
         _replace_child(parent, child_name, new)
     return [name for name, *_ in targets]

@@ -1,0 +1,60 @@
+"""What `conv_step.py` and `gpt_step.py` share: each framework trains in its own child process
+(its own BLAS and thread pools, its own peak memory), started and read the same way.
+
+A child is the benchmark script itself with `--child NAME`; it prints one line
+`CHILD {json}` with its results, and `run_child` returns that dictionary. This module
+imports no NumPy: the thread settings must be made before NumPy loads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                    "NUMBA_NUM_THREADS")
+CHILD_TIMEOUT_S = 1800
+
+
+def set_threads(threads):
+    """BLAS, OpenMP and numba threads of this process (and its children); before NumPy."""
+    if threads:
+        for name in THREAD_VARIABLES:
+            os.environ[name] = str(threads)
+
+
+def child_env(**extra):
+    """This process's environment with the repository on PYTHONPATH (and `extra` set)."""
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return dict(os.environ, PYTHONPATH=path, **extra)
+
+
+def run_child(script, framework, args, env=None):
+    """Run `script --child framework *args` and return the dictionary of its CHILD line.
+
+    A child that fails, or prints no CHILD line, raises RuntimeError with its output."""
+    cmd = [sys.executable, str(script), "--child", framework, *map(str, args)]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env or child_env(),
+                          timeout=CHILD_TIMEOUT_S)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("CHILD ")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"the {framework} subprocess failed:\n{done.stdout}\n{done.stderr}")
+    return json.loads(lines[-1][len("CHILD "):])
+
+
+def report(result):
+    """The child's side of run_child: print its results as the CHILD line."""
+    print("CHILD " + json.dumps(result))
+
+
+def summary(times):
+    """Median step time and median forward / backward / optimizer times, in ms (module 19),
+    from the (forward, backward, optimizer) seconds of each step."""
+    from tinytorch.perf.benchmarking import Measurement
+
+    return (Measurement(tuple(sum(t) for t in times)).median * 1e3,
+            [Measurement(tuple(t[i] for t in times)).median * 1e3 for i in range(3)])
