@@ -57,6 +57,17 @@ def planned_course(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture(scope="session")
+def tinygpt_quick_run(repo, tmp_path_factory):
+    """One `tito milestone run tinygpt --quick` for the session: its folder (the checkpoint
+    in `folder / "run"`) and its output. test_tinygpt checks the run; test_milestones' llm
+    test serves its checkpoint (a second training run cost ~100 s)."""
+    folder = tmp_path_factory.mktemp("tinygpt")
+    done = run_tito("milestone", "run", "tinygpt", "--quick", "--out", str(folder / "run"),
+                    cwd=folder, timeout=300)
+    return folder, done
+
+
 def run_tito_from(course: Path, *args: str, cwd: Path, timeout: float = 600):
     """Run the `tito` of a course copy (its registry, lessons and package come first)."""
     return subprocess.run(

@@ -29,12 +29,9 @@ slow = pytest.mark.slow  # the tests that run the milestone itself
 
 
 @pytest.fixture(scope="module")
-def quick_run(repo, tmp_path_factory):
-    """One `--quick` training run; its folder (with the checkpoint) and its output."""
-    folder = tmp_path_factory.mktemp("tinygpt")
-    done = run_tito("milestone", "run", "tinygpt", "--quick", "--out", str(folder / "run"),
-                    cwd=folder, timeout=300)
-    return folder, done
+def quick_run(tinygpt_quick_run):
+    """One `--quick` training run (shared with test_milestones' llm test: conftest)."""
+    return tinygpt_quick_run
 
 
 def sample(folder, *args):
