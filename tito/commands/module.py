@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import click
@@ -19,15 +18,13 @@ from ..course.registry import (
     get_module,
     prerequisites,
     unlocked_by,
-    written_modules,
 )
 from ..errors import NotebookError
-from ..grading.release import release_notebooks
-from ..student.kernel import set_kernel
 from ..student.package import authority, check_export, sha256_text, verify_progress
 from ..student.results import CellResult, RunReport
 from ..student.runner import DEFAULT_TIMEOUT, run_notebook, run_student
-from ..student.workspace import Workspace, backup_path, not_a_workspace
+from ..student.workspace import Workspace, not_a_workspace
+from .handout import hand_out, release_for, reset_consequences
 from .ui import Failure, console, interactive, table
 
 
@@ -154,38 +151,6 @@ def _next_step(ws: Workspace, rows) -> str | None:
 
 
 # ---- start / reset -----------------------------------------------------------------------
-def _release_for(ws: Workspace, m: Module):
-    """The student notebook for ``m``, generating it with nbgrader if init did not."""
-    path = ws.release_path(m)
-    if not path.is_file():
-        notebook = release_notebooks([m])[m.number]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        import nbformat
-
-        nbformat.write(notebook, path)
-    return path
-
-
-def _hand_out(ws: Workspace, m: Module, force: bool, verb: str) -> None:
-    target = ws.notebook_path(m)
-    source = _release_for(ws, m)
-    if target.exists():
-        if not force:
-            raise Failure(
-                f"{target.relative_to(ws.root)} already exists and holds your work; it was not "
-                f"touched. To replace it with a fresh copy, run `tito module {verb} {m.key} "
-                "--force` (your current notebook is kept as a .bak file)."
-            )
-        backup = backup_path(target)
-        shutil.copy2(target, backup)
-        console.print(f"  kept your previous notebook as {backup.relative_to(ws.root)}")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(source, target)
-    set_kernel(target, ws.root)  # Jupyter then imports this workspace's tinytorch
-    console.print(f"[green]✓[/] {target.relative_to(ws.root)} is ready: open it with "
-                  f"`jupyter lab {target.relative_to(ws.root)}`")
-
-
 @module.command()
 @click.argument("number")
 @click.option("--force", is_flag=True, help="Replace an existing notebook (a backup is kept).")
@@ -199,43 +164,8 @@ def start(number, force):
     if missing:
         console.print(f"[yellow]note:[/] you can read ahead, but `tito module complete {m.key}` "
                       f"will need {_names(missing)} first.")
-    _hand_out(ws, m, force, "start")
+    hand_out(ws, m, force, "start")
     console.print(f"When your code is written: `tito module complete {m.key}`")
-
-
-def _some(modules, limit: int = 6) -> str:
-    names = [f"{x.key} ({x.title})" for x in modules]
-    more = len(names) - limit
-    return ", ".join(names[:limit]) + (f" and {more} more (`tito module status` lists them)" if more > 0 else "")
-
-
-def _reset_consequences(ws: Workspace, m: Module) -> list[str]:
-    """What `tito module reset m` changes, in the student's words, before it changes it."""
-    rel = m.notebook_relpath
-    lines = [f"replace {rel} with a fresh copy of the release (yours is kept as a .bak file "
-             "beside it)" if ws.notebook_path(m).is_file() else f"hand out a fresh {rel}"]
-    record = ws.load_progress()["completed"].get(m.key)
-    if record is None:
-        return lines
-    done = ws.completed()
-    when = str(record.get("completed_at", ""))[:10]
-    points = (f", {record['points']:g}/{record['points_total']:g} points"
-              if isinstance(record.get("points"), (int, float)) and record.get("points_total") else "")
-    lines.append(f"mark module {m.key} as not completed (it was completed on {when}{points})")
-    later = [x for x in written_modules() if m.number in prerequisites(x.number)]
-    locked = [x for x in later if x.number not in done]
-    if locked:
-        lines.append(f"lock the modules that build on it until you complete {m.key} again: "
-                     f"`tito module complete` refuses {_some(locked)}")
-    kept = [x for x in later if x.number in done]
-    if kept:
-        lines.append(f"leave {_some(kept)} completed, though they build on it")
-    stopped = [ms.name for ms in MILESTONES if m.number in ms.requires and set(ms.requires) <= done]
-    if stopped:
-        lines.append(f"stop the milestone{'s' if len(stopped) > 1 else ''} {', '.join(stopped)} "
-                     f"until you complete {m.key} again")
-    lines.append(f"keep your exported code in {m.target_path} as it is")
-    return lines
 
 
 @module.command()
@@ -247,13 +177,13 @@ def reset(number, yes):
     ws = Workspace.require("run `tito module reset`")
     m = _written(number)
     console.print(f"[bold]`tito module reset {m.key}` will:[/]")
-    for line in _reset_consequences(ws, m):
+    for line in reset_consequences(ws, m):
         console.print(f"  - {escape(line)}")
     if not yes:
         if not interactive():
             raise Failure(f"Nothing was changed. To go ahead, run `tito module reset {m.key} --yes`.")
         click.confirm("Go ahead?", abort=True)
-    _hand_out(ws, m, force=True, verb="reset")
+    hand_out(ws, m, force=True, verb="reset")
     if ws.forget_completion(m):
         console.print(f"  module {m.key} is marked not completed: `tito module complete {m.key}` "
                       "when your code is written again")
@@ -332,7 +262,7 @@ def _run(m: Module, ws: Workspace | None, timeout: float) -> tuple[RunReport, ob
     if ws is None:
         report = run_notebook(path, COURSE_ROOT, timeout=timeout, on_result=_print_result)
     else:
-        release = _release_for(ws, m)
+        release = release_for(ws, m)
         report = run_student(path, release, ws.root, timeout=timeout, on_result=_print_result,
                              authority=authority(m))
     if not report.tests:
