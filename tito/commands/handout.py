@@ -52,7 +52,8 @@ def hand_out(ws: Workspace, m: Module, force: bool, verb: str) -> None:
 def _some(modules, limit: int = 6) -> str:
     names = [f"{x.key} ({x.title})" for x in modules]
     more = len(names) - limit
-    return ", ".join(names[:limit]) + (f" and {more} more (`tito module status` lists them)" if more > 0 else "")
+    return ", ".join(names[:limit]) + (
+        f" and {more} more (`tito module status` lists them)" if more > 0 else "")
 
 
 def reset_consequences(ws: Workspace, m: Module) -> list[str]:
@@ -66,7 +67,8 @@ def reset_consequences(ws: Workspace, m: Module) -> list[str]:
     done = ws.completed()
     when = str(record.get("completed_at", ""))[:10]
     points = (f", {record['points']:g}/{record['points_total']:g} points"
-              if isinstance(record.get("points"), (int, float)) and record.get("points_total") else "")
+              if isinstance(record.get("points"), (int, float)) and record.get("points_total")
+              else "")
     lines.append(f"mark module {m.key} as not completed (it was completed on {when}{points})")
     later = [x for x in written_modules() if m.number in prerequisites(x.number)]
     locked = [x for x in later if x.number not in done]

@@ -181,7 +181,8 @@ def reset(number, yes):
         console.print(f"  - {escape(line)}")
     if not yes:
         if not interactive():
-            raise Failure(f"Nothing was changed. To go ahead, run `tito module reset {m.key} --yes`.")
+            raise Failure("Nothing was changed. To go ahead, run "
+                          f"`tito module reset {m.key} --yes`.")
         click.confirm("Go ahead?", abort=True)
     hand_out(ws, m, force=True, verb="reset")
     if ws.forget_completion(m):
@@ -233,15 +234,16 @@ def _print_summary(report: RunReport, label: str) -> None:
         missing = report.expected_tests - report.found_tests
         counted = (f"{report.expected_tests} tests expected, {report.found_tests} found in your "
                    f"notebook: the {missing} missing were restored and run:")
-    tally = f"{n_pass} passed, {n_fail} failed" + (f", {uncounted} not counted" if uncounted else "")
+    tally = (f"{n_pass} passed, {n_fail} failed"
+             + (f", {uncounted} not counted" if uncounted else ""))
     console.print(f"[{colour}]{escape(counted)} {tally}[/] · "
                   f"{got:g}/{total:g} points · {report.seconds:.1f} s · {escape(label)}")
     refused = report.integrity_errors
     if refused:
         first = refused[0]
         console.print(f"[red]Refused:[/] {escape(_who(first))} did what graded code may not "
-                      f"({escape(first.message)}): it was put back, and the tests that ran after it "
-                      "are not counted.")
+                      f"({escape(first.message)}): it was put back, and the tests that ran "
+                      "after it are not counted.")
 
 
 def _run(m: Module, ws: Workspace | None, timeout: float) -> tuple[RunReport, object, str]:
@@ -252,7 +254,8 @@ def _run(m: Module, ws: Workspace | None, timeout: float) -> tuple[RunReport, ob
         path = ws.notebook_path(m)
         label = f"your notebook {path.relative_to(ws.root)}"
         if not path.is_file():
-            raise Failure(f"{path.relative_to(ws.root)} does not exist: run `tito module start {m.key}` first.")
+            raise Failure(f"{path.relative_to(ws.root)} does not exist: run "
+                          f"`tito module start {m.key}` first.")
     try:
         notebook = load_notebook(path)
     except NotebookError as error:
@@ -284,7 +287,8 @@ def _recovery(m: Module, ws: Workspace | None) -> str:
 
 @module.command()
 @click.argument("number")
-@click.option("--timeout", default=DEFAULT_TIMEOUT, show_default=True, help="Seconds before the run is stopped.")
+@click.option("--timeout", default=DEFAULT_TIMEOUT, show_default=True,
+              help="Seconds before the run is stopped.")
 def test(number, timeout):
     """Run module NUMBER's graded tests (your notebook in a workspace, else the reference)."""
     m = _written(number)
@@ -300,7 +304,8 @@ def test(number, timeout):
 
 @module.command()
 @click.argument("number")
-@click.option("--timeout", default=DEFAULT_TIMEOUT, show_default=True, help="Seconds before the run is stopped.")
+@click.option("--timeout", default=DEFAULT_TIMEOUT, show_default=True,
+              help="Seconds before the run is stopped.")
 def complete(number, timeout):
     """Test YOUR notebook for module NUMBER; if every test passes, export it and record it."""
     ws = Workspace.require()
@@ -333,7 +338,8 @@ def complete(number, timeout):
                 "`#| export` as the cell's first line.")
     files = ws.package_files(m, export.text)
     console.print("Checking the package built from your notebook: a fresh process imports it "
-                  "and runs the graded tests against it, as milestones and later modules use it ...")
+                  "and runs the graded tests against it, as milestones and later modules use "
+                  "it ...")
     check = check_export(m, ws.root, tested, ws.notebook_path(m).parent, timeout, files)
     if not check.ok:
         _refuse(check.problem)
@@ -386,4 +392,5 @@ def _announce_unlocks(ws: Workspace, m: Module) -> None:
     if nxt:
         console.print(nxt)
     else:
-        console.print("No other module is open to you yet: `tito module status` shows what each needs.")
+        console.print("No other module is open to you yet: `tito module status` shows what "
+                      "each needs.")

@@ -105,7 +105,8 @@ def _where(error, trusted=frozenset()):
             return mine[-1]
     error = chain[0]
     found = frames(error)[-1][1] if frames(error) else None
-    if found is None and isinstance(error, SyntaxError) and (error.filename or "").startswith("<cell "):
+    if (found is None and isinstance(error, SyntaxError)
+            and (error.filename or "").startswith("<cell ")):
         found = (error.filename.strip("<>"), error.lineno, (error.text or "").strip(), "<cell>")
     return found
 

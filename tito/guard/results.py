@@ -90,7 +90,8 @@ class CellResult:
             where = (f" (in {func}, {label}, line {line}: `{code}`)" if code
                      else f" ({label}, line {line})")
         if self.error_type == "NotImplementedError":
-            text = f"not implemented yet{where}: replace `raise NotImplementedError()` with your code"
+            text = (f"not implemented yet{where}: replace `raise NotImplementedError()` with "
+                    "your code")
         elif self.error_type == "AssertionError":
             text = (self.message or "an assertion failed without a message") + where
         elif self.error_type == "IntegrityError":

@@ -183,7 +183,8 @@ def start_driver(command: list[str], spec: dict, cwd: Path, env: dict, stderr_pa
 
 def collect_results(plan: list[Cell], proc, found: queue.Queue, records: SignedRecords,
                     timeout: float, start: float, on_result=None, stack_path: Path | None = None,
-                    stderr_path: Path | None = None, cell_timeout: float | None = None) -> RunReport:
+                    stderr_path: Path | None = None,
+                    cell_timeout: float | None = None) -> RunReport:
     """Read the driver's records into a RunReport, stopping the process at ``timeout`` (the
     whole run) or when one cell has run ``cell_timeout`` seconds."""
     results: dict[int, CellResult] = {}
@@ -272,7 +273,8 @@ def collect_results(plan: list[Cell], proc, found: queue.Queue, records: SignedR
                     "out): nothing after it ran"))
             else:
                 r = CellResult(cell, "not run", message=(
-                    "an earlier cell ran out of time" if timed_out else "the test process stopped earlier"))
+                    "an earlier cell ran out of time" if timed_out
+                    else "the test process stopped earlier"))
             r.label = cell_label(cell, plan)
             if on_result:
                 on_result(r)
