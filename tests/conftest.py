@@ -89,6 +89,7 @@ SLOW_KINDS = ("pipeline", "journey", "render", "browser", "sandbox", "milestone"
 # Fixtures that make every test using them slow, and which kind they are.
 SLOW_FIXTURES = {
     "rendered": "render",  # the whole site rendered with pandoc (tests/site_render.py)
+    "fresh_workspace": "journey",  # `tito init` in a subprocess, then the CLI (test_cli.py)
 }
 
 # Test files of a module beyond its own ``test_<slug>.py`` (the registry's slug).
