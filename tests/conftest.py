@@ -100,6 +100,9 @@ SLOW_KINDS = ("pipeline", "journey", "render", "browser", "sandbox", "milestone"
 # Fixtures that make every test using them slow, and which kind they are.
 SLOW_FIXTURES = {
     "rendered": "render",  # the whole site rendered with pandoc (tests/site_render.py)
+    "fresh_workspace": "journey",  # `tito init` in a subprocess, then the CLI (test_cli.py)
+    "audits": "browser",  # every rendered page opened in Chromium (test_site_browser.py)
+    "base_ws": "journey",  # a student's workspace, then the CLI (test_student_path.py)
 }
 
 # Test files of a module beyond its own ``test_<slug>.py`` (the registry's slug).

@@ -16,7 +16,9 @@ from tito.course.notebook import read_cells
 from tito.course.registry import MODULES, get_module, prerequisites, written_modules
 from tito.student.kernel import install_kernel, kernel_name
 
-pytestmark = pytest.mark.slow
+# Every test here that runs the real CLI is a journey (slow): those using a workspace made by
+# `tito init` (``fresh_workspace``) are marked by tests/conftest.py, the others below by hand.
+# The in-process checks stay in the fast tier.
 
 
 @pytest.fixture(scope="module")
@@ -217,11 +219,13 @@ def test_corrupt_progress_is_an_error_with_the_recovery_command(ws):
     assert [p.read_text() for p in ws.glob(".tito/progress.json.bak-*")] == ["{ truncated"]
 
 
+@pytest.mark.journey
 def test_outside_a_workspace_complete_explains(tmp_path):
     done = run_tito("module", "complete", "01", cwd=tmp_path)
     assert done.returncode == 2 and "tito init" in done.stderr
 
 
+@pytest.mark.journey
 def test_repository_commands(repo):
     done = run_tito("module", "list", "--json", cwd=repo)
     rows = json.loads(done.stdout)
@@ -336,6 +340,7 @@ def test_doctor_names_the_fix_for_a_missing_workspace_kernel(ws):
     assert run_tito("system", "doctor", cwd=ws).returncode == 0
 
 
+@pytest.mark.journey
 def test_readme_student_path_works_on_a_fresh_machine(repo):
     """The student path installs, activates (so `tito` is on PATH) before the first tito
     command, and does not hard-code how many modules are ready."""

@@ -271,7 +271,8 @@ POSIX_KEYWORDS = {"pass_fds", "preexec_fn", "start_new_session"}
 
 
 @pytest.mark.parametrize("path", ["tito/guard/runs.py", "tito/guard/driver.py",
-                                  "tito/guard/protect.py", "tito/student/runner.py"])
+                                  "tito/guard/protect.py", "tito/guard/snapshots.py",
+                                  "tito/student/runner.py"])
 def test_the_local_runner_uses_no_posix_only_primitive(path):
     """`tito module complete`'s runner and driver use nothing missing on Windows."""
     tree = ast.parse((REPO / path).read_text())
@@ -320,8 +321,10 @@ def test_a_timeout_names_the_line_without_a_signal(tmp_path):
 
 
 def test_the_sandboxed_files_import_nothing_of_tito():
-    """protect.py, driver.py and kernel.py are copied into the sandbox, where tito is not."""
-    for name in ("protect.py", "driver.py", "kernel.py"):
+    """The guard's files (protect.py, snapshots.py, ...) go into the sandbox: no tito import."""
+    from tito.grading.sandbox.config import GUARD_FILES
+
+    for name in GUARD_FILES:
         tree = ast.parse((REPO / "tito" / "guard" / name).read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.level == 0:
@@ -334,7 +337,7 @@ def test_the_driver_runs_from_a_copy_outside_tito(tmp_path):
     """The driver and the guard work as two loose files, as in the sandbox."""
     from shutil import copyfile
 
-    for name in ("protect.py", "driver.py"):
+    for name in ("protect.py", "snapshots.py", "driver.py"):
         copyfile(REPO / "tito" / "guard" / name, tmp_path / name)
     plan = plan_of(("release", GIVEN), ("yours", RIGHT), ("release", TEST, True))
     spec = driver_spec(plan, REPO, secrets.token_bytes(32))

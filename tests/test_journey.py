@@ -9,7 +9,7 @@ from conftest import run_tito
 from test_cli import write_like_a_student
 from tito.course.registry import MILESTONES, MILESTONES_DIR, written_modules
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.journey  # slow too (tests/conftest.py)
 WRITTEN = written_modules()
 
 

@@ -17,7 +17,8 @@ import pytest
 from site_render import rendered_site
 from tito.site.browser import INSTALL_HINT, Browser, PageAudit, available, axe_path
 
-pytestmark = pytest.mark.slow
+# The checks that open Chromium are ``browser`` (slow): those using ``audits`` are marked by
+# tests/conftest.py, the screenshot test by hand. The SVG reader's unit test is fast.
 
 WIDTHS = (1280, 390)
 # Figure text in CSS pixels, as drawn at each width (#24): at least 11 px on a laptop, and
@@ -173,6 +174,7 @@ def test_navigation_at_each_width(audits):
             assert seen["tocInline"] and seen["tocInline"]["shown"], f"{a.page}: no contents"
 
 
+@pytest.mark.browser
 def test_screenshots_are_not_blank(repo, tmp_path):
     """Module 13's page at both widths: the stylesheet applied (a dark top bar), text and
     figures drawn (many colours, neither blank nor solid)."""

@@ -27,7 +27,9 @@ from tito.course.registry import get_module
 from tito.student.kernel import install_kernel, kernel_name
 from tito.student.workspace import Workspace
 
-pytestmark = pytest.mark.slow
+# The tests that run the real CLI or a fresh process are slow: those using a workspace
+# (``base_ws``) are marked by tests/conftest.py, the others below by hand. The in-process
+# checks stay in the fast tier.
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +106,7 @@ def test_a_self_import_is_refused_and_the_previous_package_is_kept(ws):
     assert progress(ws) == record
 
 
+@pytest.mark.pipeline
 def test_the_package_check_runs_the_graded_tests_on_the_reference(repo):
     """The check itself on module 01's reference package: every graded test passes there."""
     from tito.course.notebook import Cell, read_cells
@@ -244,6 +247,7 @@ def test_init_inside_a_workspace_is_refused(ws):
     assert not (ws / "modules" / "inner").exists()
 
 
+@pytest.mark.journey
 def test_doctor_outside_a_workspace_says_where_you_are(tmp_path):
     """Not in a workspace and not in the course repository: doctor does not say "All checks
     passed"; it names the folder and what to do."""
@@ -252,6 +256,7 @@ def test_doctor_outside_a_workspace_says_where_you_are(tmp_path):
     assert str(tmp_path) in done.stdout.replace("\n", "") and "tito init" in done.stdout
 
 
+@pytest.mark.journey
 def test_milestones_outside_a_workspace_say_where_you_are(tmp_path):
     """From a folder that is no workspace, the milestone commands say which package they would
     use and where the student is (here: the course repository's reference, never silently)."""

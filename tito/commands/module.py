@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import click
@@ -19,15 +18,13 @@ from ..course.registry import (
     get_module,
     prerequisites,
     unlocked_by,
-    written_modules,
 )
 from ..errors import NotebookError
-from ..grading.release import release_notebooks
-from ..student.kernel import set_kernel
 from ..student.package import authority, check_export, sha256_text, verify_progress
 from ..student.results import CellResult, RunReport
 from ..student.runner import DEFAULT_TIMEOUT, run_notebook, run_student
-from ..student.workspace import Workspace, backup_path, not_a_workspace
+from ..student.workspace import Workspace, not_a_workspace
+from .handout import hand_out, release_for, reset_consequences
 from .ui import Failure, console, interactive, table
 
 
@@ -154,38 +151,6 @@ def _next_step(ws: Workspace, rows) -> str | None:
 
 
 # ---- start / reset -----------------------------------------------------------------------
-def _release_for(ws: Workspace, m: Module):
-    """The student notebook for ``m``, generating it with nbgrader if init did not."""
-    path = ws.release_path(m)
-    if not path.is_file():
-        notebook = release_notebooks([m])[m.number]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        import nbformat
-
-        nbformat.write(notebook, path)
-    return path
-
-
-def _hand_out(ws: Workspace, m: Module, force: bool, verb: str) -> None:
-    target = ws.notebook_path(m)
-    source = _release_for(ws, m)
-    if target.exists():
-        if not force:
-            raise Failure(
-                f"{target.relative_to(ws.root)} already exists and holds your work; it was not "
-                f"touched. To replace it with a fresh copy, run `tito module {verb} {m.key} "
-                "--force` (your current notebook is kept as a .bak file)."
-            )
-        backup = backup_path(target)
-        shutil.copy2(target, backup)
-        console.print(f"  kept your previous notebook as {backup.relative_to(ws.root)}")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(source, target)
-    set_kernel(target, ws.root)  # Jupyter then imports this workspace's tinytorch
-    console.print(f"[green]✓[/] {target.relative_to(ws.root)} is ready: open it with "
-                  f"`jupyter lab {target.relative_to(ws.root)}`")
-
-
 @module.command()
 @click.argument("number")
 @click.option("--force", is_flag=True, help="Replace an existing notebook (a backup is kept).")
@@ -199,43 +164,8 @@ def start(number, force):
     if missing:
         console.print(f"[yellow]note:[/] you can read ahead, but `tito module complete {m.key}` "
                       f"will need {_names(missing)} first.")
-    _hand_out(ws, m, force, "start")
+    hand_out(ws, m, force, "start")
     console.print(f"When your code is written: `tito module complete {m.key}`")
-
-
-def _some(modules, limit: int = 6) -> str:
-    names = [f"{x.key} ({x.title})" for x in modules]
-    more = len(names) - limit
-    return ", ".join(names[:limit]) + (f" and {more} more (`tito module status` lists them)" if more > 0 else "")
-
-
-def _reset_consequences(ws: Workspace, m: Module) -> list[str]:
-    """What `tito module reset m` changes, in the student's words, before it changes it."""
-    rel = m.notebook_relpath
-    lines = [f"replace {rel} with a fresh copy of the release (yours is kept as a .bak file "
-             "beside it)" if ws.notebook_path(m).is_file() else f"hand out a fresh {rel}"]
-    record = ws.load_progress()["completed"].get(m.key)
-    if record is None:
-        return lines
-    done = ws.completed()
-    when = str(record.get("completed_at", ""))[:10]
-    points = (f", {record['points']:g}/{record['points_total']:g} points"
-              if isinstance(record.get("points"), (int, float)) and record.get("points_total") else "")
-    lines.append(f"mark module {m.key} as not completed (it was completed on {when}{points})")
-    later = [x for x in written_modules() if m.number in prerequisites(x.number)]
-    locked = [x for x in later if x.number not in done]
-    if locked:
-        lines.append(f"lock the modules that build on it until you complete {m.key} again: "
-                     f"`tito module complete` refuses {_some(locked)}")
-    kept = [x for x in later if x.number in done]
-    if kept:
-        lines.append(f"leave {_some(kept)} completed, though they build on it")
-    stopped = [ms.name for ms in MILESTONES if m.number in ms.requires and set(ms.requires) <= done]
-    if stopped:
-        lines.append(f"stop the milestone{'s' if len(stopped) > 1 else ''} {', '.join(stopped)} "
-                     f"until you complete {m.key} again")
-    lines.append(f"keep your exported code in {m.target_path} as it is")
-    return lines
 
 
 @module.command()
@@ -247,13 +177,14 @@ def reset(number, yes):
     ws = Workspace.require("run `tito module reset`")
     m = _written(number)
     console.print(f"[bold]`tito module reset {m.key}` will:[/]")
-    for line in _reset_consequences(ws, m):
+    for line in reset_consequences(ws, m):
         console.print(f"  - {escape(line)}")
     if not yes:
         if not interactive():
-            raise Failure(f"Nothing was changed. To go ahead, run `tito module reset {m.key} --yes`.")
+            raise Failure("Nothing was changed. To go ahead, run "
+                          f"`tito module reset {m.key} --yes`.")
         click.confirm("Go ahead?", abort=True)
-    _hand_out(ws, m, force=True, verb="reset")
+    hand_out(ws, m, force=True, verb="reset")
     if ws.forget_completion(m):
         console.print(f"  module {m.key} is marked not completed: `tito module complete {m.key}` "
                       "when your code is written again")
@@ -303,15 +234,16 @@ def _print_summary(report: RunReport, label: str) -> None:
         missing = report.expected_tests - report.found_tests
         counted = (f"{report.expected_tests} tests expected, {report.found_tests} found in your "
                    f"notebook: the {missing} missing were restored and run:")
-    tally = f"{n_pass} passed, {n_fail} failed" + (f", {uncounted} not counted" if uncounted else "")
+    tally = (f"{n_pass} passed, {n_fail} failed"
+             + (f", {uncounted} not counted" if uncounted else ""))
     console.print(f"[{colour}]{escape(counted)} {tally}[/] · "
                   f"{got:g}/{total:g} points · {report.seconds:.1f} s · {escape(label)}")
     refused = report.integrity_errors
     if refused:
         first = refused[0]
         console.print(f"[red]Refused:[/] {escape(_who(first))} did what graded code may not "
-                      f"({escape(first.message)}): it was put back, and the tests that ran after it "
-                      "are not counted.")
+                      f"({escape(first.message)}): it was put back, and the tests that ran "
+                      "after it are not counted.")
 
 
 def _run(m: Module, ws: Workspace | None, timeout: float) -> tuple[RunReport, object, str]:
@@ -322,7 +254,8 @@ def _run(m: Module, ws: Workspace | None, timeout: float) -> tuple[RunReport, ob
         path = ws.notebook_path(m)
         label = f"your notebook {path.relative_to(ws.root)}"
         if not path.is_file():
-            raise Failure(f"{path.relative_to(ws.root)} does not exist: run `tito module start {m.key}` first.")
+            raise Failure(f"{path.relative_to(ws.root)} does not exist: run "
+                          f"`tito module start {m.key}` first.")
     try:
         notebook = load_notebook(path)
     except NotebookError as error:
@@ -332,7 +265,7 @@ def _run(m: Module, ws: Workspace | None, timeout: float) -> tuple[RunReport, ob
     if ws is None:
         report = run_notebook(path, COURSE_ROOT, timeout=timeout, on_result=_print_result)
     else:
-        release = _release_for(ws, m)
+        release = release_for(ws, m)
         report = run_student(path, release, ws.root, timeout=timeout, on_result=_print_result,
                              authority=authority(m))
     if not report.tests:
@@ -354,7 +287,8 @@ def _recovery(m: Module, ws: Workspace | None) -> str:
 
 @module.command()
 @click.argument("number")
-@click.option("--timeout", default=DEFAULT_TIMEOUT, show_default=True, help="Seconds before the run is stopped.")
+@click.option("--timeout", default=DEFAULT_TIMEOUT, show_default=True,
+              help="Seconds before the run is stopped.")
 def test(number, timeout):
     """Run module NUMBER's graded tests (your notebook in a workspace, else the reference)."""
     m = _written(number)
@@ -370,7 +304,8 @@ def test(number, timeout):
 
 @module.command()
 @click.argument("number")
-@click.option("--timeout", default=DEFAULT_TIMEOUT, show_default=True, help="Seconds before the run is stopped.")
+@click.option("--timeout", default=DEFAULT_TIMEOUT, show_default=True,
+              help="Seconds before the run is stopped.")
 def complete(number, timeout):
     """Test YOUR notebook for module NUMBER; if every test passes, export it and record it."""
     ws = Workspace.require()
@@ -403,7 +338,8 @@ def complete(number, timeout):
                 "`#| export` as the cell's first line.")
     files = ws.package_files(m, export.text)
     console.print("Checking the package built from your notebook: a fresh process imports it "
-                  "and runs the graded tests against it, as milestones and later modules use it ...")
+                  "and runs the graded tests against it, as milestones and later modules use "
+                  "it ...")
     check = check_export(m, ws.root, tested, ws.notebook_path(m).parent, timeout, files)
     if not check.ok:
         _refuse(check.problem)
@@ -456,4 +392,5 @@ def _announce_unlocks(ws: Workspace, m: Module) -> None:
     if nxt:
         console.print(nxt)
     else:
-        console.print("No other module is open to you yet: `tito module status` shows what each needs.")
+        console.print("No other module is open to you yet: `tito module status` shows what "
+                      "each needs.")

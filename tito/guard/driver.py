@@ -20,7 +20,7 @@ its last record leaves its remaining cells failed.
 **The cells** run in a thread of their own: a signal handler runs in the main thread and
 sees only its frame, which holds nothing. Cells marked ``trusted`` are the release's (the
 locked tests and given code); the others are the student's. After each cell the guard
-(``protect.py``) compares NumPy, the builtins and the helpers with what they were before any
+(``snapshots.py``) compares NumPy, the builtins and the helpers with what they were before any
 student code ran, and puts back what changed; the audit hook refuses the rest while the run
 lasts. ``definitions_only`` (the instructor's second grading) runs only the definitions,
 imports and constants at the top level of a student's cell, and reports the rest.
@@ -33,10 +33,11 @@ import os
 import sys
 
 try:  # run as a file (the graders), or imported (tito's own tests)
-    from . import protect
+    from . import protect, snapshots
 except ImportError:
     sys.path.append(os.path.dirname(os.path.abspath(__file__)))
     import protect  # type: ignore[no-redef]
+    import snapshots  # type: ignore[no-redef]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -104,7 +105,8 @@ def _where(error, trusted=frozenset()):
             return mine[-1]
     error = chain[0]
     found = frames(error)[-1][1] if frames(error) else None
-    if found is None and isinstance(error, SyntaxError) and (error.filename or "").startswith("<cell "):
+    if (found is None and isinstance(error, SyntaxError)
+            and (error.filename or "").startswith("<cell ")):
         found = (error.filename.strip("<>"), error.lineno, (error.text or "").strip(), "<cell>")
     return found
 
@@ -222,9 +224,9 @@ def _start(raw: bytes, finished) -> None:
         strict=True, ctypes_packages=spec.get("ctypes_packages", []))
     _install_reporter(key, channel, guard["allow_requester"], guard["note"])
     del key
-    modules = protect.watched_modules(spec.get("helpers", []))
+    modules = snapshots.watched_modules(spec.get("helpers", []))
     namespace = {"__name__": "__main__"}
-    checker = protect.make_checker(modules, namespace)
+    checker = snapshots.make_checker(modules, namespace)
     if spec.get("stack_path"):
         stack_file = open(spec["stack_path"], "w")  # noqa: SIM115 - kept open for faulthandler
         faulthandler.dump_traceback_later(spec.get("dump_after", 60), file=stack_file)

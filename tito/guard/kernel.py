@@ -1,4 +1,5 @@
-"""nbgrader's kernel under the guard: ipykernel, with the checks of ``protect.py`` around every cell.
+"""nbgrader's kernel under the guard: ipykernel, with ``protect.py`` and ``snapshots.py``
+around every cell.
 
 `tito nbgrader autograde` names this kernel; inside the sandbox it runs as::
 
@@ -29,10 +30,11 @@ import os
 import sys
 
 try:
-    from . import protect
+    from . import protect, snapshots
 except ImportError:
     sys.path.append(os.path.dirname(os.path.abspath(__file__)))
     import protect  # type: ignore[no-redef]
+    import snapshots  # type: ignore[no-redef]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PREFIX = "TITO-GUARD "
@@ -181,7 +183,7 @@ def main(argv):
     app = IPKernelApp.instance()
     app.initialize(rest)
     shell = app.shell
-    modules = protect.watched_modules(config.get("helpers", []))
+    modules = snapshots.watched_modules(config.get("helpers", []))
     ipython = _ipython_checker(shell, app.kernel, tuple(roots), report)
     state = {"before": None, "trusted": False, "checker": None}
     _dict = dict
@@ -197,7 +199,7 @@ def main(argv):
         if state["checker"] is None:
             # The baseline is taken as the first cell starts, before any cell's code ran:
             # IPython's builtins (get_ipython, exit, ...) are in place by then.
-            state["checker"] = protect.make_checker(modules, shell.user_ns,
+            state["checker"] = snapshots.make_checker(modules, shell.user_ns,
                                                     watch_sys_hooks=False, ignore=IPYTHON_NAMES)
             return
         try:

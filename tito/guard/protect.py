@@ -3,7 +3,8 @@
 One guard for both graders: the process that runs `tito module complete` and the instructor's
 second grading (``driver.py``), and nbgrader's own kernel during `tito nbgrader autograde`
 (``kernel.py``). This file imports nothing of tito: it is copied into the sandbox, where
-tito is not.
+tito is not. ``ctypes_packages_for`` and ``scrub_environment``, at the end, are tito's side:
+what the graders give the guard and the environment they start it in.
 
 Two parts:
 
@@ -16,7 +17,7 @@ Two parts:
   refusal the student's code catches is still recorded, and reported after the cell.
 - **snapshots** of NumPy (every submodule), the builtins and the given helpers, taken before any
   student code runs; after every cell each name must still be the same object. What changed
-  is named and put back.
+  is named and put back. They are in ``snapshots.py``, copied beside this file.
 
 Everything the checks call is bound here, when the guard is made, before any student code runs:
 a cell that replaces ``builtins.vars`` or ``os.path.realpath`` changes what the student's own
@@ -365,96 +366,6 @@ def make_guard(*, trusted_roots=(), forbidden_roots=(), own_module="", strict=Tr
             "note": note, "allow_requester": allow_requester, "in_cell": in_cell}
 
 
-_MISSING = object()
-
-
-def make_checker(modules: dict, namespace: dict | None = None, watch_sys_hooks: bool = True,
-                 ignore: tuple = ()):
-    """Snapshots of ``modules`` (name -> module) taken now; returns the functions that compare.
-
-    ``check(names=True)``: what changed since, as sentences, each change put back (a name
-    rebound, deleted, or added to NumPy or the builtins, a watched module replaced or removed
-    in ``sys.modules``, a trace function left installed; with
-    ``names``, a protected name of ``namespace`` rebound). ``protect(before)``: names that a
-    trusted cell bound in ``namespace`` (compared with the dict ``before`` it ran) become
-    protected. ``add(name, module)``: a module to watch from now on. ``ignore``: names (of
-    a module, of the builtins or of ``namespace``) that their owner changes on its own
-    (IPython's ``_i``, ``Out``, ``input``...).
-    """
-    _vars = builtins.vars
-    _isinstance = builtins.isinstance
-    _module_type = type(sys)
-    _gettrace, _getprofile = sys.gettrace, sys.getprofile
-    _settrace, _setprofile = sys.settrace, sys.setprofile
-    _dict = dict
-    _list = list
-    watched: dict = {}
-    imported: dict = {}  # name -> the module ``sys.modules`` held for it when watched
-    protected: dict = {}
-    ignored = frozenset(ignore)
-    hooks = (_gettrace(), _getprofile())
-
-    _callable, _float = builtins.callable, float
-
-    _modules = sys.modules  # the dict itself: ``from x import y`` reads x from it
-
-    def add(name, module):
-        # What a test relies on: functions, classes and modules (a module's data, such as
-        # module 01's random generator, is the library's to change), and NumPy's constants.
-        watched[name] = (module, {k: v for k, v in _vars(module).items()
-                                  if (_callable(v) or _isinstance(v, _module_type)
-                                      or (name == "numpy" and _isinstance(v, _float)))
-                                  and k not in ignored})
-        if _modules.get(name) is module:
-            imported[name] = module
-
-    for name, module in modules.items():
-        add(name, module)
-
-    strict_additions = ("builtins", "numpy")
-
-    def check(names=True):
-        problems = []
-        for name, module in _list(imported.items()):
-            # a module swapped in sys.modules: a test's `from tinytorch.core.tensor import
-            # hidden_cases` (or a later `import numpy`) would get the student's stand-in
-            if _modules.get(name) is not module:
-                problems.append(f"it replaced sys.modules[{name!r}]")
-                _modules[name] = module
-        for name, (module, before) in _list(watched.items()):
-            now = _vars(module)
-            for key, value in before.items():
-                current = now.get(key, _MISSING)
-                if current is not value:
-                    problems.append(f"it replaced {name}.{key}")
-                    now[key] = value
-            if name in strict_additions:
-                for key in [k for k in now if k not in before and k not in ignored]:
-                    if _callable(now[key]) and not _isinstance(now[key], _module_type):
-                        problems.append(f"it added {name}.{key}")
-                        del now[key]
-        if names and namespace is not None:
-            for key, value in protected.items():
-                if namespace.get(key, _MISSING) is not value:
-                    problems.append(f"it redefined `{key}`, which a locked cell of the release "
-                                    "defines")
-                    namespace[key] = value
-        if watch_sys_hooks and (_gettrace(), _getprofile()) != hooks:
-            problems.append("it installed a trace or profile function (sys.settrace/setprofile)")
-            _settrace(hooks[0])
-            _setprofile(hooks[1])
-        return problems
-
-    def protect(before):
-        if namespace is None:
-            return
-        for key, value in namespace.items():
-            if (key not in before or before[key] is not value) and key not in ignored:
-                protected[key] = value
-
-    return {"check": check, "protect": protect, "add": add}
-
-
 def ctypes_packages_for(sources) -> list[str]:
     """Libraries that may call ctypes on behalf of the graded code: threadpoolctl (reads BLAS
     threads) and numba's compiler (numba, llvmlite). numba is allowed for every lesson, not
@@ -463,38 +374,6 @@ def ctypes_packages_for(sources) -> list[str]:
     barrier (a comment could carry it). ``sources`` is kept for callers' symmetry."""
     del sources
     return ["threadpoolctl", "numba", "llvmlite"]
-
-
-def watched_modules(helpers=()) -> dict:
-    """The modules whose names the tests rely on: NumPy and every submodule loaded, the
-    builtins, the standard modules the graders use, and ``helpers`` (imported here when they
-    can be: a placeholder's ImportError is the test's business, not the guard's)."""
-    import importlib
-
-    import numpy
-
-    for sub in ("numpy.testing", "numpy.linalg", "numpy.random", "numpy.fft"):
-        try:
-            importlib.import_module(sub)
-        except Exception:  # noqa: BLE001 - a NumPy without it: nothing to watch
-            pass
-    found = {"builtins": builtins, "json": sys.modules["json"] if "json" in sys.modules
-             else importlib.import_module("json"), "os": os, "os.path": os.path}
-    for name in ("io", "traceback", "math", "json.encoder"):
-        try:
-            found[name] = importlib.import_module(name)
-        except ImportError:
-            pass
-    for name, module in list(sys.modules.items()):
-        if module is not None and (name == "numpy" or name.startswith("numpy.")):
-            found[name] = module
-    del numpy
-    for name in helpers:
-        try:
-            found[name] = importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - see above
-            pass
-    return found
 
 
 def scrub_environment(env: dict) -> dict:

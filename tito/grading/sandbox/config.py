@@ -11,7 +11,7 @@ from pathlib import Path
 
 KERNEL_NAME = "tito-grading"
 SANDBOX_PACKAGE = "/grading/package"  # where the prerequisite package appears inside
-GUARD = "/grading/guard"  # protect.py, driver.py, kernel.py
+GUARD = "/grading/guard"  # protect.py, snapshots.py, driver.py, kernel.py
 WORK = "/grading/work"  # the student's output folder, read-only: the working folder
 RUNTIME = "/grading/runtime"  # the connection file and the ipc sockets
 CONFIG_INSIDE = "/grading/config.json"  # what the guard needs (kernel.py's CONFIG)
@@ -19,7 +19,7 @@ DATA = "/grading/data"
 UID_BASE = 62000  # sandbox users: UID_BASE .. UID_BASE + UID_COUNT - 1 (no login, no files)
 UID_COUNT = 1000
 CONFIG_ENV = "TITO_SANDBOX_CONFIG"
-GUARD_FILES = ("protect.py", "driver.py", "kernel.py")
+GUARD_FILES = ("protect.py", "snapshots.py", "driver.py", "kernel.py")
 
 
 
