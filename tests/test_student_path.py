@@ -310,7 +310,7 @@ def test_doctor_follows_requirements_to_the_end(tmp_path, monkeypatch):
     (``dev``) are not required, extras asked for (``sqlalchemy[asyncio]``) are."""
     import packaging.requirements  # noqa: F401 - imported before sys.path is replaced below
 
-    from tito.student.doctor import package_checks, requirement_problems
+    from tito.student.installed import package_checks, requirement_problems
 
     site = tmp_path / "site-packages"
 

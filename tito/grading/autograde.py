@@ -55,7 +55,7 @@ class GradingRun:
     limits: sandbox.Limits
     read_only: list[str] = field(default_factory=list)
     hidden: list[str] = field(default_factory=list)
-    guard: Path | None = None  # protect.py, driver.py, kernel.py (a copy, when sandboxed)
+    guard: Path | None = None  # sandbox.GUARD_FILES: protect, snapshots, driver, kernel (copied)
     kernel_config: dict = field(default_factory=dict)  # kernel.py's CONFIG, but the package
     cgroups: str | None = None  # why there is no control group here (None: there is)
 
