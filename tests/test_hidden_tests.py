@@ -185,7 +185,8 @@ def hidden_labels(modules=WRITTEN) -> dict[str, str]:
             for begin, end in regions(cell.source) if cell.is_graded else []:
                 region = ast.parse(textwrap.dedent("\n".join(lines[begin:end - 1])))
                 for node in ast.walk(region):
-                    if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "hidden_cases":
+                    if (isinstance(node, ast.Call)
+                            and getattr(node.func, "id", None) == "hidden_cases"):
                         table = case_table(node.args[1], region)
                         for key in table.keys if table is not None else []:
                             if isinstance(key, ast.Constant) and isinstance(key.value, str):
@@ -279,7 +280,8 @@ def test_module_01_tells_the_student_about_the_hidden_cases(released):
 # whose hidden cases catch it). The reference cells are read from the lesson, so these snippets
 # must exist in it (checked: the test says which no longer applies).
 FITTED = {
-    1: [("tensor-class", 'got shape {self.shape} "', 'got shape (2,) "', "test_unit_tensor_creation"),
+    1: [("tensor-class", 'got shape {self.shape} "', 'got shape (2,) "',
+         "test_unit_tensor_creation"),
         ("matmul", "        return np.matmul(a, b)\n",
          "        return np.matmul(a, b) if b.ndim < 3 else np.matmul(a, b[0])\n",
          "test_unit_matmul"),
@@ -449,7 +451,7 @@ def test_honest_students_are_not_flagged_for_edited_tests(graded_class):
     although the restored cells (with their hidden cases) differ from what it holds."""
     for number, run in graded_class["runs"].items():
         text = " ".join((run.stdout + run.stderr).split())
-        assert "was edited" not in text, text[:3000]
+        assert "was edited" not in text, f"module {number}: {text[:3000]}"
 
 
 # ---- the site and `tito module complete` -------------------------------------------------------
