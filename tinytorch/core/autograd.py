@@ -287,7 +287,7 @@ def backward(tensor, grad=None, retain_graph=False):
     >>> backward((a * b + b) ** 2)
     >>> a.grad, b.grad
     (Tensor(54.), Tensor(-54.))
-    >>> x = Tensor([1.0, 2.0], requires_grad=True)
+    >>> x = Tensor([1.0, 4.0], requires_grad=True)
     >>> backward(x * 3, grad=Tensor([1.0, 0.5]))  # not one element: grad is needed
     >>> x.grad
     Tensor([3. , 1.5])

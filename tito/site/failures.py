@@ -14,8 +14,9 @@ typed by hand: regenerate with ``tito site failures`` whenever the tests' messag
 from __future__ import annotations
 
 import json
+import multiprocessing
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,8 +128,12 @@ def run_all(modules: list[Module] | None = None, workers: int = 2) -> dict[str, 
     """Every planted mistake of ``modules`` (default: every written one), run; by dirname."""
     modules = written_modules() if modules is None else modules
     jobs = [(m, x) for m in modules for x in mistakes(m)]
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = list(pool.map(lambda job: run_mistake(*job), jobs))
+    # Processes, not threads: CPython 3.11 builds an AST with interpreter-wide state, and two
+    # threads parsing cells at once failed with "SystemError: AST constructor recursion depth
+    # mismatch" (seen in CI). "spawn": a fresh interpreter, nothing inherited from the caller.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        results = list(pool.map(run_mistake, [m for m, _ in jobs], [x for _, x in jobs]))
     out: dict[str, list[dict]] = {m.dirname: [] for m in modules if mistakes(m)}
     for (m, _), result in zip(jobs, results):
         out[m.dirname].append(result)
