@@ -8,6 +8,7 @@ imports no NumPy: the thread settings must be made before NumPy loads.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -58,3 +59,34 @@ def summary(times):
 
     return (Measurement(tuple(sum(t) for t in times)).median * 1e3,
             [Measurement(tuple(t[i] for t in times)).median * 1e3 for i in range(3)])
+
+
+def step_arguments(description, steps, rounds, warmup, quick, malloc_help):
+    """The options conv_step.py and gpt_step.py share: how many timed steps in how many
+    alternating processes, the threads, glibc's malloc setting and the clock. ``quick`` is
+    (steps, warmup) for --quick's one round; the script adds its own options."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--steps", type=int, default=steps, help="timed steps per process")
+    p.add_argument("--rounds", type=int, default=rounds,
+                   help=f"processes per framework, alternating (default {rounds})")
+    p.add_argument("--warmup", type=int, default=warmup, help="untimed steps first")
+    p.add_argument("--quick", action="store_true",
+                   help=f"1 round of {quick[0]} timed steps, {quick[1]} warm-up")
+    p.set_defaults(quick_sizes=quick)
+    p.add_argument("--threads", type=int, default=None,
+                   help="BLAS / intra-op threads for both frameworks (default: the library "
+                        "defaults, all cores)")
+    p.add_argument("--malloc", choices=("keep", "default"), default="keep", help=malloc_help)
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="wall: elapsed time (the real measure); cpu: this process's CPU time, "
+                        "steadier on a busy machine, meaningful with --threads 1 only")
+    return p
+
+
+def parse_step_arguments(parser, argv):
+    """Parsed options; --quick sets one round of its few steps."""
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.steps, args.warmup = args.quick_sizes
+        args.rounds = 1
+    return args

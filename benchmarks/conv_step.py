@@ -29,33 +29,19 @@ import sys
 import time
 
 import _common
-from _common import report, set_threads, summary
+from _common import parse_step_arguments, report, set_threads, step_arguments, summary
 from tito.course.architectures import lenet
 
 BATCH = 64
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=200, help="timed steps per process")
-    p.add_argument("--rounds", type=int, default=4,
-                   help="processes per framework, alternating (default 4)")
-    p.add_argument("--warmup", type=int, default=20, help="untimed steps first")
-    p.add_argument("--quick", action="store_true", help="1 round of 5 timed steps, 2 warm-up")
-    p.add_argument("--threads", type=int, default=None,
-                   help="BLAS / intra-op threads for both frameworks (default: the library "
-                        "defaults, all cores)")
-    p.add_argument("--malloc", choices=("keep", "default"), default="keep",
-                   help="keep: glibc keeps freed memory for reuse, for both frameworks (see "
-                        "gpt_step.py); default: glibc's own settings")
-    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                   help="wall: elapsed time; cpu: this process's CPU time, steadier on a busy "
-                        "machine, meaningful with --threads 1 only")
+    p = step_arguments(
+        __doc__.splitlines()[0], steps=200, rounds=4, warmup=20, quick=(5, 2),
+        malloc_help="keep: glibc keeps freed memory for reuse, for both frameworks (see "
+                    "gpt_step.py); default: glibc's own settings")
     p.add_argument("--child", choices=("tinytorch", "torch"), help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if args.quick:
-        args.steps, args.warmup, args.rounds = 5, 2, 1
-    return args
+    return parse_step_arguments(p, argv)
 
 
 clock = time.perf_counter

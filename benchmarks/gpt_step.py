@@ -49,24 +49,23 @@ import sys
 import time
 
 import _common
-from _common import child_env, report, set_threads, summary
+from _common import (
+    child_env,
+    parse_step_arguments,
+    report,
+    set_threads,
+    step_arguments,
+    summary,
+)
 from tito.course.packages import acceleration  # imports no NumPy: thread settings first
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=30, help="timed steps per process")
-    p.add_argument("--rounds", type=int, default=3,
-                   help="processes per framework, alternating (default 3)")
-    p.add_argument("--warmup", type=int, default=5, help="untimed steps first")
-    p.add_argument("--quick", action="store_true", help="1 round of 3 timed steps, 1 warm-up")
-    p.add_argument("--threads", type=int, default=None,
-                   help="BLAS / intra-op threads for both frameworks (default: the library "
-                        "defaults, all cores)")
-    p.add_argument("--malloc", choices=("keep", "default"), default="keep",
-                   help="keep: glibc keeps freed memory for reuse, in the PyTorch process and "
-                        "the accelerated TinyTorch one (module 17's keep_freed_memory; the "
-                        "plain TinyTorch never has it); default: glibc's own settings for all")
+    p = step_arguments(
+        __doc__.splitlines()[0], steps=30, rounds=3, warmup=5, quick=(3, 1),
+        malloc_help="keep: glibc keeps freed memory for reuse, in the PyTorch process and "
+                    "the accelerated TinyTorch one (module 17's keep_freed_memory; the plain "
+                    "TinyTorch never has it); default: glibc's own settings for all")
     p.add_argument("--plain", action="store_true",
                    help="leave out TinyTorch with module 17: plain TinyTorch against PyTorch")
     p.add_argument("--numpy-kernels", action="store_true",
@@ -78,17 +77,11 @@ def parse_args(argv=None):
     p.add_argument("--n-embd", type=int, default=128)
     p.add_argument("--block-size", type=int, default=64)
     p.add_argument("--batch-size", type=int, default=12)
-    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                   help="wall: elapsed time (the real measure); cpu: this process's CPU time, "
-                        "steadier on a busy machine, meaningful with --threads 1 only")
     p.add_argument("--profile", action="store_true",
                    help="then cProfile TinyTorch's steps in this process: where the time goes")
     p.add_argument("--child", choices=("tinytorch", "numpy17", "plain", "torch"),
                    help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if args.quick:
-        args.steps, args.warmup, args.rounds = 3, 1, 1
-    return args
+    return parse_step_arguments(p, argv)
 
 
 clock = time.perf_counter

@@ -638,9 +638,28 @@ test_unit_attention_composed()
 # Masked and fully masked rows need no special case in backward: their `P` is exactly 0,
 # so `dS` is 0 there, and the fully masked query's `dQ` row is 0.
 #
-# Skip the gradients of inputs that do not require them (`ctx.parents[i].requires_grad`).
+# The last two lines, `dQ` and `dK`, are given as `_attention_input_grads(dS, q, k, needs)`
+# (module 17's compiled attention ends with the same step). Skip the gradients of inputs
+# that do not require them (`ctx.parents[i].requires_grad`).
 # `k` and `v` may have been broadcast over leading axes (grouped-query attention, Part 6):
 # return the gradients in the broadcast shape and `backward` sums them down.
+
+# %% nbgrader={"grade": false, "grade_id": "attention-input-grads", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#| exporti
+def _attention_input_grads(d_scores, q, k, needs):
+    """The backward's last step, given: dQ = (dS @ K) * scale and dK = (dS^T @ Q) * scale,
+    each only where `needs` asks (needs[0]: q, needs[1]: k). Module 17's compiled attention
+    ends its rule with the same step and calls this too, so one fix reaches both."""
+    scale = q.dtype.type(1.0 / math.sqrt(q.shape[-1]))  # applied to (T, D), not (T, S)
+    grad_q = grad_k = None
+    if needs[0]:
+        grad_q = np.matmul(d_scores, k)
+        grad_q *= scale
+    if needs[1]:
+        grad_k = np.matmul(np.swapaxes(d_scores, -1, -2), q)
+        grad_k *= scale
+    return grad_q, grad_k
+
 
 # %% nbgrader={"grade": false, "grade_id": "attention-function", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| exporti
@@ -698,14 +717,7 @@ def attention_backward(ctx, grad):
     row = np.sum(grad * ctx.output, axis=-1, keepdims=True)  # = rowsum(dP * P)
     d_probs -= row
     d_probs *= probs  # dS, the gradient of the scaled scores
-    scale = q.dtype.type(1.0 / math.sqrt(q.shape[-1]))  # applied to (T, D), not (T, S)
-    grad_q = grad_k = None
-    if needs[0]:
-        grad_q = np.matmul(d_probs, k)
-        grad_q *= scale
-    if needs[1]:
-        grad_k = np.matmul(np.swapaxes(d_probs, -1, -2), q)
-        grad_k *= scale
+    grad_q, grad_k = _attention_input_grads(d_probs, q, k, needs)
     return grad_q, grad_k, grad_v
     ### END SOLUTION
 

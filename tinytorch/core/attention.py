@@ -127,6 +127,21 @@ def attention_composed(q, k, v, mask=None, is_causal=False, dropout_p=0.0):
     return probs @ v
 
 
+def _attention_input_grads(d_scores, q, k, needs):
+    """The backward's last step, given: dQ = (dS @ K) * scale and dK = (dS^T @ Q) * scale,
+    each only where `needs` asks (needs[0]: q, needs[1]: k). Module 17's compiled attention
+    ends its rule with the same step and calls this too, so one fix reaches both."""
+    scale = q.dtype.type(1.0 / math.sqrt(q.shape[-1]))  # applied to (T, D), not (T, S)
+    grad_q = grad_k = None
+    if needs[0]:
+        grad_q = np.matmul(d_scores, k)
+        grad_q *= scale
+    if needs[1]:
+        grad_k = np.matmul(np.swapaxes(d_scores, -1, -2), q)
+        grad_k *= scale
+    return grad_q, grad_k
+
+
 def _attention_probs(q, k, keep=None):
     """softmax(q @ k^T / sqrt(D)) with masked weights exactly 0 and fully masked rows all 0."""
     dtype = q.dtype.type
@@ -176,14 +191,7 @@ def attention_backward(ctx, grad):
     row = np.sum(grad * ctx.output, axis=-1, keepdims=True)  # = rowsum(dP * P)
     d_probs -= row
     d_probs *= probs  # dS, the gradient of the scaled scores
-    scale = q.dtype.type(1.0 / math.sqrt(q.shape[-1]))  # applied to (T, D), not (T, S)
-    grad_q = grad_k = None
-    if needs[0]:
-        grad_q = np.matmul(d_probs, k)
-        grad_q *= scale
-    if needs[1]:
-        grad_k = np.matmul(np.swapaxes(d_probs, -1, -2), q)
-        grad_k *= scale
+    grad_q, grad_k = _attention_input_grads(d_probs, q, k, needs)
     return grad_q, grad_k, grad_v
 
 

@@ -18,7 +18,7 @@ from numba import prange, types
 from numba.extending import intrinsic, overload
 
 from tinytorch.core.activations import GELUFunction, SiLUFunction
-from tinytorch.core.attention import AttentionFunction, _attention_probs
+from tinytorch.core.attention import AttentionFunction, _attention_input_grads, _attention_probs
 from tinytorch.core.autograd import DERIVATIVES, KERNELS, derivative
 from tinytorch.core.autograd import gelu_backward as plain_gelu_backward
 from tinytorch.core.embeddings import RotaryFunction, rotary_backward
@@ -269,14 +269,7 @@ def attention_keep_backward(ctx, grad):
         d_probs *= drop
     d_probs -= row_sums(grad * ctx.output)  # rowsum(dO * O) = rowsum(dP * P)
     d_probs *= probs  # dS
-    scale = q.dtype.type(1.0 / math.sqrt(q.shape[-1]))
-    grad_q = grad_k = None
-    if needs[0]:
-        grad_q = np.matmul(d_probs, k)
-        grad_q *= scale
-    if needs[1]:
-        grad_k = np.matmul(np.swapaxes(d_probs, -1, -2), q)
-        grad_k *= scale
+    grad_q, grad_k = _attention_input_grads(d_probs, q, k, needs)  # module 12's last step
     return grad_q, grad_k, grad_v
 
 
