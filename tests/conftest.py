@@ -4,6 +4,7 @@ tiers: the slow markers and one marker per module (``pytest -m module06``), set 
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import re
 import shutil
@@ -11,6 +12,11 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+try:
+    import fcntl  # POSIX: workers wait for one shared tinygpt run
+except ImportError:  # Windows: each xdist worker trains its own
+    fcntl = None
 
 import nbformat
 import pytest
@@ -59,13 +65,29 @@ def planned_course(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tinygpt_quick_run(repo, tmp_path_factory):
-    """One `tito milestone run tinygpt --quick` for the session: its folder (the checkpoint
+    """One `tito milestone run tinygpt --quick` for the whole run: its folder (the checkpoint
     in `folder / "run"`) and its output. test_tinygpt checks the run; test_milestones' llm
-    test serves its checkpoint (a second training run cost ~100 s)."""
-    folder = tmp_path_factory.mktemp("tinygpt")
-    done = run_tito("milestone", "run", "tinygpt", "--quick", "--out", str(folder / "run"),
-                    cwd=folder, timeout=300)
-    return folder, done
+    test serves its checkpoint. Under pytest-xdist the workers share it: the first to ask
+    trains (about 100 s of CPU), the others wait on a lock file and read its result."""
+    base = tmp_path_factory.getbasetemp()
+    # under xdist, the workers' common folder (one run, behind a lock file) where POSIX
+    # locks exist; elsewhere this process's own folder
+    xdist = os.environ.get("PYTEST_XDIST_WORKER") and fcntl is not None
+    shared = base.parent if xdist else base
+    folder = shared / "tinygpt-quick"
+    result = folder / "result.json"
+    with open(shared / "tinygpt-quick.lock", "w") as lock:
+        if xdist:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+        if not result.is_file():
+            folder.mkdir(exist_ok=True)
+            done = run_tito("milestone", "run", "tinygpt", "--quick", "--out",
+                            str(folder / "run"), cwd=folder, timeout=300)
+            result.write_text(json.dumps({"args": done.args, "returncode": done.returncode,
+                                          "stdout": done.stdout, "stderr": done.stderr}))
+    saved = json.loads(result.read_text())
+    return folder, subprocess.CompletedProcess(saved["args"], saved["returncode"],
+                                               saved["stdout"], saved["stderr"])
 
 
 def run_tito_from(course: Path, *args: str, cwd: Path, timeout: float = 600):
@@ -143,7 +165,8 @@ def modules_of(item) -> set[int]:
             found.update(m.number for m in MODULES if m.dirname == folder)
         elif name in ("number", "module") and isinstance(value, int):
             found.add(value)
-    found.update(int(n) for n in _MODULE_NAME.findall(item.originalname or item.name))
+    name = getattr(item, "originalname", None) or item.name  # a doctest item has no original
+    found.update(int(n) for n in _MODULE_NAME.findall(name))
     return {n for n in found if 1 <= n <= len(MODULES)}
 
 
