@@ -90,3 +90,14 @@ def parse_step_arguments(parser, argv):
         args.steps, args.warmup = args.quick_sizes
         args.rounds = 1
     return args
+
+
+def check_float32(loss, model):
+    """After an untimed step: the loss, every parameter and every gradient still float32
+    (a float64 drift would make the timed steps measure the wrong thing)."""
+    import numpy as np  # here, not at the top: the thread settings come before NumPy
+
+    assert loss.dtype == np.float32, f"TinyTorch's loss is {loss.dtype}"
+    for name, p in model.named_parameters():
+        assert p.dtype == np.float32 and p.grad.dtype == np.float32, (
+            f"{name}: parameter {p.dtype}, gradient {p.grad.dtype}")

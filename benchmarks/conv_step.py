@@ -29,7 +29,14 @@ import sys
 import time
 
 import _common
-from _common import parse_step_arguments, report, set_threads, step_arguments, summary
+from _common import (
+    check_float32,
+    parse_step_arguments,
+    report,
+    set_threads,
+    step_arguments,
+    summary,
+)
 from tito.course.architectures import lenet
 
 BATCH = 64
@@ -97,10 +104,7 @@ def tinytorch_setup(seed=0):
         if times is not None:
             times.append((t1 - t0, t2 - t1, t3 - t2))
         else:  # untimed steps: check that nothing drifted to float64
-            assert loss.dtype == np.float32, f"TinyTorch's loss is {loss.dtype}"
-            for name, p in model.named_parameters():
-                assert p.dtype == np.float32 and p.grad.dtype == np.float32, (
-                    f"{name}: parameter {p.dtype}, gradient {p.grad.dtype}")
+            check_float32(loss, model)
         return loss.item()
 
     return model, step

@@ -50,6 +50,7 @@ import time
 
 import _common
 from _common import (
+    check_float32,
     child_env,
     parse_step_arguments,
     report,
@@ -166,10 +167,7 @@ def tinytorch_setup(config_kwargs, seed=0, fast=False, compiled=True):
         if times is not None:
             times.append((t1 - t0, t2 - t1, t3 - t2))
         else:  # untimed steps: check that nothing drifted to float64
-            assert loss.dtype == np.float32, f"TinyTorch's loss is {loss.dtype}"
-            for name, p in model.named_parameters():
-                assert p.dtype == np.float32 and p.grad.dtype == np.float32, (
-                    f"{name}: parameter {p.dtype}, gradient {p.grad.dtype}")
+            check_float32(loss, model)
         return loss.item()
 
     return model, step, kernels
