@@ -466,3 +466,42 @@ def test_names_ipython_changes_between_cells_are_not_protected():
         InteractiveShell.clear_instance()
     assert "__warningregistry__" in changed  # the case the guard got wrong
     assert changed - set(IPYTHON_NAMES) == set(), changed - set(IPYTHON_NAMES)
+
+
+KERNEL_OPENS = '''
+import json, os, sys, tempfile
+sys.path.insert(0, sys.argv[1])
+from tito.guard import protect
+
+seen = []
+guard = protect.make_guard(trusted_roots=protect.library_roots([sys.argv[1]]), strict=False,
+                           report=seen.append)
+guard["arm"]()
+folder = tempfile.mkdtemp()
+student = compile("""
+with open(os.path.join(folder, ".tmp-checkpoint.npz"), "wb") as f:  # a new file: allowed
+    f.write(b"weights")
+try:
+    open(os.path.join(folder, "no-such-file.txt"))  # a typo in a folder it has: allowed
+except FileNotFoundError:
+    pass
+try:
+    open("/no-such-course/submitted/alice/tensor.ipynb")  # a folder it cannot see: flagged
+except FileNotFoundError:
+    pass
+""", "<ipython-input-1>", "exec")
+exec(student, {"os": os, "folder": folder})
+print(json.dumps(seen))
+'''
+
+
+def test_the_kernel_flags_a_folder_it_cannot_see_and_not_a_new_file(tmp_path):
+    """nbgrader's kernel records a student's open of a path outside the sandbox, but not
+    the creation of a file in a folder the sandbox has: module 08's checkpoint writer opens a
+    new temporary file, and module 13's reference was flagged for it."""
+    done = subprocess.run([sys.executable, "-I", "-c", KERNEL_OPENS, str(REPO)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == ["it tried to open /no-such-course/submitted/alice/tensor.ipynb, which is "
+                    "not in the sandbox"], seen

@@ -385,6 +385,9 @@ def test_a_fitted_solution_passes_complete_and_loses_marks_in_the_grade(number, 
     course = graded_class["course"]
     run = graded_class["runs"][number]
     assert run.returncode == 0, run.stdout + run.stderr
+    # both solutions are honest work: neither is flagged (module 13's reference once was, for
+    # writing its checkpoint to a temporary folder)
+    assert "flagged" not in run.stdout, run.stdout
     # what `tito module complete` runs: the release's locked cells, the student's own cells
     local = run_student(course / "submitted" / "fitted" / m.dirname / f"{m.slug}.ipynb",
                         course / "release" / m.dirname / f"{m.slug}.ipynb", COURSE_ROOT)

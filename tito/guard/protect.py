@@ -133,6 +133,7 @@ def make_guard(*, trusted_roots=(), forbidden_roots=(), own_module="", strict=Tr
     _realpath = os.path.realpath
     _fsdecode = os.fsdecode
     _exists = os.path.lexists
+    _dirname = os.path.dirname
     _isinstance = builtins.isinstance
     _id = builtins.id
     _str, _bytes, _type = str, bytes, type
@@ -238,8 +239,10 @@ def make_guard(*, trusted_roots=(), forbidden_roots=(), own_module="", strict=Tr
                 fail(f"it read {full}, which holds the course's reference solution")
             elif own_memory(full) or own_memory(path):
                 fail(f"it opened {path}, the grading process's own memory or files")
-            elif not strict and not _exists(full) and student_on_stack(frame):
-                # the kernel: a path the sandbox does not have (the course, a home folder)
+            elif not strict and not _exists(_dirname(full)) and student_on_stack(frame):
+                # the kernel: a folder the sandbox does not have (the course, a home folder).
+                # A new file in a folder that exists is the student's own (a checkpoint
+                # written to a temporary folder), and a missing one there is their typo.
                 fail(f"it tried to open {path}, which is not in the sandbox")
             return
         if event in PROCESS_EVENTS:
