@@ -100,6 +100,36 @@ def test_package_kernels_are_cached_notebook_ones_are_not():
     assert out.tolist() == [0, 2, 4]
 
 
+THREAD_LAYER = """
+import os, sys
+import tinytorch.perf.acceleration as acc
+import torch  # loaded after the kernels' pool, as the benchmarks' PyTorch process does
+print(acc.numba.threading_layer(), os.environ.get("OMP_WAIT_POLICY"))
+"""
+
+
+@pytest.mark.parametrize("chosen", [None, "omp"])
+def test_the_kernels_pool_is_workqueue_unless_the_user_chose_one(chosen, repo):
+    """numba's OpenMP pool spins between kernels and fights OpenBLAS's spinning threads (the
+    step took 4x longer on two cores), so the package starts numba's workqueue pool, and
+    leaves the process's OpenMP settings (which PyTorch shares) as they were."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("NUMBA_THREADING_LAYER", "OMP_WAIT_POLICY")}
+    if chosen:
+        env["NUMBA_THREADING_LAYER"] = chosen
+    done = subprocess.run([sys.executable, "-c", THREAD_LAYER], capture_output=True, text=True,
+                          cwd=repo, env=env, timeout=120)
+    if chosen and "No threading layer could be loaded" in done.stderr:
+        pytest.skip(f"numba has no {chosen} layer here")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [chosen or "workqueue", "None"], done.stdout
+
+
 def test_chunks_one_piece_below_the_threshold_one_per_thread_above():
     assert acc.chunks(10, 100) == 1
     assert acc.chunks(1, acc.PARALLEL_MIN * 4) == 1  # one row cannot be split

@@ -384,8 +384,8 @@ if (os.cpu_count() or 1) >= 2:
 # So Parts 5 to 9 make each NumPy pass cheaper on one core instead, and two threads stay
 # BLAS's. What that leaves on the table is PyTorch's second core for the element-wise work.
 # Parts 10 to 12 take it back the way PyTorch does: compiled loops whose rows numba splits
-# among its own threads, an OpenMP pool (where the system has `libgomp`) whose threads spin
-# between kernels, with no GIL in the way.
+# among its own threads (an OpenMP pool where the system has `libgomp`), with no GIL in the
+# way. Part 10 says why those threads must sleep between kernels, not spin as PyTorch's do.
 
 # %% [markdown]
 # ## Part 4: allocation reuse
@@ -1616,6 +1616,19 @@ with one_blas_thread():
 #   `chunks(rows, row_size)` (given) picks `parts`: one below `PARALLEL_MIN` elements,
 #   where waking a second thread costs more than it saves (measured below), else one per
 #   thread.
+# - **Two pools must not both spin.** numba's default pool on Linux is OpenMP's, whose
+#   threads, like PyTorch's, spin for a while after each kernel so that they are awake for
+#   the next one. But NumPy's OpenBLAS threads spin too after each product, and a step
+#   alternates kernels and products: on two cores each pool's spinning threads hold the
+#   cores the other is waiting for. Measured on this course's two-core machine (the
+#   milestone's training step, each run in its own process): 323 ms with both pools
+#   spinning; 80 ms with OpenMP told to sleep (`OMP_WAIT_POLICY=PASSIVE`); 85 ms on numba's
+#   own `workqueue` pool, whose threads always sleep between kernels; 95 ms with BLAS on
+#   one thread. The OpenMP setting is not ours to make: it reaches every library in the
+#   process that shares that OpenMP, and a PyTorch step in the same process went from 50 to
+#   75-84 ms. So `start_kernel_threads()` (given, run as the package loads) picks numba's
+#   `workqueue` layer, unless you chose a layer yourself with `NUMBA_THREADING_LAYER`. Its
+#   one limit: two Python threads must not run compiled kernels at the same time.
 # - **Fast math, but not all of it.** By default LLVM keeps the exact order of every float
 #   operation, which forbids SIMD sums (adding 8 numbers at once reorders the additions).
 #   `fastmath` flags allow it: `reassoc` (reorder sums), `contract` (fused multiply-add) and
@@ -1632,6 +1645,22 @@ with one_blas_thread():
 #| export
 FASTMATH = frozenset({"contract", "reassoc", "arcp"})  # no nnan/ninf: masks add -inf
 PARALLEL_MIN = 1 << 14  # elements below which a kernel runs on one thread (measured below)
+
+
+def start_kernel_threads():
+    """Start numba's thread pool on numba's own `workqueue` layer, whose threads sleep
+    between kernels (unless NUMBA_THREADING_LAYER names another), and return the layer.
+
+    >>> start_kernel_threads() in ("workqueue", "omp", "tbb")
+    True
+    """
+    if "NUMBA_THREADING_LAYER" not in os.environ:
+        numba.config.THREADING_LAYER = "workqueue"  # read when the pool starts, just below
+    numba.get_num_threads()
+    return numba.threading_layer()
+
+
+start_kernel_threads()
 
 
 def compiled(fn=None, *, fastmath=FASTMATH):

@@ -2,7 +2,7 @@
 # Do not edit: change the lesson and export again.
 """Module 17 (Acceleration): Vectorization, memory layout, BLAS threads, allocation reuse and fused kernels, plugged into your framework through its kernel table and measured."""
 
-__all__ = ['set_blas_threads', 'blas_threads', 'keep_freed_memory', 'gelu_backward_inplace', 'cross_entropy_record', 'cross_entropy_backward_inplace', 'row_sums', 'attention_probs_fast', 'AttentionKeepFunction', 'attention_keep_backward', 'FusedAdamW', 'GELUTanhKernel', 'gelu_tanh_kernel_backward', 'LayerNormKernel', 'layer_norm_kernel_backward', 'add_backward_bias_blas', 'FASTMATH', 'PARALLEL_MIN', 'compiled', 'chunks', 'set_threads', 'layer_norm_rows', 'layer_norm_rows_backward', 'LayerNormCompiled', 'layer_norm_compiled_backward', 'fast_exp', 'exp_rows', 'softmax_rows', 'softmax_rows_backward', 'AttentionCompiled', 'attention_compiled_backward', 'gelu_tanh_rows', 'gelu_tanh_rows_backward', 'GELUCompiled', 'gelu_compiled_backward', 'cross_entropy_rows', 'cross_entropy_rows_backward', 'CrossEntropyCompiled', 'cross_entropy_compiled_backward', 'adamw_rows', 'CompiledAdamW', 'int8_matmul_rows', 'SMALL_ROWS', 'TILE_ELEMENTS', 'int4_matmul_rows', 'dequantize_rows', 'QuantizedMatMulCompiled', 'quantized_matmul_compiled_backward', 'rms_norm_rows', 'rms_norm_rows_backward', 'RMSNormCompiled', 'rms_norm_compiled_backward', 'rotary_rows', 'RotaryCompiled', 'rotary_compiled_backward', 'silu_rows', 'silu_rows_backward', 'SiLUCompiled', 'silu_compiled_backward', 'swiglu_rows', 'FAST_KERNELS', 'COMPILED_KERNELS', 'ALL_KERNELS', 'kernel_set', 'active_kernels', 'use_fast_kernels', 'fast_kernels']
+__all__ = ['set_blas_threads', 'blas_threads', 'keep_freed_memory', 'gelu_backward_inplace', 'cross_entropy_record', 'cross_entropy_backward_inplace', 'row_sums', 'attention_probs_fast', 'AttentionKeepFunction', 'attention_keep_backward', 'FusedAdamW', 'GELUTanhKernel', 'gelu_tanh_kernel_backward', 'LayerNormKernel', 'layer_norm_kernel_backward', 'add_backward_bias_blas', 'FASTMATH', 'PARALLEL_MIN', 'start_kernel_threads', 'compiled', 'chunks', 'set_threads', 'layer_norm_rows', 'layer_norm_rows_backward', 'LayerNormCompiled', 'layer_norm_compiled_backward', 'fast_exp', 'exp_rows', 'softmax_rows', 'softmax_rows_backward', 'AttentionCompiled', 'attention_compiled_backward', 'gelu_tanh_rows', 'gelu_tanh_rows_backward', 'GELUCompiled', 'gelu_compiled_backward', 'cross_entropy_rows', 'cross_entropy_rows_backward', 'CrossEntropyCompiled', 'cross_entropy_compiled_backward', 'adamw_rows', 'CompiledAdamW', 'int8_matmul_rows', 'SMALL_ROWS', 'TILE_ELEMENTS', 'int4_matmul_rows', 'dequantize_rows', 'QuantizedMatMulCompiled', 'quantized_matmul_compiled_backward', 'rms_norm_rows', 'rms_norm_rows_backward', 'RMSNormCompiled', 'rms_norm_compiled_backward', 'rotary_rows', 'RotaryCompiled', 'rotary_compiled_backward', 'silu_rows', 'silu_rows_backward', 'SiLUCompiled', 'silu_compiled_backward', 'swiglu_rows', 'FAST_KERNELS', 'COMPILED_KERNELS', 'ALL_KERNELS', 'kernel_set', 'active_kernels', 'use_fast_kernels', 'fast_kernels']
 
 import contextlib
 import ctypes
@@ -486,6 +486,22 @@ def add_backward_bias_blas(ctx, grad):
 
 FASTMATH = frozenset({"contract", "reassoc", "arcp"})  # no nnan/ninf: masks add -inf
 PARALLEL_MIN = 1 << 14  # elements below which a kernel runs on one thread (measured below)
+
+
+def start_kernel_threads():
+    """Start numba's thread pool on numba's own `workqueue` layer, whose threads sleep
+    between kernels (unless NUMBA_THREADING_LAYER names another), and return the layer.
+
+    >>> start_kernel_threads() in ("workqueue", "omp", "tbb")
+    True
+    """
+    if "NUMBA_THREADING_LAYER" not in os.environ:
+        numba.config.THREADING_LAYER = "workqueue"  # read when the pool starts, just below
+    numba.get_num_threads()
+    return numba.threading_layer()
+
+
+start_kernel_threads()
 
 
 def compiled(fn=None, *, fastmath=FASTMATH):
