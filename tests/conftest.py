@@ -21,6 +21,14 @@ except ImportError:  # Windows: each xdist worker trains its own
 import nbformat
 import pytest
 
+# The workers of `pytest -n 4` share the machine's cores (two on CI), so each test process,
+# and every process it starts, uses one thread per library unless the caller set another
+# number. Four processes' spinning thread pools (OpenBLAS, PyTorch's OpenMP, numba) on two
+# cores took the suite from 461 s to 627 s. test_pieces_on_two_real_threads
+# (test_compiled_kernels.py) runs the compiled kernels on two threads.
+for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    os.environ.setdefault(_name, "1")
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the reference package, even without an install
 

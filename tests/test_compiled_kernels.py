@@ -152,8 +152,7 @@ def test_set_threads_sets_both_pools():
         acc.set_threads(0)
 
 
-@pytest.mark.parametrize("parts", [2, 3, 7])
-def test_pieces_do_not_change_the_rows(parts):
+def pieces_agree(parts):
     """Splitting rows among threads changes no row's result (sums across rows: rounding)."""
     x, w, b = f32(50, 33, seed=1), f32(33, seed=2), f32(33, seed=3)
     g = f32(50, 33, seed=4)
@@ -173,6 +172,27 @@ def test_pieces_do_not_change_the_rows(parts):
     np.testing.assert_array_equal(s1, s2)
     np.testing.assert_allclose(dw1, dw2, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(db1, db2, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("parts", [2, 3, 7])
+def test_pieces_do_not_change_the_rows(parts):
+    pieces_agree(parts)
+
+
+def test_pieces_on_two_real_threads(repo):
+    """The same on two threads of numba's pool (the suite's own processes use one thread
+    each: conftest.py), so that the pieces really run at once."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import numba, test_compiled_kernels as t\n"
+              "assert numba.get_num_threads() == 2, numba.get_num_threads()\n"
+              "for parts in (2, 3, 7):\n    t.pieces_agree(parts)\nprint('agreed')\n")
+    env = {**os.environ, "NUMBA_NUM_THREADS": "2", "PYTHONPATH": str(repo / "tests")}
+    done = subprocess.run([sys.executable, "-c", script], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.split() == ["agreed"], done.stderr
 
 
 # ---- fast_exp ----------------------------------------------------------------------------------

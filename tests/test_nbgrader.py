@@ -455,3 +455,26 @@ def test_report_is_readable_at_any_width(graded, width):
             assert f"#{i} {name} ({points:g} points)" in done.stdout
     rows = {line.split("│")[0].strip(): line for line in lines if "│" in line}
     assert f"{TOTAL:g}" in rows["alice"] and "not graded" in rows["abe !"]
+
+
+def test_the_instructors_thread_settings_reach_the_sandboxed_kernel(tmp_path, monkeypatch):
+    """The sandbox clears the environment, but the thread settings (BLAS's, OpenMP's and
+    numba's, which module 17's kernels use) reach the student's kernel; nothing else does."""
+    from tito.grading.sandbox import bwrap
+    from tito.grading.sandbox.config import KernelConfig
+
+    monkeypatch.setenv("NUMBA_NUM_THREADS", "1")
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("INSTRUCTOR_TOKEN", "secret")
+    cfg = KernelConfig(output=str(tmp_path), runtime="", package=str(tmp_path),
+                       python=sys.executable, uid=os.getuid())
+    fds: list[int] = []
+    try:
+        args = bwrap.bwrap_options(cfg, fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    env = {args[i + 1]: args[i + 2] for i, a in enumerate(args) if a == "--setenv"}
+    assert env["NUMBA_NUM_THREADS"] == "1" and env["OPENBLAS_NUM_THREADS"] == "1", env
+    assert "OMP_NUM_THREADS" not in env and "INSTRUCTOR_TOKEN" not in env, env

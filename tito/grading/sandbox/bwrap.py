@@ -67,6 +67,11 @@ ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone
              "ca-certificates", "fonts", "os-release", "matplotlibrc")
 
 
+# The instructor's thread settings reach the student's kernel (and the time zone).
+THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                    "NUMBA_NUM_THREADS", "NUMBA_THREADING_LAYER", "TZ")
+
+
 def bwrap_options(cfg: KernelConfig, data_fds: list[int]) -> list[str]:
     """bubblewrap's options (passed through a pipe; the command comes after ``--``)."""
     args = [*base_args(), "--clearenv", "--hostname", "grading"]
@@ -124,7 +129,7 @@ def bwrap_options(cfg: KernelConfig, data_fds: list[int]) -> list[str]:
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp",
            "USER": "student", "LOGNAME": "student", "LANG": "C.UTF-8",
            "MPLBACKEND": "Agg", "IPYTHONDIR": "/tmp/.ipython", "TINYTORCH_DATA": DATA}
-    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TZ"):
+    for name in THREAD_VARIABLES:
         if name in os.environ:
             env[name] = os.environ[name]
     for name, value in env.items():
