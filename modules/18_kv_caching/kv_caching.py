@@ -3210,8 +3210,11 @@ batching_throughput()
 # above, `transformers` too): int8 decoded 4.08 tokens/s (1.83x `transformers` float32,
 # and level with PyTorch's own dynamic int8, 0.97x, within noise) and int4 3.55 tokens/s
 # (1.59x), against 2.27 for float32 (1.02x), with int8's peak memory down to 0.41x the
-# float32 weights. The issue's targets (1.2x, 2.5x and 3.0x on two threads) were not met
-# on that busy machine; `benchmarks/README.md` has the whole run.
+# float32 weights. On two idle threads each (load 1.2-1.8), after module 17 moved numba
+# to its sleeping thread pool, float32 decoded 10.58 tokens/s against `transformers`'
+# 11.16 (0.95x), int8 13.95 (1.25x) and int4 13.49 (1.21x), and PyTorch's int8 21.66: the
+# issue's targets (1.2x, 2.5x and 3.0x on two threads) are not met; `benchmarks/README.md`
+# has both runs.
 #
 # Continuous batching (load average about 3.5): 8 requests of 16 tokens each, served
 # together, gave 5.69 tokens/s in all against 3.52 one after another (1.62x; 4 requests:
