@@ -255,3 +255,25 @@ def test_no_released_notebook_restates_a_solution(module, restatements):
     holds three or more of the telling lines of any lesson's solution block, normalized."""
     found = [leak for leak in restatements if leak.released.startswith(f"module {module.key} ")]
     assert not found, "\n".join(str(leak) for leak in found)
+
+
+def test_the_wheel_requires_what_the_course_requires(installed):
+    """The student wheel's Requires-Dist are the course's runtime dependencies, environment
+    markers and their quotes included (tbb is installed only where PyPI has its wheel)."""
+    import zipfile
+
+    import tomllib
+    from packaging.requirements import Requirement
+
+    wheel = installed[2]
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        metadata = archive.read(name).decode()
+    required = [Requirement(line.split(":", 1)[1].strip())
+                for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    with open(Path(__file__).resolve().parents[1] / "pyproject.toml", "rb") as handle:
+        course = [Requirement(d) for d in tomllib.load(handle)["project"]["dependencies"]]
+    assert sorted(map(str, required)) == sorted(map(str, course))
+    tbb = next(r for r in required if r.name == "tbb")
+    assert tbb.marker.evaluate({"platform_system": "Linux", "platform_machine": "x86_64"})
+    assert not tbb.marker.evaluate({"platform_system": "Darwin", "platform_machine": "arm64"})

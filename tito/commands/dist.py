@@ -10,6 +10,7 @@ grades them against the same locked tests.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -83,9 +84,11 @@ def build_student_wheel(out: Path) -> Path:
         data = sorted(str(p.relative_to(stage / "tito")) for p in course.rglob("*") if p.is_file())
         packages = sorted({".".join(p.parent.relative_to(stage).parts)
                            for p in (stage / "tito").rglob("__init__.py")})
+        # lists of strings as TOML arrays: JSON's strings are TOML's basic strings (a
+        # dependency's environment marker keeps its own quotes, escaped)
         (stage / "pyproject.toml").write_text(PYPROJECT.format(
-            name=PROJECT, version=__version__, dependencies=_dependencies(), packages=packages,
-            data=data).replace("'", '"'), encoding="utf-8")
+            name=PROJECT, version=__version__, dependencies=json.dumps(_dependencies()),
+            packages=json.dumps(packages), data=json.dumps(data)), encoding="utf-8")
         # pip builds in an isolated environment with the setuptools and wheel that the staged
         # pyproject asks for (from the package index or pip's cache), whatever this
         # environment happens to hold.
