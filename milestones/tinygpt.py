@@ -111,9 +111,13 @@ def speed_setup(args):
                           "compiled kernels' threads only (set OPENBLAS_NUM_THREADS too)")
         accel.set_threads(args.threads)
     kernels = accel.use_fast_kernels(True)
+    pool = ""
+    if hasattr(accel, "kernel_threads"):  # module 17's threading layer and its threads
+        layer, threads = accel.kernel_threads()
+        pool = f" on numba's {layer} pool ({threads} thread{'s' * (threads > 1)})"
     return accel.CompiledAdamW, kernels, (
-        f"module 17 (acceleration): kernels {', '.join(kernels)}; CompiledAdamW; freed memory "
-        "kept for reuse (--plain turns all of it off)")
+        f"module 17 (acceleration): kernels {', '.join(kernels)}{pool}; CompiledAdamW; freed "
+        "memory kept for reuse (--plain turns all of it off)")
 
 
 def arguments():

@@ -177,3 +177,23 @@ def test_quick_suite_without_pytorch_prints_tinytorch_alone_with_a_note(repo):
     assert not result["torch"]
     assert "the PyTorch column is skipped" in out
     assert all(row["tinytorch"]["n"] == 3 for row in result["benchmarks"].values())
+
+
+def test_quick_int8_streams_benchmark_times_three_kernels_that_agree(repo):
+    """int8_streams.py --quick: the three ways to read int8 rows (checked against each other
+    before timing) and float32 BLAS, on both workloads, one process per thread count."""
+    done = subprocess.run([sys.executable, str(repo / "benchmarks" / "int8_streams.py"), "--quick",
+                           "--threads", "1", "2"], cwd=repo, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    runs = json.loads(done.stdout.split("RESULT ", 1)[1].splitlines()[0])["runs"]
+    assert [r["threads"] for r in runs] == [1, 2]
+    for run in runs:
+        assert set(run["workloads"]) == {"LM head", "one token"}
+        for row in run["workloads"].values():
+            for name in ("one row", "4 adjacent", "4 blocks", "float32 BLAS"):
+                assert row[name] > 0
+        # 2 layers of width 128 (7 weights each) and an 8,192 x 128 head, one byte a weight
+        assert run["workloads"]["one token"]["int8 bytes"] == (
+            2 * (2 * 128 * 128 + 2 * 32 * 128 + 3 * 512 * 128) + 8192 * 128)
+    assert "x one row" in done.stdout and "x float32" in done.stdout

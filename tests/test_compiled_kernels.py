@@ -101,33 +101,74 @@ def test_package_kernels_are_cached_notebook_ones_are_not():
 
 
 THREAD_LAYER = """
-import os, sys
+import ctypes, importlib.metadata, os, sys
+how = sys.argv[1]
+if how == "no tbb":  # as on a machine where the tbb wheel is not installed
+    files = importlib.metadata.files
+    def without_tbb(name):
+        if name == "tbb":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return files(name)
+    importlib.metadata.files = without_tbb
+if how == "broken tbb":  # installed, but its library does not load
+    CDLL = ctypes.CDLL
+    def refuse(name, *args, **kwargs):
+        if "tbb" in str(name):
+            raise OSError(f"{name}: cannot open shared object file")
+        return CDLL(name, *args, **kwargs)
+    ctypes.CDLL = refuse
 import tinytorch.perf.acceleration as acc
 import torch  # loaded after the kernels' pool, as the benchmarks' PyTorch process does
-print(acc.numba.threading_layer(), os.environ.get("OMP_WAIT_POLICY"))
+print(acc.kernel_threads()[0], os.environ.get("OMP_WAIT_POLICY"), acc.tbb_library() is not None)
 """
 
 
-@pytest.mark.parametrize("chosen", [None, "omp"])
-def test_the_kernels_pool_is_workqueue_unless_the_user_chose_one(chosen, repo):
-    """numba's OpenMP pool spins between kernels and fights OpenBLAS's spinning threads (the
-    step took 4x longer on two cores), so the package starts numba's workqueue pool, and
-    leaves the process's OpenMP settings (which PyTorch shares) as they were."""
+def kernel_layer(repo, how, chosen=None):
+    """The threading layer a fresh process's kernels run on, how TBB is made to look."""
     import os
     import subprocess
     import sys
 
-    pytest.importorskip("torch")
     env = {k: v for k, v in os.environ.items()
            if k not in ("NUMBA_THREADING_LAYER", "OMP_WAIT_POLICY")}
     if chosen:
         env["NUMBA_THREADING_LAYER"] = chosen
-    done = subprocess.run([sys.executable, "-c", THREAD_LAYER], capture_output=True, text=True,
-                          cwd=repo, env=env, timeout=120)
-    if chosen and "No threading layer could be loaded" in done.stderr:
-        pytest.skip(f"numba has no {chosen} layer here")
+    return subprocess.run([sys.executable, "-c", THREAD_LAYER, how], capture_output=True,
+                          text=True, cwd=repo, env=env, timeout=120)
+
+
+def test_the_kernels_run_on_tbb_where_its_wheel_is_installed(repo):
+    """numba's OpenMP pool spins between kernels and fought OpenBLAS's spinning threads (a
+    step 4x longer on two cores); its workqueue pool costs 50-120 us a call. The package
+    starts the pool on TBB (a dependency on x86-64 Linux and Windows), and leaves the
+    process's OpenMP settings (which PyTorch shares) as they were."""
+    import platform
+
+    pytest.importorskip("torch")
+    done = kernel_layer(repo, "as installed")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == [chosen or "workqueue", "None"], done.stdout
+    layer, wait_policy, installed = done.stdout.split()
+    assert wait_policy == "None"
+    if platform.system() == "Linux" and platform.machine() == "x86_64":
+        assert installed == "True", "pyproject.toml installs tbb on x86-64 Linux"
+    assert layer == ("tbb" if installed == "True" else "workqueue"), done.stdout
+
+
+@pytest.mark.parametrize("how", ["no tbb", "broken tbb"])
+def test_without_tbb_the_kernels_run_on_numbas_own_pool(how, repo):
+    pytest.importorskip("torch")
+    done = kernel_layer(repo, how)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[:2] == ["workqueue", "None"], done.stdout
+
+
+def test_a_layer_the_user_chose_is_kept(repo):
+    pytest.importorskip("torch")
+    done = kernel_layer(repo, "as installed", chosen="omp")
+    if "No threading layer could be loaded" in done.stderr:
+        pytest.skip("numba has no omp layer here")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[:2] == ["omp", "None"], done.stdout
 
 
 def test_chunks_one_piece_below_the_threshold_one_per_thread_above():

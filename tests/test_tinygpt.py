@@ -67,6 +67,7 @@ def test_quick_run_uses_module_17_and_saves_the_optimizer_state(quick_run, miles
     said = " ".join(done.stdout.split())  # the console wraps long lines
     assert "module 17 (acceleration): kernels add_backward_bias_blas, layer_norm_compiled" in said
     assert "CompiledAdamW" in said
+    assert re.search(r"on numba's (tbb|workqueue|omp) pool \(\d+ threads?\)", said), said
     model, _ = load_pretrained(folder / "run")
     decay = [p for p in model.parameters() if p.ndim >= 2]
     other = [p for p in model.parameters() if p.ndim < 2]

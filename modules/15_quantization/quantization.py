@@ -1385,23 +1385,25 @@ bytes_report()
 # stores a quarter of the bytes. Module 17 registers a compiled kernel for
 # `QuantizedMatMul` that reads each int8 weight once, converts it in a register and
 # multiplies it there: 1 byte per weight (half a byte for int4), which is why it is faster
-# than float32. Measured with `benchmarks/quantization.py --speed-only --lm-head`, one
-# token through single weights of a Qwen2.5-0.5B-sized model, one thread each (a machine
-# shared with other work, load 3-4):
+# than float32. Measured with `OPENBLAS_NUM_THREADS=1 NUMBA_NUM_THREADS=1
+# benchmarks/quantization.py --speed-only --lm-head`, one token through single weights of
+# a Qwen2.5-0.5B-sized model, one thread each (an idle machine, load 1.2):
 #
 # ```
-# ms per token                  MLP (896, 4864)   LM head (151936, 896)
-# float32 BLAS                       1.13               43.1
-# int8, this lesson (NumPy)          9.70  (8.6x)      570    (13x slower)
-# int8, module 17 (compiled)         0.49  (0.44x)      19.8  (2.2x faster)
-# int4 g128, this lesson (NumPy)    12.9   (11x)       609    (14x slower)
-# int4 g128, module 17 (compiled)    0.98  (0.87x)      31.1  (1.4x faster)
+# ms per token                  (896, 4864) weight   LM head (151936, 896)
+# float32 BLAS                       0.625              34.1
+# int8, this lesson (NumPy)          3.96  (6.3x)      404    (12x slower)
+# int8, module 17 (compiled)         0.212 (0.34x)      11.8  (2.9x faster)
+# int4 g128, this lesson (NumPy)     6.05  (9.7x)      441    (13x slower)
+# int4 g128, module 17 (compiled)    0.403 (0.64x)      24.0  (1.4x faster)
 # ```
 #
-# int8 in module 17 reads its bytes at about 9 GB/s, float32 BLAS at 13-15 GB/s: each int8
-# weight also needs a conversion, so the kernel does not quite reach memory's limit, and
-# int4, with two conversions and two shifts per byte, is limited by that arithmetic rather
-# than by its half a byte.
+# On the LM head, which no cache holds, module 17's int8 kernel reads its bytes at 11.6
+# GB/s and float32 BLAS at 16 GB/s: one core keeps only a few reads from memory in flight,
+# and each int8 weight also needs a conversion, so the kernel gets 2.9x of the 4x its bytes
+# allow (module 17 shows how reading four far-apart rows at once doubled its speed). int4,
+# with two conversions and a split per byte, is limited by that arithmetic rather than by
+# its half a byte.
 #
 # The bytes read per token are what decoding speed depends on (module 18).
 #

@@ -96,6 +96,7 @@
 import contextlib
 import ctypes
 import glob
+import importlib.metadata
 import math
 import os
 import sys
@@ -384,8 +385,8 @@ if (os.cpu_count() or 1) >= 2:
 # So Parts 5 to 9 make each NumPy pass cheaper on one core instead, and two threads stay
 # BLAS's. What that leaves on the table is PyTorch's second core for the element-wise work.
 # Parts 10 to 12 take it back the way PyTorch does: compiled loops whose rows numba splits
-# among its own threads (an OpenMP pool where the system has `libgomp`), with no GIL in the
-# way. Part 10 says why those threads must sleep between kernels, not spin as PyTorch's do.
+# among its own threads, with no GIL in the way. Part 10 says which pool runs those threads
+# and why: one whose idle threads neither spin against BLAS nor take long to wake.
 
 # %% [markdown]
 # ## Part 4: allocation reuse
@@ -1616,19 +1617,29 @@ with one_blas_thread():
 #   `chunks(rows, row_size)` (given) picks `parts`: one below `PARALLEL_MIN` elements,
 #   where waking a second thread costs more than it saves (measured below), else one per
 #   thread.
-# - **Two pools must not both spin.** numba's default pool on Linux is OpenMP's, whose
-#   threads, like PyTorch's, spin for a while after each kernel so that they are awake for
-#   the next one. But NumPy's OpenBLAS threads spin too after each product, and a step
-#   alternates kernels and products: on two cores each pool's spinning threads hold the
-#   cores the other is waiting for. Measured on this course's two-core machine (the
-#   milestone's training step, each run in its own process): 323 ms with both pools
-#   spinning; 80 ms with OpenMP told to sleep (`OMP_WAIT_POLICY=PASSIVE`); 85 ms on numba's
-#   own `workqueue` pool, whose threads always sleep between kernels; 95 ms with BLAS on
-#   one thread. The OpenMP setting is not ours to make: it reaches every library in the
-#   process that shares that OpenMP, and a PyTorch step in the same process went from 50 to
-#   75-84 ms. So `start_kernel_threads()` (given, run as the package loads) picks numba's
-#   `workqueue` layer, unless you chose a layer yourself with `NUMBA_THREADING_LAYER`. Its
-#   one limit: two Python threads must not run compiled kernels at the same time.
+# - **Which threads run the pieces.** numba hands a `prange` loop to a *threading layer*,
+#   and the choice decides both what a call costs and whether the kernels fight BLAS for
+#   the cores. Three are on offer, measured on this course's two-core machine:
+#   - OpenMP (`omp`, the default on Linux when TBB is absent): its threads spin after each
+#     kernel to be awake for the next, and so do OpenBLAS's after each product. A training
+#     step alternates the two, and each pool's spinning threads held the cores the other
+#     was waiting for: the milestone's step took 323 ms (85 ms otherwise). Telling OpenMP to
+#     sleep (`OMP_WAIT_POLICY=PASSIVE`, or a short `GOMP_SPINCOUNT`) fixes that, but the
+#     setting is not ours to make: PyTorch shares the same OpenMP library in a process that
+#     imports both, and a PyTorch step went from 50 to 75-84 ms.
+#   - numba's own `workqueue`: its threads always sleep between kernels, so it never
+#     starves BLAS, but waking them costs 50-120 microseconds a call, even for a kernel
+#     that runs on one thread. The milestone's training step took 81 ms on it, and an int8
+#     decode step of a 24-layer model, a few hundred kernel calls, 85 ms.
+#   - Intel's TBB (`tbb`): a work-stealing scheduler whose idle threads back off and sleep
+#     on their own, and which no other library here shares: 2-5 microseconds a call, 41.6
+#     ms a training step of the milestone, 35 ms an int8 decode step.
+#
+#   So the course installs TBB's wheel with numba (on x86-64 Linux and Windows, where PyPI
+#   has it), and `start_kernel_threads()` (given, run as the package loads) starts numba's
+#   pool on TBB, or on `workqueue` where TBB cannot load, unless you chose a layer yourself
+#   with `NUMBA_THREADING_LAYER`. `kernel_threads()` says which layer runs. (On
+#   `workqueue`, two Python threads must not run compiled kernels at the same time.)
 # - **Fast math, but not all of it.** By default LLVM keeps the exact order of every float
 #   operation, which forbids SIMD sums (adding 8 numbers at once reorders the additions).
 #   `fastmath` flags allow it: `reassoc` (reorder sums), `contract` (fused multiply-add) and
@@ -1647,17 +1658,58 @@ FASTMATH = frozenset({"contract", "reassoc", "arcp"})  # no nnan/ninf: masks add
 PARALLEL_MIN = 1 << 14  # elements below which a kernel runs on one thread (measured below)
 
 
-def start_kernel_threads():
-    """Start numba's thread pool on numba's own `workqueue` layer, whose threads sleep
-    between kernels (unless NUMBA_THREADING_LAYER names another), and return the layer.
+def tbb_library():
+    """The path of TBB's shared library from the `tbb` wheel (installed with the course on
+    x86-64 Linux and Windows), or None where it is not installed.
 
-    >>> start_kernel_threads() in ("workqueue", "omp", "tbb")
+    >>> path = tbb_library()
+    >>> path is None or os.path.basename(path) in ("libtbb.so.12", "tbb12.dll")
+    True
+    """
+    try:
+        files = importlib.metadata.files("tbb") or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for f in files:
+        if f.name in ("libtbb.so.12", "tbb12.dll"):
+            return str(f.locate())
+    return None
+
+
+def start_kernel_threads():
+    """Start numba's thread pool on TBB, or on numba's own `workqueue` where TBB cannot
+    load (unless NUMBA_THREADING_LAYER names a layer), and return the layer's name.
+
+    >>> start_kernel_threads() in ("tbb", "workqueue", "omp")
     True
     """
     if "NUMBA_THREADING_LAYER" not in os.environ:
-        numba.config.THREADING_LAYER = "workqueue"  # read when the pool starts, just below
+        library = tbb_library()
+        if library:
+            try:
+                # the wheel puts the library in the environment's lib folder, which the
+                # loader does not search: load it first, and numba's tbb layer finds it
+                if os.name == "nt":
+                    os.add_dll_directory(os.path.dirname(library))
+                else:
+                    ctypes.CDLL(library, mode=ctypes.RTLD_GLOBAL)
+                numba.config.THREADING_LAYER = "tbb"  # read when the pool starts
+                numba.get_num_threads()
+            except (OSError, ValueError):  # TBB did not load: numba's own pool below
+                pass
+        numba.config.THREADING_LAYER = "workqueue"  # only if the pool has not started
     numba.get_num_threads()
     return numba.threading_layer()
+
+
+def kernel_threads():
+    """The threading layer and the number of threads the compiled kernels run on.
+
+    >>> layer, n = kernel_threads()
+    >>> layer in ("tbb", "workqueue", "omp") and n >= 1
+    True
+    """
+    return numba.threading_layer(), numba.get_num_threads()
 
 
 start_kernel_threads()
@@ -2848,11 +2900,30 @@ check_gelu_ce_adamw()
 # a **tile** of weight rows at a time into a small float32 buffer (a few hundred kilobytes,
 # which stays in cache) and hands the tile to BLAS: the whole float32 matrix never exists.
 #
+# One more thing decides the speed of a kernel that streams weights from memory: how many
+# reads it keeps in flight. A core has room for only about a dozen outstanding cache-line
+# misses, and the hardware prefetcher runs ahead of each *stream* of addresses it
+# recognizes. A loop that reads one weight row after another is one stream, and one core
+# reading one stream gets a fraction of the memory's bandwidth (5.5 GB/s here, where
+# BLAS's float32 product reads 15 GB/s on one core). Reading **four rows from four
+# far-apart blocks** at once gives the prefetcher four streams to run ahead of. Measured on
+# this course's machine (`benchmarks/int8_streams.py`, idle, load 1.3) for the LM head of a
+# Qwen2.5-0.5B-sized model (151,936 x 896, one token): one row at a time 24.9 ms on one
+# thread and 12.9 ms on two; four blocks at once 12.6 and 6.0 ms, about 2x; four
+# *adjacent* rows at once (one stream still) 19.2 and 9.3 ms. For all of one token's
+# products of that model (24 layers and the head, 471 MiB of int8 weights, read from
+# memory, not cache), two threads took 51.6 ms one row at a time and 25.9 ms with four
+# blocks, against 72.1 ms for float32 BLAS: 2.8x faster than float32, where the bytes
+# alone would allow 4x. The benchmark measures the three kernels on your machine.
+#
 # Write `int8_matmul_rows(x, q, scale, out, parts)`: for `x` of shape `(N, K)` (N small),
 # int8 `q` of shape `(M, K)` and float32 `scale` `(M,)`, `out[n, o] = scale[o] * sum_k x[n,
-# k] * q[o, k]`. Split the output rows `o` into pieces (each thread reads its own weight
-# rows); for each weight row, loop over the `N` input rows (the weight row stays in cache)
-# and sum in float32, converting each weight with `T(w[k])`.
+# k] * q[o, k]`. The output rows `o` are split into `parts` pieces, one per thread (given).
+# Cut each piece's rows `lo .. hi` into four blocks of `block = (hi - lo) // 4` rows, and
+# for each `i < block` read the four rows `lo + i`, `lo + block + i`, `lo + 2 block + i`,
+# `lo + 3 block + i` together: for each input row `r` (the four weight rows stay in cache),
+# four float32 sums in one loop over `k`, converting each weight with `T(w[k])`. Then the
+# rows left over, `lo + 4 block .. hi`, one at a time.
 
 # %% nbgrader={"grade": false, "grade_id": "int8-matmul-rows", "locked": false, "schema_version": 3, "solution": true, "task": false}
 #| export
@@ -2871,16 +2942,33 @@ def int8_matmul_rows(x, q, scale, out, parts):
     n_out = q.shape[0]
     T = x.dtype.type
     for p in prange(parts):
-        for o in range(p * n_out // parts, (p + 1) * n_out // parts):
+        lo, hi = p * n_out // parts, (p + 1) * n_out // parts
+        block = (hi - lo) // 4
+        ### BEGIN SOLUTION
+        for i in range(block):  # four weight rows, one from each quarter: four streams
+            o0, o1, o2, o3 = lo + i, lo + block + i, lo + 2 * block + i, lo + 3 * block + i
+            w0, w1, w2, w3 = q[o0], q[o1], q[o2], q[o3]
+            for r in range(n_rows):
+                xr = x[r]
+                t0 = t1 = t2 = t3 = T(0)
+                for k in range(n_k):
+                    t0 += xr[k] * T(w0[k])
+                    t1 += xr[k] * T(w1[k])
+                    t2 += xr[k] * T(w2[k])
+                    t3 += xr[k] * T(w3[k])
+                out[r, o0] = t0 * scale[o0]
+                out[r, o1] = t1 * scale[o1]
+                out[r, o2] = t2 * scale[o2]
+                out[r, o3] = t3 * scale[o3]
+        for o in range(lo + 4 * block, hi):  # the rows left over, one at a time
             w = q[o]
-            ### BEGIN SOLUTION
             for r in range(n_rows):
                 xr = x[r]
                 total = T(0)
                 for k in range(n_k):
                     total += xr[k] * T(w[k])
                 out[r, o] = total * scale[o]
-            ### END SOLUTION
+        ### END SOLUTION
 
 
 # %% [markdown]
@@ -3061,6 +3149,7 @@ def test_unit_int8_matmul_rows():
             f"x @ deq(W).T by {np.abs(got - want).max():.3g}")
 
     check_kernel(3, 128, 96, 2, 132)
+    check_kernel(1, 64, 19, 1, 136)  # four blocks of four rows and three rows left over
     check_function((2, 128), 96, 134)
     ### BEGIN HIDDEN TESTS
     from tinytorch.testing import hidden_cases
@@ -3072,6 +3161,8 @@ def test_unit_int8_matmul_rows():
         "more pieces than weight rows": (1, 16, 2, 4, 146),
         "one input row": (1, 96, 33, 2, 148),
         "one weight row": (5, 40, 1, 1, 150),
+        "four blocks and three rows left over": (2, 48, 23, 1, 162),
+        "two pieces of four blocks, rows left over in each": (3, 64, 45, 2, 164),
     })
     hidden_cases(check_function, {
         "as many rows as the integer kernel takes": ((SMALL_ROWS, 64), 24, 152),

@@ -3210,11 +3210,12 @@ batching_throughput()
 # above, `transformers` too): int8 decoded 4.08 tokens/s (1.83x `transformers` float32,
 # and level with PyTorch's own dynamic int8, 0.97x, within noise) and int4 3.55 tokens/s
 # (1.59x), against 2.27 for float32 (1.02x), with int8's peak memory down to 0.41x the
-# float32 weights. On two idle threads each (load 1.2-1.8), after module 17 moved numba
-# to its sleeping thread pool, float32 decoded 10.58 tokens/s against `transformers`'
-# 11.16 (0.95x), int8 13.95 (1.25x) and int4 13.49 (1.21x), and PyTorch's int8 21.66: the
-# issue's targets (1.2x, 2.5x and 3.0x on two threads) are not met; `benchmarks/README.md`
-# has both runs.
+# float32 weights. On two idle threads each (load 1.2-1.5, `benchmarks/decode.py --skip
+# batching`, 3 rounds), after module 17 started its kernels on TBB's thread pool and read
+# int8 rows four streams at a time: float32 decoded 11.27 tokens/s against `transformers`'
+# 10.69 (1.05x; target 1.2x, not met), int8 26.99 (2.52x; target 2.5x, met; 1.21x
+# PyTorch's own dynamic int8 at 22.34) and int4 14.48 (1.35x; target 3.0x, not met: its
+# kernel is limited by unpacking, not by bytes). `benchmarks/README.md` has all the runs.
 #
 # Continuous batching (load average about 3.5): 8 requests of 16 tokens each, served
 # together, gave 5.69 tokens/s in all against 3.52 one after another (1.62x; 4 requests:

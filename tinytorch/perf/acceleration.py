@@ -2,11 +2,12 @@
 # Do not edit: change the lesson and export again.
 """Module 17 (Acceleration): Vectorization, memory layout, BLAS threads, allocation reuse and fused kernels, plugged into your framework through its kernel table and measured."""
 
-__all__ = ['set_blas_threads', 'blas_threads', 'keep_freed_memory', 'gelu_backward_inplace', 'cross_entropy_record', 'cross_entropy_backward_inplace', 'row_sums', 'attention_probs_fast', 'AttentionKeepFunction', 'attention_keep_backward', 'FusedAdamW', 'GELUTanhKernel', 'gelu_tanh_kernel_backward', 'LayerNormKernel', 'layer_norm_kernel_backward', 'add_backward_bias_blas', 'FASTMATH', 'PARALLEL_MIN', 'start_kernel_threads', 'compiled', 'chunks', 'set_threads', 'layer_norm_rows', 'layer_norm_rows_backward', 'LayerNormCompiled', 'layer_norm_compiled_backward', 'fast_exp', 'exp_rows', 'softmax_rows', 'softmax_rows_backward', 'AttentionCompiled', 'attention_compiled_backward', 'gelu_tanh_rows', 'gelu_tanh_rows_backward', 'GELUCompiled', 'gelu_compiled_backward', 'cross_entropy_rows', 'cross_entropy_rows_backward', 'CrossEntropyCompiled', 'cross_entropy_compiled_backward', 'adamw_rows', 'CompiledAdamW', 'int8_matmul_rows', 'SMALL_ROWS', 'TILE_ELEMENTS', 'int4_matmul_rows', 'dequantize_rows', 'QuantizedMatMulCompiled', 'quantized_matmul_compiled_backward', 'rms_norm_rows', 'rms_norm_rows_backward', 'RMSNormCompiled', 'rms_norm_compiled_backward', 'rotary_rows', 'RotaryCompiled', 'rotary_compiled_backward', 'silu_rows', 'silu_rows_backward', 'SiLUCompiled', 'silu_compiled_backward', 'swiglu_rows', 'FAST_KERNELS', 'COMPILED_KERNELS', 'ALL_KERNELS', 'kernel_set', 'active_kernels', 'use_fast_kernels', 'fast_kernels']
+__all__ = ['set_blas_threads', 'blas_threads', 'keep_freed_memory', 'gelu_backward_inplace', 'cross_entropy_record', 'cross_entropy_backward_inplace', 'row_sums', 'attention_probs_fast', 'AttentionKeepFunction', 'attention_keep_backward', 'FusedAdamW', 'GELUTanhKernel', 'gelu_tanh_kernel_backward', 'LayerNormKernel', 'layer_norm_kernel_backward', 'add_backward_bias_blas', 'FASTMATH', 'PARALLEL_MIN', 'tbb_library', 'start_kernel_threads', 'kernel_threads', 'compiled', 'chunks', 'set_threads', 'layer_norm_rows', 'layer_norm_rows_backward', 'LayerNormCompiled', 'layer_norm_compiled_backward', 'fast_exp', 'exp_rows', 'softmax_rows', 'softmax_rows_backward', 'AttentionCompiled', 'attention_compiled_backward', 'gelu_tanh_rows', 'gelu_tanh_rows_backward', 'GELUCompiled', 'gelu_compiled_backward', 'cross_entropy_rows', 'cross_entropy_rows_backward', 'CrossEntropyCompiled', 'cross_entropy_compiled_backward', 'adamw_rows', 'CompiledAdamW', 'int8_matmul_rows', 'SMALL_ROWS', 'TILE_ELEMENTS', 'int4_matmul_rows', 'dequantize_rows', 'QuantizedMatMulCompiled', 'quantized_matmul_compiled_backward', 'rms_norm_rows', 'rms_norm_rows_backward', 'RMSNormCompiled', 'rms_norm_compiled_backward', 'rotary_rows', 'RotaryCompiled', 'rotary_compiled_backward', 'silu_rows', 'silu_rows_backward', 'SiLUCompiled', 'silu_compiled_backward', 'swiglu_rows', 'FAST_KERNELS', 'COMPILED_KERNELS', 'ALL_KERNELS', 'kernel_set', 'active_kernels', 'use_fast_kernels', 'fast_kernels']
 
 import contextlib
 import ctypes
 import glob
+import importlib.metadata
 import math
 import os
 import sys
@@ -488,17 +489,58 @@ FASTMATH = frozenset({"contract", "reassoc", "arcp"})  # no nnan/ninf: masks add
 PARALLEL_MIN = 1 << 14  # elements below which a kernel runs on one thread (measured below)
 
 
-def start_kernel_threads():
-    """Start numba's thread pool on numba's own `workqueue` layer, whose threads sleep
-    between kernels (unless NUMBA_THREADING_LAYER names another), and return the layer.
+def tbb_library():
+    """The path of TBB's shared library from the `tbb` wheel (installed with the course on
+    x86-64 Linux and Windows), or None where it is not installed.
 
-    >>> start_kernel_threads() in ("workqueue", "omp", "tbb")
+    >>> path = tbb_library()
+    >>> path is None or os.path.basename(path) in ("libtbb.so.12", "tbb12.dll")
+    True
+    """
+    try:
+        files = importlib.metadata.files("tbb") or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for f in files:
+        if f.name in ("libtbb.so.12", "tbb12.dll"):
+            return str(f.locate())
+    return None
+
+
+def start_kernel_threads():
+    """Start numba's thread pool on TBB, or on numba's own `workqueue` where TBB cannot
+    load (unless NUMBA_THREADING_LAYER names a layer), and return the layer's name.
+
+    >>> start_kernel_threads() in ("tbb", "workqueue", "omp")
     True
     """
     if "NUMBA_THREADING_LAYER" not in os.environ:
-        numba.config.THREADING_LAYER = "workqueue"  # read when the pool starts, just below
+        library = tbb_library()
+        if library:
+            try:
+                # the wheel puts the library in the environment's lib folder, which the
+                # loader does not search: load it first, and numba's tbb layer finds it
+                if os.name == "nt":
+                    os.add_dll_directory(os.path.dirname(library))
+                else:
+                    ctypes.CDLL(library, mode=ctypes.RTLD_GLOBAL)
+                numba.config.THREADING_LAYER = "tbb"  # read when the pool starts
+                numba.get_num_threads()
+            except (OSError, ValueError):  # TBB did not load: numba's own pool below
+                pass
+        numba.config.THREADING_LAYER = "workqueue"  # only if the pool has not started
     numba.get_num_threads()
     return numba.threading_layer()
+
+
+def kernel_threads():
+    """The threading layer and the number of threads the compiled kernels run on.
+
+    >>> layer, n = kernel_threads()
+    >>> layer in ("tbb", "workqueue", "omp") and n >= 1
+    True
+    """
+    return numba.threading_layer(), numba.get_num_threads()
 
 
 start_kernel_threads()
@@ -1147,7 +1189,24 @@ def int8_matmul_rows(x, q, scale, out, parts):
     n_out = q.shape[0]
     T = x.dtype.type
     for p in prange(parts):
-        for o in range(p * n_out // parts, (p + 1) * n_out // parts):
+        lo, hi = p * n_out // parts, (p + 1) * n_out // parts
+        block = (hi - lo) // 4
+        for i in range(block):  # four weight rows, one from each quarter: four streams
+            o0, o1, o2, o3 = lo + i, lo + block + i, lo + 2 * block + i, lo + 3 * block + i
+            w0, w1, w2, w3 = q[o0], q[o1], q[o2], q[o3]
+            for r in range(n_rows):
+                xr = x[r]
+                t0 = t1 = t2 = t3 = T(0)
+                for k in range(n_k):
+                    t0 += xr[k] * T(w0[k])
+                    t1 += xr[k] * T(w1[k])
+                    t2 += xr[k] * T(w2[k])
+                    t3 += xr[k] * T(w3[k])
+                out[r, o0] = t0 * scale[o0]
+                out[r, o1] = t1 * scale[o1]
+                out[r, o2] = t2 * scale[o2]
+                out[r, o3] = t3 * scale[o3]
+        for o in range(lo + 4 * block, hi):  # the rows left over, one at a time
             w = q[o]
             for r in range(n_rows):
                 xr = x[r]
