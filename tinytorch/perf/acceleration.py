@@ -516,19 +516,19 @@ def start_kernel_threads():
     """
     if "NUMBA_THREADING_LAYER" not in os.environ:
         library = tbb_library()
-        if library:
-            try:
-                # the wheel puts the library in the environment's lib folder, which the
-                # loader does not search: load it first, and numba's tbb layer finds it
-                if os.name == "nt":
-                    os.add_dll_directory(os.path.dirname(library))
-                else:
-                    ctypes.CDLL(library, mode=ctypes.RTLD_GLOBAL)
-                numba.config.THREADING_LAYER = "tbb"  # read when the pool starts
-                numba.get_num_threads()
-            except (OSError, ValueError):  # TBB did not load: numba's own pool below
-                pass
-        numba.config.THREADING_LAYER = "workqueue"  # only if the pool has not started
+        try:
+            if library is None:
+                raise OSError("the tbb wheel is not installed")
+            # the wheel puts the library in the environment's lib folder, which the loader
+            # does not search: load it first, and numba's tbb layer finds it
+            if os.name == "nt":
+                os.add_dll_directory(os.path.dirname(library))
+            else:
+                ctypes.CDLL(library, mode=ctypes.RTLD_GLOBAL)
+            numba.config.THREADING_LAYER = "tbb"  # read when the pool starts, just below
+            numba.get_num_threads()
+        except (OSError, ValueError):  # no TBB, or it did not load: numba's own pool
+            numba.config.THREADING_LAYER = "workqueue"
     numba.get_num_threads()
     return numba.threading_layer()
 
