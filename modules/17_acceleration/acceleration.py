@@ -3129,6 +3129,12 @@ def test_unit_int8_matmul_rows():
         out = np.full((rows, n_out), np.nan, np.float32)
         int8_matmul_rows(x, q, s, out, parts)
         want = product64(x, q, s)
+        unwritten = np.flatnonzero(np.isnan(out).any(axis=0))
+        assert not unwritten.size, (
+            f"{rows} rows of {n_in} times {n_out} int8 weight rows in {parts} pieces: the "
+            f"outputs of weight rows {unwritten.tolist()[:8]} were never written (out was "
+            "filled with NaN): every row lo .. hi of each piece needs its output, the rows "
+            "left over after the four blocks too")
         assert np.allclose(out, want, rtol=1e-5, atol=1e-5 * math.sqrt(n_in)), (
             f"{rows} rows of {n_in} times {n_out} int8 weight rows in {parts} pieces: differs "
             f"from x @ deq(W).T by {np.nanmax(np.abs(out - want)):.3g}: every output of the "
