@@ -50,8 +50,8 @@ def plain_afterwards():
 NUMPY_NAMES = {"gelu_backward_inplace", "cross_entropy_backward_inplace", "attention_keep_probs",
                "gelu_tanh_kernel", "layer_norm_kernel", "add_backward_bias_blas"}
 COMPILED_NAMES = {"layer_norm_compiled", "gelu_compiled", "attention_compiled",
-                  "cross_entropy_compiled", "quantized_matmul_compiled", "rms_norm_compiled",
-                  "rotary_compiled", "silu_compiled"}
+                  "cross_entropy_compiled", "quantized_matmul_compiled", "matmul_rows_compiled",
+                  "rms_norm_compiled", "rotary_compiled", "silu_compiled"}
 
 
 def test_tables_start_plain_and_switch_both_ways():

@@ -21,7 +21,7 @@ from tinytorch.core.embeddings import RotaryEmbedding, RotaryFunction, apply_rot
 from tinytorch.core.layers import Linear, Parameter
 from tinytorch.core.losses import CrossEntropyFunction, cross_entropy
 from tinytorch.core.optimizers import AdamW
-from tinytorch.core.tensor import Tensor, manual_seed
+from tinytorch.core.tensor import MatMul, Tensor, manual_seed
 from tinytorch.models.transformer import (
     GPT,
     GPTConfig,
@@ -99,6 +99,34 @@ def test_package_kernels_are_cached_notebook_ones_are_not():
     twice(np.arange(3, dtype=np.float32), out, 1)
     assert out.tolist() == [0, 2, 4]
 
+
+
+def test_a_one_piece_call_runs_the_one_thread_twin_and_more_pieces_the_parallel_code():
+    namespace = {"acc": acc, "prange": acc.prange}
+    exec(compile("@acc.compiled\ndef scaled(x, out, parts):\n"
+                 "    n = x.shape[0]\n"
+                 "    for p in prange(parts):\n"
+                 "        for i in range(p * n // parts, (p + 1) * n // parts):\n"
+                 "            out[i] = x[i] * x.dtype.type(3)\n",
+                 "<cell 4 'kernel'>", "exec"), namespace)
+    kernel = namespace["scaled"]
+    assert kernel.parallel.targetoptions["parallel"] is True
+    assert kernel.one_thread.targetoptions["parallel"] is False
+    x, out = np.arange(5, dtype=np.float32), np.zeros(5, np.float32)
+    kernel(x, out, 1)
+    assert out.tolist() == [0, 3, 6, 9, 12]
+    assert kernel.one_thread.signatures and not kernel.parallel.signatures
+    out[:] = 0
+    kernel(x, out, 2)
+    assert out.tolist() == [0, 3, 6, 9, 12] and kernel.parallel.signatures
+    assert kernel.__name__ == "scaled" and kernel.py_func.__name__ == "scaled"
+
+
+def test_the_package_caches_each_twin_in_its_own_file():
+    twin, parallel = acc.layer_norm_rows.one_thread, acc.layer_norm_rows.parallel
+    assert type(twin._cache).__name__ == "FunctionCache"
+    assert twin._cache._cache_file._index_path != parallel._cache._cache_file._index_path
+    assert acc.layer_norm_rows.__doc__ == acc.layer_norm_rows.py_func.__doc__  # doctests run
 
 THREAD_LAYER = """
 import ctypes, importlib.metadata, os, sys
@@ -194,11 +222,13 @@ def test_set_threads_sets_both_pools():
 
 
 def pieces_agree(parts):
-    """Splitting rows among threads changes no row's result (sums across rows: rounding)."""
+    """Splitting rows among threads changes no row's result (sums across rows: rounding).
+    One piece runs the one-thread twin, separate machine code that may add in another
+    order: it agrees to float32 rounding; any number of pieces above one, to the bit."""
     x, w, b = f32(50, 33, seed=1), f32(33, seed=2), f32(33, seed=3)
     g = f32(50, 33, seed=4)
     outs = []
-    for p in (1, parts):
+    for p in (1, 2, parts):
         out, mean, rstd = np.empty_like(x), np.empty(50, np.float32), np.empty(50, np.float32)
         acc.layer_norm_rows(x, w, b, np.float32(1e-5), out, mean, rstd, p)
         dx, dw, db = np.empty_like(x), np.zeros((p, 33), np.float32), np.zeros((p, 33), np.float32)
@@ -207,12 +237,13 @@ def pieces_agree(parts):
         acc.softmax_rows(scores, np.broadcast_to(np.tril(np.ones((9, 9), bool)), scores.shape),
                          np.float32(0.5), p)
         outs.append((out, dx, dw.sum(0), db.sum(0), scores))
-    (o1, dx1, dw1, db1, s1), (o2, dx2, dw2, db2, s2) = outs
-    np.testing.assert_array_equal(o1, o2)
-    np.testing.assert_array_equal(dx1, dx2)
-    np.testing.assert_array_equal(s1, s2)
-    np.testing.assert_allclose(dw1, dw2, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(db1, db2, rtol=1e-5, atol=1e-5)
+    one, two, many = outs
+    for a, b_ in zip(two[:2] + two[4:], many[:2] + many[4:]):  # out, dx, scores
+        np.testing.assert_array_equal(a, b_)
+    for a, b_ in zip(two[2:4], many[2:4]):  # dw, db: summed over the pieces
+        np.testing.assert_allclose(a, b_, rtol=1e-5, atol=1e-5)
+    for a, b_ in zip(one, two):
+        np.testing.assert_allclose(a, b_, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("parts", [2, 3, 7])
@@ -640,6 +671,78 @@ def test_quantized_gpt_with_compiled_kernels_gives_the_plain_logits():
     np.testing.assert_allclose(one[0, 0], want[0, 0], rtol=1e-4, atol=1e-4)
     layer = QuantizedLinear.from_linear(Linear(64, 32), bits=8)
     assert layer.dequantized_weight().shape == (32, 64)  # module 15's API is unchanged
+
+
+# ---- float32 rows through the int8 kernel -------------------------------------------------------
+def run_kernel_used(fn):
+    """fn() with MatMulRowsCompiled in the table; also whether its compiled path ran."""
+    calls = []
+    kernel = acc.int8_matmul_rows
+
+    def counting(*args):
+        calls.append(args[1].dtype)
+        return kernel(*args)
+
+    acc.int8_matmul_rows = counting
+    try:
+        return with_kernel(MatMul, acc.MatMulRowsCompiled, fn), calls
+    finally:
+        acc.int8_matmul_rows = kernel
+
+
+@pytest.mark.parametrize("shape", [(1, 96), (3, 96), (8, 96), (2, 4, 96), (1, 1, 96)])
+@pytest.mark.parametrize("n_out", [1, 5, 67])
+def test_matmul_rows_compiled_is_x_at_w_transposed_against_float64(shape, n_out):
+    w = Tensor(f32(n_out, 96, seed=95))  # (out, in), as a Linear stores it
+    x = Tensor(f32(*shape, seed=96))
+    got, calls = run_kernel_used(lambda: x @ w.T)
+    want = x.data.astype(np.float64) @ w.data.astype(np.float64).T
+    assert calls == [np.float32], "a few float32 rows times W.T: the compiled kernel"
+    assert got.dtype == np.float32 and got.shape == want.shape
+    np.testing.assert_allclose(got.data, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["9 rows", "float64", "b not a transposed weight", "1-D x"])
+def test_matmul_rows_compiled_leaves_other_products_to_blas(case):
+    w, x = f32(7, 16, seed=97), f32(2, 16, seed=98)
+    a, b = {"9 rows": (f32(9, 16, seed=99), w.T), "float64": (x.astype(np.float64), w.T),
+            "b not a transposed weight": (x, np.ascontiguousarray(w.T)),
+            "1-D x": (x[0], w.T)}[case]
+    got, calls = run_kernel_used(lambda: Tensor(a, dtype=a.dtype) @ Tensor(b, dtype=b.dtype))
+    assert calls == []
+    np.testing.assert_allclose(got.data, a @ b, rtol=1e-6, atol=1e-6)
+
+
+def test_matmul_rows_compiled_keeps_matmuls_shape_error():
+    x, w = Tensor(f32(1, 16, seed=100)), Tensor(f32(7, 15, seed=101))
+    with pytest.raises(ValueError, match=r"\(1, 16\) and \(15, 7\)"):
+        with_kernel(MatMul, acc.MatMulRowsCompiled, lambda: x @ w.T)
+
+
+def test_matmul_rows_compiled_differentiates_as_module_06():
+    w = Tensor(f32(11, 32, seed=102), requires_grad=True)
+    x = Tensor(f32(2, 3, 32, seed=103), requires_grad=True)
+    (want, want_g), (got, got_g) = plain_and_compiled(MatMul, acc.MatMulRowsCompiled,
+                                                      lambda: x @ w.T, [x, w])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    for g, h in zip(got_g, want_g):
+        np.testing.assert_allclose(g, h, rtol=1e-5, atol=1e-5)
+
+
+def test_linear_decoding_one_token_runs_the_kernel_inside_fast_kernels():
+    manual_seed(0)
+    layer = Linear(64, 48)
+    x = Tensor(f32(1, 1, 64, seed=104))
+    want = layer(x).data
+    calls, kernel = [], acc.int8_matmul_rows
+    acc.int8_matmul_rows = lambda *args: calls.append(args[1].dtype) or kernel(*args)
+    try:
+        with acc.fast_kernels() as names:  # what ModelFeatures(kernels="fast") switches on
+            got = layer(x)
+    finally:
+        acc.int8_matmul_rows = kernel
+    assert "matmul_rows_compiled" in names and calls == [np.float32]
+    np.testing.assert_allclose(got.data, want, rtol=1e-5, atol=1e-5)
 
 
 # ---- rotary ------------------------------------------------------------------------------------

@@ -2,10 +2,11 @@
 # Do not edit: change the lesson and export again.
 """Module 17 (Acceleration): Vectorization, memory layout, BLAS threads, allocation reuse and fused kernels, plugged into your framework through its kernel table and measured."""
 
-__all__ = ['set_blas_threads', 'blas_threads', 'keep_freed_memory', 'gelu_backward_inplace', 'cross_entropy_record', 'cross_entropy_backward_inplace', 'row_sums', 'attention_probs_fast', 'AttentionKeepFunction', 'attention_keep_backward', 'FusedAdamW', 'GELUTanhKernel', 'gelu_tanh_kernel_backward', 'LayerNormKernel', 'layer_norm_kernel_backward', 'add_backward_bias_blas', 'FASTMATH', 'PARALLEL_MIN', 'tbb_library', 'start_kernel_threads', 'kernel_threads', 'compiled', 'chunks', 'set_threads', 'layer_norm_rows', 'layer_norm_rows_backward', 'LayerNormCompiled', 'layer_norm_compiled_backward', 'fast_exp', 'exp_rows', 'softmax_rows', 'softmax_rows_backward', 'AttentionCompiled', 'attention_compiled_backward', 'gelu_tanh_rows', 'gelu_tanh_rows_backward', 'GELUCompiled', 'gelu_compiled_backward', 'cross_entropy_rows', 'cross_entropy_rows_backward', 'CrossEntropyCompiled', 'cross_entropy_compiled_backward', 'adamw_rows', 'CompiledAdamW', 'int8_matmul_rows', 'SMALL_ROWS', 'TILE_ELEMENTS', 'int4_matmul_rows', 'dequantize_rows', 'QuantizedMatMulCompiled', 'quantized_matmul_compiled_backward', 'rms_norm_rows', 'rms_norm_rows_backward', 'RMSNormCompiled', 'rms_norm_compiled_backward', 'rotary_rows', 'RotaryCompiled', 'rotary_compiled_backward', 'silu_rows', 'silu_rows_backward', 'SiLUCompiled', 'silu_compiled_backward', 'swiglu_rows', 'FAST_KERNELS', 'COMPILED_KERNELS', 'ALL_KERNELS', 'kernel_set', 'active_kernels', 'use_fast_kernels', 'fast_kernels']
+__all__ = ['set_blas_threads', 'blas_threads', 'keep_freed_memory', 'gelu_backward_inplace', 'cross_entropy_record', 'cross_entropy_backward_inplace', 'row_sums', 'attention_probs_fast', 'AttentionKeepFunction', 'attention_keep_backward', 'FusedAdamW', 'GELUTanhKernel', 'gelu_tanh_kernel_backward', 'LayerNormKernel', 'layer_norm_kernel_backward', 'add_backward_bias_blas', 'FASTMATH', 'PARALLEL_MIN', 'tbb_library', 'start_kernel_threads', 'kernel_threads', 'compiled', 'Kernel', 'chunks', 'set_threads', 'layer_norm_rows', 'layer_norm_rows_backward', 'LayerNormCompiled', 'layer_norm_compiled_backward', 'fast_exp', 'exp_rows', 'softmax_rows', 'softmax_rows_backward', 'AttentionCompiled', 'attention_compiled_backward', 'gelu_tanh_rows', 'gelu_tanh_rows_backward', 'GELUCompiled', 'gelu_compiled_backward', 'cross_entropy_rows', 'cross_entropy_rows_backward', 'CrossEntropyCompiled', 'cross_entropy_compiled_backward', 'adamw_rows', 'CompiledAdamW', 'int8_matmul_rows', 'SMALL_ROWS', 'TILE_ELEMENTS', 'int4_matmul_rows', 'dequantize_rows', 'QuantizedMatMulCompiled', 'quantized_matmul_compiled_backward', 'MatMulRowsCompiled', 'matmul_rows_compiled_backward', 'rms_norm_rows', 'rms_norm_rows_backward', 'RMSNormCompiled', 'rms_norm_compiled_backward', 'rotary_rows', 'RotaryCompiled', 'rotary_compiled_backward', 'silu_rows', 'silu_rows_backward', 'SiLUCompiled', 'silu_compiled_backward', 'swiglu_rows', 'FAST_KERNELS', 'COMPILED_KERNELS', 'ALL_KERNELS', 'kernel_set', 'active_kernels', 'use_fast_kernels', 'fast_kernels']
 
 import contextlib
 import ctypes
+import functools
 import glob
 import importlib.metadata
 import math
@@ -20,12 +21,12 @@ from numba.extending import intrinsic, overload
 
 from tinytorch.core.activations import GELUFunction, SiLUFunction
 from tinytorch.core.attention import AttentionFunction, _attention_input_grads, _attention_probs
-from tinytorch.core.autograd import DERIVATIVES, KERNELS, derivative
+from tinytorch.core.autograd import DERIVATIVES, KERNELS, derivative, matmul_backward
 from tinytorch.core.autograd import gelu_backward as plain_gelu_backward
 from tinytorch.core.embeddings import RotaryFunction, rotary_backward
 from tinytorch.core.losses import CrossEntropyFunction
 from tinytorch.core.optimizers import AdamW, _grad_array
-from tinytorch.core.tensor import Add
+from tinytorch.core.tensor import Add, MatMul
 from tinytorch.models.transformer import LayerNormFunction, RMSNormFunction
 from tinytorch.perf.quantization import QuantizedMatMul, quantized_matmul_backward
 
@@ -563,14 +564,48 @@ def compiled(fn=None, *, fastmath=FASTMATH):
     """
     if fn is None:
         return lambda f: compiled(f, fastmath=fastmath)
-    options = {"parallel": True, "fastmath": set(fastmath) if fastmath else False,
-               "nogil": True}
+    return Kernel(fn, fastmath)
+
+
+def _jit(fn, **options):
+    """numba.njit(fn), its machine code cached on disk when fn is defined in a file"""
     if not os.path.isfile(fn.__code__.co_filename):
         return numba.njit(**options)(fn)
     try:
         return numba.njit(cache=True, **options)(fn)
     except RuntimeError:  # numba found nowhere to write its cache
         return numba.njit(**options)(fn)
+
+
+class Kernel:
+    """A compiled kernel: numba's parallel machine code, and a one-thread twin of it that
+    runs when the last argument (the number of pieces, `parts`) is 1.
+
+    >>> kernel = compiled(lambda x, out, parts: None)
+    >>> kernel.parallel.targetoptions["parallel"], kernel.one_thread.targetoptions["parallel"]
+    (True, False)
+    """
+
+    def __init__(self, fn, fastmath=FASTMATH):
+        options = {"fastmath": set(fastmath) if fastmath else False, "nogil": True}
+        self.py_func = fn  # the plain Python function, to debug with prints
+        self.parallel = _jit(fn, parallel=True, **options)
+        twin = type(fn)(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__,
+                        fn.__closure__)
+        twin.__qualname__ = fn.__qualname__ + ".one_thread"  # its own file in numba's cache
+        self.one_thread = _jit(twin, parallel=False, **options)
+        functools.update_wrapper(self, fn)  # the name and docstring of fn
+
+    def __call__(self, *args):
+        parts = args[-1] if args else None
+        if type(parts) is int and parts == 1:  # one piece: no thread of the pool woken
+            return self.one_thread(*args)
+        return self.parallel(*args)
+
+    def __getattr__(self, name):  # the rest (targetoptions, ...) from the parallel code
+        if name == "parallel":  # not made yet (or a copy being built): no recursion
+            raise AttributeError(name)
+        return getattr(self.parallel, name)
 
 
 def chunks(rows, row_size=1):
@@ -1315,6 +1350,48 @@ def quantized_matmul_compiled_backward(ctx, grad):
     return quantized_matmul_backward(ctx, grad)
 
 
+_UNIT_SCALES = {}  # n -> float32 ones (n,): the scales of float32 weight rows
+
+
+def _unit_scales(n):
+    ones = _UNIT_SCALES.get(n)
+    if ones is None:
+        ones = _UNIT_SCALES[n] = np.ones(n, np.float32)
+    return ones
+
+
+class MatMulRowsCompiled(MatMul):
+    """a @ b for a few float32 rows `a` and b = W.T, W a C-ordered float32 weight (out, in):
+    int8_matmul_rows compiled for float32 weights (scales of 1); BLAS for the rest.
+
+    >>> from tinytorch.core.tensor import Tensor
+    >>> w = Tensor(np.arange(6, dtype=np.float32).reshape(3, 2))  # (out, in)
+    >>> with fast_kernels():
+    ...     y = Tensor(np.ones((1, 2), np.float32)) @ w.T  # one row: the compiled kernel
+    >>> y
+    Tensor([[1., 5., 9.]])
+    """
+
+    @staticmethod
+    def forward(a, b):
+        if (a.dtype != np.float32 or b.dtype != np.float32 or a.ndim < 2 or b.ndim != 2
+                or a.shape[-1] != b.shape[0] or not b.T.flags.c_contiguous):
+            return MatMul.forward(a, b)  # its checks, its errors, BLAS
+        rows = np.ascontiguousarray(a).reshape(-1, a.shape[-1])  # (N, K)
+        n, (n_in, n_out) = rows.shape[0], b.shape
+        if n > SMALL_ROWS:
+            return MatMul.forward(a, b)
+        out = np.empty((n, n_out), np.float32)
+        int8_matmul_rows(rows, b.T, _unit_scales(n_out), out, chunks(n_out, n_in * n))
+        return out.reshape(a.shape[:-1] + (n_out,))
+
+
+@derivative(MatMulRowsCompiled)
+def matmul_rows_compiled_backward(ctx, grad):
+    """module 06's rule: grad @ b.T to a, a.T @ grad to b"""
+    return matmul_backward(ctx, grad)
+
+
 @compiled
 def rms_norm_rows(x, weight, eps, out, rstd, parts):
     """out = x * rstd * weight for each row of x (N, C), rstd = 1 / sqrt(mean(x^2) + eps)
@@ -1574,6 +1651,7 @@ COMPILED_KERNELS = (
     ("attention_compiled", KERNELS, AttentionFunction, AttentionCompiled),
     ("cross_entropy_compiled", KERNELS, CrossEntropyFunction, CrossEntropyCompiled),
     ("quantized_matmul_compiled", KERNELS, QuantizedMatMul, QuantizedMatMulCompiled),
+    ("matmul_rows_compiled", KERNELS, MatMul, MatMulRowsCompiled),
     ("rms_norm_compiled", KERNELS, RMSNormFunction, RMSNormCompiled),
     ("rotary_compiled", KERNELS, RotaryFunction, RotaryCompiled),
     ("silu_compiled", KERNELS, SiLUFunction, SiLUCompiled),
