@@ -1642,17 +1642,18 @@ with one_blas_thread():
 #   with `NUMBA_THREADING_LAYER`. `kernel_threads()` says which layer runs. (On
 #   `workqueue`, two Python threads must not run compiled kernels at the same time.)
 # - **One piece, no pool.** Even on TBB, a `prange` loop hands its work to the pool and
-#   wakes a thread when there is a single piece. Back to back that costs 2.3 microseconds a
-#   call (a one-row RMSNorm, against 0.6 for the same kernel compiled without `parallel`).
-#   But in a decode step Python runs between the calls, the woken threads fall back asleep,
-#   and each call cost about 17 microseconds with 100 microseconds of Python between them.
-#   One token of a 24-layer model makes 145 such one-piece calls (norms, rotary, SiLU,
-#   softmax) besides its 169 products. So `compiled` makes each kernel twice: numba's
-#   parallel code, and a twin compiled with `parallel=False` (where `prange` is `range`).
-#   A call whose last argument, `parts`, is 1 runs the twin and wakes nobody; `chunks`
-#   gives 1 below `PARALLEL_MIN`, so small work stays on the calling thread. An int8
-#   decode step of that model went from 32.1 to 29.5 ms. The twin compiles on its first
-#   call, as the parallel code does, and is cached beside it.
+#   wakes a thread when there is a single piece. Back to back that costs little, but in a
+#   decode step Python runs between the calls, the woken threads fall back asleep, and a
+#   one-row RMSNorm cost about 18 microseconds more per call with 100 microseconds of
+#   Python between calls than the same kernel compiled without `parallel`. One token of a
+#   24-layer model makes 145 such one-piece calls (norms, rotary, SiLU, softmax) besides
+#   its 169 products. So a kernel made by `compiled` runs a call whose last argument,
+#   `parts`, is 1 with numba's thread count set to 1 for that call
+#   (`numba.set_num_threads`, which holds for the calling thread only): the piece runs on
+#   the calling thread and wakes nobody, 4.4 microseconds more per call instead of 18.
+#   `chunks` gives 1 below `PARALLEL_MIN`, so small work stays on the calling thread.
+#   An int8 decode step of that model went from 32.2-33.2 ms to 30.0-30.6 ms (medians
+#   of 24 steps, two pairs of runs, alternated).
 # - **Fast math, but not all of it.** By default LLVM keeps the exact order of every float
 #   operation, which forbids SIMD sums (adding 8 numbers at once reorders the additions).
 #   `fastmath` flags allow it: `reassoc` (reorder sums), `contract` (fused multiply-add) and
@@ -1759,31 +1760,33 @@ def _jit(fn, **options):
 
 
 class Kernel:
-    """A compiled kernel: numba's parallel machine code, and a one-thread twin of it that
-    runs when the last argument (the number of pieces, `parts`) is 1.
+    """A compiled kernel (numba's parallel machine code) that runs a call whose last
+    argument, the number of pieces `parts`, is 1 on the calling thread alone.
 
     >>> kernel = compiled(lambda x, out, parts: None)
-    >>> kernel.parallel.targetoptions["parallel"], kernel.one_thread.targetoptions["parallel"]
-    (True, False)
+    >>> kernel.targetoptions["parallel"], kernel.py_func.__name__
+    (True, '<lambda>')
     """
 
     def __init__(self, fn, fastmath=FASTMATH):
-        options = {"fastmath": set(fastmath) if fastmath else False, "nogil": True}
         self.py_func = fn  # the plain Python function, to debug with prints
-        self.parallel = _jit(fn, parallel=True, **options)
-        twin = type(fn)(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__,
-                        fn.__closure__)
-        twin.__qualname__ = fn.__qualname__ + ".one_thread"  # its own file in numba's cache
-        self.one_thread = _jit(twin, parallel=False, **options)
+        self.parallel = _jit(fn, parallel=True, nogil=True,
+                             fastmath=set(fastmath) if fastmath else False)
         functools.update_wrapper(self, fn)  # the name and docstring of fn
 
     def __call__(self, *args):
         parts = args[-1] if args else None
-        if type(parts) is int and parts == 1:  # one piece: no thread of the pool woken
-            return self.one_thread(*args)
+        if type(parts) is int and parts == 1:
+            threads = numba.get_num_threads()
+            if threads > 1:  # one piece: this thread's count set to 1 wakes no other thread
+                numba.set_num_threads(1)
+                try:
+                    return self.parallel(*args)
+                finally:
+                    numba.set_num_threads(threads)
         return self.parallel(*args)
 
-    def __getattr__(self, name):  # the rest (targetoptions, ...) from the parallel code
+    def __getattr__(self, name):  # the rest (targetoptions, ...) from the compiled code
         if name == "parallel":  # not made yet (or a copy being built): no recursion
             raise AttributeError(name)
         return getattr(self.parallel, name)

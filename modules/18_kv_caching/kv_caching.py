@@ -3215,8 +3215,8 @@ batching_throughput()
 # int8 rows four streams at a time: float32 decoded 11.27 tokens/s against `transformers`'
 # 10.69 (1.05x; target 1.2x, not met), int8 26.99 (2.52x; target 2.5x, met; 1.21x
 # PyTorch's own dynamic int8 at 22.34) and int4 14.48 (1.35x; target 3.0x, not met: its
-# kernel is limited by unpacking, not by bytes). Then module 17 gave its one-piece kernel
-# calls a one-thread twin and ran `x @ W.T` for a few float32 rows through your int8
+# kernel is limited by unpacking, not by bytes). Then module 17 ran its one-piece kernel
+# calls on the calling thread alone and `x @ W.T` for a few float32 rows through your int8
 # kernel; the same benchmark (load 0.8-1.9): int8 32.84 tokens/s (3.34x `transformers`
 # float32, 1.22x PyTorch's int8), float32 1.11x and int4 1.60x (targets 1.2x and 3.0x,
 # not met). `benchmarks/README.md` has all the runs.

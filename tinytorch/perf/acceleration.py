@@ -578,31 +578,33 @@ def _jit(fn, **options):
 
 
 class Kernel:
-    """A compiled kernel: numba's parallel machine code, and a one-thread twin of it that
-    runs when the last argument (the number of pieces, `parts`) is 1.
+    """A compiled kernel (numba's parallel machine code) that runs a call whose last
+    argument, the number of pieces `parts`, is 1 on the calling thread alone.
 
     >>> kernel = compiled(lambda x, out, parts: None)
-    >>> kernel.parallel.targetoptions["parallel"], kernel.one_thread.targetoptions["parallel"]
-    (True, False)
+    >>> kernel.targetoptions["parallel"], kernel.py_func.__name__
+    (True, '<lambda>')
     """
 
     def __init__(self, fn, fastmath=FASTMATH):
-        options = {"fastmath": set(fastmath) if fastmath else False, "nogil": True}
         self.py_func = fn  # the plain Python function, to debug with prints
-        self.parallel = _jit(fn, parallel=True, **options)
-        twin = type(fn)(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__,
-                        fn.__closure__)
-        twin.__qualname__ = fn.__qualname__ + ".one_thread"  # its own file in numba's cache
-        self.one_thread = _jit(twin, parallel=False, **options)
+        self.parallel = _jit(fn, parallel=True, nogil=True,
+                             fastmath=set(fastmath) if fastmath else False)
         functools.update_wrapper(self, fn)  # the name and docstring of fn
 
     def __call__(self, *args):
         parts = args[-1] if args else None
-        if type(parts) is int and parts == 1:  # one piece: no thread of the pool woken
-            return self.one_thread(*args)
+        if type(parts) is int and parts == 1:
+            threads = numba.get_num_threads()
+            if threads > 1:  # one piece: this thread's count set to 1 wakes no other thread
+                numba.set_num_threads(1)
+                try:
+                    return self.parallel(*args)
+                finally:
+                    numba.set_num_threads(threads)
         return self.parallel(*args)
 
-    def __getattr__(self, name):  # the rest (targetoptions, ...) from the parallel code
+    def __getattr__(self, name):  # the rest (targetoptions, ...) from the compiled code
         if name == "parallel":  # not made yet (or a copy being built): no recursion
             raise AttributeError(name)
         return getattr(self.parallel, name)
