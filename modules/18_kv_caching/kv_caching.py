@@ -3217,17 +3217,20 @@ batching_throughput()
 # PyTorch's own dynamic int8 at 22.34) and int4 14.48 (1.35x; target 3.0x, not met: its
 # kernel is limited by unpacking, not by bytes). Then module 17 ran its one-piece kernel
 # calls on the calling thread alone and `x @ W.T` for a few float32 rows through your int8
-# kernel; the same benchmark (load 0.8-1.9): int8 32.84 tokens/s (3.34x `transformers`
-# float32, 1.22x PyTorch's int8), float32 1.11x and int4 1.60x (targets 1.2x and 3.0x,
-# not met). `benchmarks/README.md` has all the runs.
+# kernel; the same benchmark (load 1.3-1.8): int8 33.29 tokens/s (2.80x `transformers`
+# float32, 1.20x PyTorch's int8), float32 1.06x and int4 1.33x (targets 1.2x and 3.0x,
+# not met). Our int8 decodes at about the same speed from run to run, but float32 reads
+# 1.84 GiB a token and moves with the memory bandwidth the machine's neighbours leave: in
+# a run a quarter of an hour earlier (with a first form of the one-piece change)
+# `transformers` decoded 9.84 tokens/s instead of 11.88, and int8 was 3.34x it.
+# `benchmarks/README.md` has all the runs.
 #
-# Continuous batching in that run: 8 requests of 16 tokens each, served together, gave
-# 26.05 tokens/s in all against 8.90 one after another (2.93x; 4 requests: 2.38x), with
-# the same tokens, in a 9 MiB pool. The KV cache was 7.0x faster than recomputing the
+# Continuous batching in the last run: 8 requests of 16 tokens each, served together,
+# gave 30.00 tokens/s in all against 10.43 one after another (2.88x; 4 requests: 2.27x),
+# with the same tokens, in a 9 MiB pool. The KV cache was 6.5x faster than recomputing the
 # prefix (256 tokens after a 32-token prompt, 4 layers of width 256), and for sequences of
 # 500, 30, 120 and 8 tokens the paged cache (pages of 16) held 2.91x less memory than the
-# dense one. Your figures will differ with the machine; the ratios are
-# what to compare.
+# dense one. Your figures will differ with the machine; the ratios are what to compare.
 #
 # ## What comes next
 #
