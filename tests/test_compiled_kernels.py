@@ -626,6 +626,25 @@ def test_quantized_matmul_compiled_matches_module_15(rows, fmt):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("n_out, parts", [(1, 1), (3, 1), (4, 1), (23, 1), (45, 2), (2, 4),
+                                          (64, 3)])
+@pytest.mark.parametrize("group", [16, 64])
+def test_int4_kernel_every_row_of_every_piece_against_float64(n_out, parts, group):
+    """int4_matmul_rows called directly, pieces and rows left over after the four blocks
+    included: every output written (out starts as NaN) and equal to x @ deq(W).T in float64."""
+    from tinytorch.perf.quantization import dequantize_int4
+
+    packed, scales = quantize_int4(f32(n_out, 128, seed=105), group)
+    x = f32(3, 128, seed=106)
+    out = np.full((3, n_out), np.nan, np.float32)
+    sums = x.reshape(3, 128 // group, group).sum(axis=2)
+    acc.int4_matmul_rows(np.ascontiguousarray(x[:, 0::2]), np.ascontiguousarray(x[:, 1::2]),
+                         sums, packed, scales, out, parts)
+    want = x.astype(np.float64) @ dequantize_int4(packed, scales, group).astype(np.float64).T
+    assert not np.isnan(out).any()
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+
+
 def test_quantized_matmul_compiled_takes_batches_and_float64_and_differentiates():
     w = f32(24, 64, seed=82)
     qw, scale = quantize_int8(w, axis=0)[:2]

@@ -1258,28 +1258,74 @@ TILE_ELEMENTS = 1 << 16  # weights per dequantized tile: 256 KiB of float32, kep
 
 
 @compiled
-def int4_matmul_rows(x_even, x_odd, packed, scales, out, parts):
-    """out[n, o] = sum over groups g of scales[o, g] * sum_j (x[2j] lo_j + x[2j+1] hi_j),
-    lo_j, hi_j the two 4-bit halves of byte j, minus 8 each"""
+def int4_matmul_rows(x_even, x_odd, x_sums, packed, scales, out, parts):
+    """out[n, o] = sum over groups g of scales[o, g] * (sum_j (x[2j] lo_j + x[2j+1] hi_j) -
+    8 x_sums[n, g]), lo_j, hi_j the two 4-bit halves (0..15) of byte j, x_sums[n, g] the sum
+    of row n's entries in group g; four weight rows from four blocks at a time, as
+    int8_matmul_rows reads them
+
+    >>> x = np.array([[1.0, 2.0]], dtype=np.float32)
+    >>> packed = np.array([[0x9F]], dtype=np.uint8)  # low half 15 -> 7, high half 9 -> 1
+    >>> out = np.empty((1, 1), dtype=np.float32)
+    >>> int4_matmul_rows(x[:, 0::2].copy(), x[:, 1::2].copy(), np.array([[3.0]], np.float32),
+    ...                  packed, np.array([[0.5]], np.float32), out, 1)
+    >>> out  # 0.5 * (1 * 7 + 2 * 1)
+    array([[4.5]], dtype=float32)
+    """
     n_rows = x_even.shape[0]
     n_out, n_bytes = packed.shape
     groups = scales.shape[1]
-    group_bytes = n_bytes // groups
+    size = n_bytes // groups  # bytes per group
     T = x_even.dtype.type
     sixteenth, sixteen, eight = T(1 / 16), T(16), T(8)
     for p in prange(parts):
-        for o in range(p * n_out // parts, (p + 1) * n_out // parts):
+        lo, hi = p * n_out // parts, (p + 1) * n_out // parts
+        block = (hi - lo) // 4
+        for i in range(block):  # four weight rows, one from each quarter: four streams
+            o0, o1, o2, o3 = lo + i, lo + block + i, lo + 2 * block + i, lo + 3 * block + i
+            for r in range(n_rows):
+                t0 = t1 = t2 = t3 = T(0)
+                for g in range(groups):
+                    first = g * size
+                    xe, xo = x_even[r, first:first + size], x_odd[r, first:first + size]
+                    w0, w1 = packed[o0, first:first + size], packed[o1, first:first + size]
+                    w2, w3 = packed[o2, first:first + size], packed[o3, first:first + size]
+                    a0 = a1 = a2 = a3 = T(0)
+                    for j in range(size):
+                        b = T(w0[j])  # the byte as a float, 0..255: exact
+                        h = np.floor(b * sixteenth)  # b >> 4, in float32 lanes
+                        a0 += xe[j] * (b - sixteen * h) + xo[j] * h
+                        b = T(w1[j])
+                        h = np.floor(b * sixteenth)
+                        a1 += xe[j] * (b - sixteen * h) + xo[j] * h
+                        b = T(w2[j])
+                        h = np.floor(b * sixteenth)
+                        a2 += xe[j] * (b - sixteen * h) + xo[j] * h
+                        b = T(w3[j])
+                        h = np.floor(b * sixteenth)
+                        a3 += xe[j] * (b - sixteen * h) + xo[j] * h
+                    shift = eight * x_sums[r, g]  # the 8 taken from every value, at once
+                    t0 += (a0 - shift) * scales[o0, g]
+                    t1 += (a1 - shift) * scales[o1, g]
+                    t2 += (a2 - shift) * scales[o2, g]
+                    t3 += (a3 - shift) * scales[o3, g]
+                out[r, o0] = t0
+                out[r, o1] = t1
+                out[r, o2] = t2
+                out[r, o3] = t3
+        for o in range(lo + 4 * block, hi):  # the rows left over, one at a time
             for r in range(n_rows):
                 total = T(0)
                 for g in range(groups):
-                    lo, hi = g * group_bytes, (g + 1) * group_bytes
-                    w, xe, xo = packed[o, lo:hi], x_even[r, lo:hi], x_odd[r, lo:hi]
+                    first = g * size
+                    xe, xo = x_even[r, first:first + size], x_odd[r, first:first + size]
+                    w = packed[o, first:first + size]
                     acc = T(0)
-                    for j in range(group_bytes):
-                        b = T(w[j])  # the byte as a float, 0..255: exact
-                        high = np.floor(b * sixteenth)  # b >> 4, in float32 lanes
-                        acc += xe[j] * (b - sixteen * high - eight) + xo[j] * (high - eight)
-                    total += acc * scales[o, g]
+                    for j in range(size):
+                        b = T(w[j])
+                        h = np.floor(b * sixteenth)
+                        acc += xe[j] * (b - sixteen * h) + xo[j] * h
+                    total += (acc - eight * x_sums[r, g]) * scales[o, g]
                 out[r, o] = total
 
 
@@ -1334,8 +1380,10 @@ class QuantizedMatMulCompiled(QuantizedMatMul):
             if bits == 8:
                 int8_matmul_rows(rows, qweight, scale, out, parts)
             else:
+                sums = rows.reshape(n, scale.shape[1], -1).sum(axis=2)  # (N, groups)
                 int4_matmul_rows(np.ascontiguousarray(rows[:, 0::2]),
-                                 np.ascontiguousarray(rows[:, 1::2]), qweight, scale, out, parts)
+                                 np.ascontiguousarray(rows[:, 1::2]), sums, qweight, scale,
+                                 out, parts)
         else:
             tile = max(16, TILE_ELEMENTS // n_in)
             buffer = np.empty((min(tile, n_out), n_in), np.float32)
