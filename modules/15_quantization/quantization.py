@@ -1387,24 +1387,24 @@ bytes_report()
 # multiplies it there: 1 byte per weight (half a byte for int4), which is why it is faster
 # than float32. Measured with `OPENBLAS_NUM_THREADS=1 NUMBA_NUM_THREADS=1
 # benchmarks/quantization.py --speed-only --lm-head`, one token through single weights of
-# a Qwen2.5-0.5B-sized model, one thread each (an idle machine, load 1.0-1.6):
+# a Qwen2.5-0.5B-sized model, one thread each (an idle machine, load 0.8-1.1):
 #
 # ```
 # ms per token                  (896, 4864) weight   LM head (151936, 896)
-# float32 BLAS                       0.631              33.6
-# int8, this lesson (NumPy)          3.84  (6.1x)      398    (12x slower)
-# int8, module 17 (compiled)         0.184 (0.29x)      10.9  (3.1x faster)
-# int4 g128, this lesson (NumPy)     5.54  (8.8x)      416    (12x slower)
-# int4 g128, module 17 (compiled)    0.332 (0.53x)      13.8  (2.4x faster)
+# float32 BLAS                       0.631              32.4
+# int8, this lesson (NumPy)          3.80  (6.0x)      382    (12x slower)
+# int8, module 17 (compiled)         0.187 (0.30x)       9.2  (3.5x faster)
+# int4 g128, this lesson (NumPy)     5.14  (8.2x)      404    (12x slower)
+# int4 g128, module 17 (compiled)    0.333 (0.53x)      17.6  (1.8x faster)
 # ```
 #
-# On the LM head, which no cache holds, module 17's int8 kernel reads its bytes at 12.6
-# GB/s and float32 BLAS at 16 GB/s: one core keeps only a few reads from memory in flight,
-# and each int8 weight also needs a conversion, so the kernel gets 3.1x of the 4x its bytes
-# allow (module 17 shows how reading four far-apart rows at once doubled its speed). int4,
-# with two conversions and a split per byte, is limited by that arithmetic rather than by
-# its half a byte: it reads only 5.3 GB/s, and is slower than int8 although it reads half
-# the bytes.
+# On the LM head, which no cache holds, module 17's int8 kernel reads its bytes at 14.8
+# GB/s and float32 BLAS at 16.8 GB/s: one core keeps only a few reads from memory in
+# flight, and each int8 weight also needs a conversion, so the kernel gets 3.5x of the 4x
+# its bytes allow (module 17 shows how reading four far-apart rows at once doubled its
+# speed). int4, with two conversions and a split per byte, is limited by that arithmetic
+# rather than by its half a byte: it reads only 4.1 GB/s, and is slower than int8 although
+# it reads half the bytes.
 #
 # The bytes read per token are what decoding speed depends on (module 18).
 #

@@ -3024,8 +3024,7 @@ def int8_matmul_rows(x, q, scale, out, parts):
 
 # %% [markdown]
 # The int4 kernel, the tiles for many rows and the `Function` are given. The int4 kernel
-# reads four weight rows from four blocks at a time, as yours does, and has two details
-# worth a look:
+# has two details worth a look:
 #
 # - It splits the byte in float32, not with `b & 15` and `b >> 4`. numba does integer
 #   arithmetic in 64-bit integers (Python's `int` semantics), so an integer split works on
@@ -3035,16 +3034,17 @@ def int8_matmul_rows(x, q, scale, out, parts):
 #   product, one thread).
 # - Every stored half is the value plus 8, and the 8 comes off once per group, not once
 #   per value: `sum_j x_j (q_j - 8) = sum_j x_j q_j - 8 sum_j x_j`, where the group sums of
-#   `x` (`x_sums`, one per input row and group) cost nothing next to the weights.
+#   `x` (`x_sums`, one per input row and group) cost nothing next to the weights. On the
+#   Qwen2.5-0.5B-shaped checkpoint of `benchmarks/decode.py` (int4, groups of 128, two
+#   threads, median of 24 decode steps), that took the step from 62-65 ms to 53-54 ms.
 #
-# On the Qwen2.5-0.5B-shaped checkpoint of `benchmarks/decode.py` (int4, groups of 128, two
-# threads, one process, median of 24 decode steps), one row at a time with the 8 taken off
-# every value took 62-65 ms a step; four blocks alone, 45-46 ms; four blocks and the 8
-# taken off per group, 36-46 ms over six runs (the machine's neighbours moved it that
-# much), against 29-30 ms for int8. `QuantizedMatMul` is module 15's operation;
-# `QuantizedMatMulCompiled` is its kernel-table twin, with module 15's derivative rule (the
-# gradient to `x`, `grad @ deq(W)`, is rare: quantized layers are for inference). Inputs
-# that are not float32 go to module 15's forward.
+# It reads one weight row at a time. Reading four rows from four blocks, as your int8
+# kernel does, made it faster too (measured in `benchmarks/README.md`), but written here it
+# would hand you the answer to the exercise above; once your kernel passes, try it.
+# `QuantizedMatMul` is module 15's operation; `QuantizedMatMulCompiled` is its
+# kernel-table twin, with module 15's derivative rule (the gradient to `x`, `grad @
+# deq(W)`, is rare: quantized layers are for inference). Inputs that are not float32 go
+# to module 15's forward.
 
 # %% nbgrader={"grade": false, "grade_id": "quantized-compiled", "locked": true, "schema_version": 3, "solution": false, "task": false}
 #| export
@@ -3056,8 +3056,7 @@ TILE_ELEMENTS = 1 << 16  # weights per dequantized tile: 256 KiB of float32, kep
 def int4_matmul_rows(x_even, x_odd, x_sums, packed, scales, out, parts):
     """out[n, o] = sum over groups g of scales[o, g] * (sum_j (x[2j] lo_j + x[2j+1] hi_j) -
     8 x_sums[n, g]), lo_j, hi_j the two 4-bit halves (0..15) of byte j, x_sums[n, g] the sum
-    of row n's entries in group g; four weight rows from four blocks at a time, as
-    int8_matmul_rows reads them
+    of row n's entries in group g
 
     >>> x = np.array([[1.0, 2.0]], dtype=np.float32)
     >>> packed = np.array([[0x9F]], dtype=np.uint8)  # low half 15 -> 7, high half 9 -> 1
@@ -3074,53 +3073,19 @@ def int4_matmul_rows(x_even, x_odd, x_sums, packed, scales, out, parts):
     T = x_even.dtype.type
     sixteenth, sixteen, eight = T(1 / 16), T(16), T(8)
     for p in prange(parts):
-        lo, hi = p * n_out // parts, (p + 1) * n_out // parts
-        block = (hi - lo) // 4
-        for i in range(block):  # four weight rows, one from each quarter: four streams
-            o0, o1, o2, o3 = lo + i, lo + block + i, lo + 2 * block + i, lo + 3 * block + i
-            for r in range(n_rows):
-                t0 = t1 = t2 = t3 = T(0)
-                for g in range(groups):
-                    first = g * size
-                    xe, xo = x_even[r, first:first + size], x_odd[r, first:first + size]
-                    w0, w1 = packed[o0, first:first + size], packed[o1, first:first + size]
-                    w2, w3 = packed[o2, first:first + size], packed[o3, first:first + size]
-                    a0 = a1 = a2 = a3 = T(0)
-                    for j in range(size):
-                        b = T(w0[j])  # the byte as a float, 0..255: exact
-                        h = np.floor(b * sixteenth)  # b >> 4, in float32 lanes
-                        a0 += xe[j] * (b - sixteen * h) + xo[j] * h
-                        b = T(w1[j])
-                        h = np.floor(b * sixteenth)
-                        a1 += xe[j] * (b - sixteen * h) + xo[j] * h
-                        b = T(w2[j])
-                        h = np.floor(b * sixteenth)
-                        a2 += xe[j] * (b - sixteen * h) + xo[j] * h
-                        b = T(w3[j])
-                        h = np.floor(b * sixteenth)
-                        a3 += xe[j] * (b - sixteen * h) + xo[j] * h
-                    shift = eight * x_sums[r, g]  # the 8 taken from every value, at once
-                    t0 += (a0 - shift) * scales[o0, g]
-                    t1 += (a1 - shift) * scales[o1, g]
-                    t2 += (a2 - shift) * scales[o2, g]
-                    t3 += (a3 - shift) * scales[o3, g]
-                out[r, o0] = t0
-                out[r, o1] = t1
-                out[r, o2] = t2
-                out[r, o3] = t3
-        for o in range(lo + 4 * block, hi):  # the rows left over, one at a time
+        for o in range(p * n_out // parts, (p + 1) * n_out // parts):
             for r in range(n_rows):
                 total = T(0)
                 for g in range(groups):
                     first = g * size
-                    xe, xo = x_even[r, first:first + size], x_odd[r, first:first + size]
                     w = packed[o, first:first + size]
+                    xe, xo = x_even[r, first:first + size], x_odd[r, first:first + size]
                     acc = T(0)
                     for j in range(size):
-                        b = T(w[j])
-                        h = np.floor(b * sixteenth)
+                        b = T(w[j])  # the byte as a float, 0..255: exact
+                        h = np.floor(b * sixteenth)  # b >> 4, in float32 lanes
                         acc += xe[j] * (b - sixteen * h) + xo[j] * h
-                    total += (acc - eight * x_sums[r, g]) * scales[o, g]
+                    total += (acc - eight * x_sums[r, g]) * scales[o, g]  # the 8s, at once
                 out[r, o] = total
 
 
@@ -3265,7 +3230,17 @@ class MatMulRowsCompiled(MatMul):
 
 @derivative(MatMulRowsCompiled)
 def matmul_rows_compiled_backward(ctx, grad):
-    """module 06's rule: grad @ b.T to a, a.T @ grad to b"""
+    """module 06's rule: grad @ b.T to a, a.T @ grad to b
+
+    >>> from tinytorch.core.tensor import Tensor
+    >>> w = Tensor(np.ones((2, 3), np.float32), requires_grad=True)  # (out, in)
+    >>> x = Tensor(np.ones((1, 3), np.float32), requires_grad=True)
+    >>> with fast_kernels():
+    ...     (x @ w.T).sum().backward()  # one row: the compiled forward, this rule
+    >>> x.grad, w.grad  # each input feeds both outputs; each weight sees x
+    (Tensor([[2., 2., 2.]]), Tensor([[1., 1., 1.],
+            [1., 1., 1.]]))
+    """
     return matmul_backward(ctx, grad)
 
 

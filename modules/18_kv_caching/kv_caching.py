@@ -3219,9 +3219,9 @@ batching_throughput()
 # calls on the calling thread alone and `x @ W.T` for a few float32 rows through your int8
 # kernel; the same benchmark (load 1.3-1.8): int8 33.29 tokens/s (2.80x `transformers`
 # float32, 1.20x PyTorch's int8), float32 1.06x and int4 1.33x (targets 1.2x and 3.0x,
-# not met). With module 17's int4 kernel reading four rows from four blocks too (load
-# 1.4-1.6, `--skip batching`): int4 22.20 tokens/s (1.84x), int8 34.21 (2.84x, 1.22x
-# PyTorch's int8), float32 1.10x. Our int8 decodes at about the same speed from run to run, but float32 reads
+# not met). With the int4 kernel then taking its 8 off once per group (`--skip batching`,
+# load 0.8-1.7): int8 35.30 tokens/s (2.84x, 1.21x PyTorch's int8), int4 17.62 (1.42x),
+# float32 1.09x. Our int8 decodes at about the same speed from run to run, but float32 reads
 # 1.84 GiB a token and moves with the memory bandwidth the machine's neighbours leave: in
 # a run a quarter of an hour earlier (with a first form of the one-piece change)
 # `transformers` decoded 9.84 tokens/s instead of 11.88, and int8 was 3.34x it.
