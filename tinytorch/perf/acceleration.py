@@ -1161,7 +1161,15 @@ def cross_entropy_compiled_backward(ctx, grad):
 @compiled(fastmath=False)
 def adamw_rows(param, grad, m, v, settings, parts):
     """AdamW on one flat parameter, in place; settings = (decay, beta1, 1 - beta1, beta2,
-    1 - beta2, sqrt(1 - beta2^t), eps, lr / (1 - beta1^t))"""
+    1 - beta2, sqrt(1 - beta2^t), eps, lr / (1 - beta1^t))
+
+    >>> p, g = np.array([1.0], np.float32), np.array([0.5], np.float32)
+    >>> m, v = np.zeros(1, np.float32), np.zeros(1, np.float32)
+    >>> settings = np.array([1.0, 0.9, 0.1, 0.999, 0.001, math.sqrt(0.001), 1e-8, 0.1 / 0.1])
+    >>> adamw_rows(p, g, m, v, settings, 1)  # step 1, lr 0.1: the first step moves by lr
+    >>> p.round(4), m.round(4)
+    (array([0.9], dtype=float32), array([0.05], dtype=float32))
+    """
     n = param.shape[0]
     T = param.dtype.type
     decay, beta1, one_m_beta1, beta2 = (T(settings[0]), T(settings[1]), T(settings[2]),
@@ -1297,7 +1305,14 @@ def int4_matmul_rows(x_even, x_odd, x_sums, packed, scales, out, parts):
 @compiled
 def dequantize_rows(q, scales, first, out, parts):
     """out = the float32 weights of rows first .. first + len(out) of int8 q (scales (M,)) or
-    packed int4 q (scales (M, groups)), row by row"""
+    packed int4 q (scales (M, groups)), row by row
+
+    >>> q = np.array([[10, -20], [30, 40]], dtype=np.int8)
+    >>> out = np.empty((1, 2), np.float32)
+    >>> dequantize_rows(q, np.array([0.5, 0.1], np.float32), 1, out, 1)  # row 1 only
+    >>> out.round(4)
+    array([[3., 4.]], dtype=float32)
+    """
     n_out, n_k = out.shape
     T = out.dtype.type
     for p in prange(parts):
@@ -1511,7 +1526,15 @@ def rms_norm_compiled_backward(ctx, grad):
 @compiled
 def rotary_rows(x, cos, sin, backward, out, parts):
     """out = x cos + rotate_half(x) sin (backward: g cos - rotate_half(g sin)), rotate_half(x)
-    = [-x2 | x1], for x (R, T, d) and cos, sin (T or 1, d)"""
+    = [-x2 | x1], for x (R, T, d) and cos, sin (T or 1, d)
+
+    >>> x = np.array([[[1.0, 0.0]]], dtype=np.float32)  # one row, one position, d = 2
+    >>> cos, sin = np.zeros((1, 2), np.float32), np.ones((1, 2), np.float32)  # 90 degrees
+    >>> out = np.empty_like(x)
+    >>> rotary_rows(x, cos, sin, False, out, 1)
+    >>> out  # (1, 0) turned a quarter: (0, 1)
+    array([[[0., 1.]]], dtype=float32)
+    """
     n_r, n_t, d = x.shape
     half = d // 2
     rows = n_r * n_t
