@@ -1407,10 +1407,10 @@ class MatMulRowsCompiled(MatMul):
         if (a.dtype != np.float32 or b.dtype != np.float32 or a.ndim < 2 or b.ndim != 2
                 or a.shape[-1] != b.shape[0] or not b.T.flags.c_contiguous):
             return MatMul.forward(a, b)  # its checks, its errors, BLAS
-        rows = np.ascontiguousarray(a).reshape(-1, a.shape[-1])  # (N, K)
-        n, (n_in, n_out) = rows.shape[0], b.shape
-        if n > SMALL_ROWS:
+        n, (n_in, n_out) = math.prod(a.shape[:-1]), b.shape
+        if n > SMALL_ROWS:  # a training batch: BLAS, before any copy of `a`
             return MatMul.forward(a, b)
+        rows = np.ascontiguousarray(a).reshape(n, n_in)  # (N, K)
         out = np.empty((n, n_out), np.float32)
         int8_matmul_rows(rows, b.T, _unit_scales(n_out), out, chunks(n_out, n_in * n))
         return out.reshape(a.shape[:-1] + (n_out,))
