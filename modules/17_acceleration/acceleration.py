@@ -131,7 +131,8 @@ from tinytorch.core.losses import cross_entropy
 from tinytorch.core.tensor import Tensor, manual_seed
 from tinytorch.testing import best_time
 from tinytorch.models.transformer import GPT, GPTConfig, layer_norm, layer_norm_composed
-from tinytorch.perf.quantization import dequantize_int8, quantize_int8
+from tinytorch.perf.quantization import (dequantize_int4, dequantize_int8, quantize_int4,
+                                         quantize_int8)
 
 
 def rng(seed=0):
@@ -1884,7 +1885,18 @@ def layer_norm_rows(x, weight, bias, eps, out, mean, rstd, parts):
 
 @compiled
 def layer_norm_rows_backward(grad, x, weight, mean, rstd, dx, dweight, dbias, parts):
-    """dx (N, C) of layer_norm_rows; dweight, dbias (parts, C): one partial sum per piece"""
+    """dx (N, C) of layer_norm_rows; dweight, dbias (parts, C): one partial sum per piece
+
+    >>> x = np.array([[3.0, 4.0, 5.0]], dtype=np.float32)  # mean 4, variance 2 / 3
+    >>> mean, rstd = np.array([4.0], np.float32), np.array([np.sqrt(1.5)], np.float32)
+    >>> grad, ones = np.ones_like(x), np.ones(3, np.float32)
+    >>> dx, dw, db = np.empty_like(x), np.zeros((1, 3), np.float32), np.zeros((1, 3), np.float32)
+    >>> layer_norm_rows_backward(grad, x, ones, mean, rstd, dx, dw, db, 1)
+    >>> dx  # a shift of the whole row does not move the output
+    array([[0., 0., 0.]], dtype=float32)
+    >>> dw.round(4), db  # grad * x_hat and grad, summed over the piece's rows
+    (array([[-1.2247,  0.    ,  1.2247]], dtype=float32), array([[1., 1., 1.]], dtype=float32))
+    """
     n, c = x.shape
     T = x.dtype.type
     inv_c = T(1.0 / c)
@@ -2395,7 +2407,14 @@ def softmax_rows(scores, keep, scale, parts):
 
 @compiled
 def softmax_rows_backward(probs, d_probs, scale, parts):
-    """In place: d_probs (R, T, S) becomes scale * P * (dP - rowsum(P * dP)), row by row"""
+    """In place: d_probs (R, T, S) becomes scale * P * (dP - rowsum(P * dP)), row by row
+
+    >>> probs = np.array([[[0.5, 0.5]]], np.float32)
+    >>> d_probs = np.array([[[1.0, 0.0]]], np.float32)  # rowsum(P * dP) = 0.5
+    >>> softmax_rows_backward(probs, d_probs, np.float32(1.0), 1)
+    >>> d_probs  # 0.5 * (1 - 0.5), 0.5 * (0 - 0.5)
+    array([[[ 0.25, -0.25]]], dtype=float32)
+    """
     n_r, n_t, n_s = probs.shape
     rows = n_r * n_t
     T = probs.dtype.type
@@ -3031,40 +3050,64 @@ def int8_matmul_rows(x, q, scale, out, parts):
 
 
 # %% [markdown]
-# The int4 kernel, the tiles for many rows and the `Function` are given. The int4 kernel
-# has two details worth a look:
+# ### The int4 kernel: four blocks again, half a byte per weight
+#
+# Module 15's int4 format packs two weights into a byte, `q[o, j] = lo + 16 hi`, each half
+# stored as its value plus 8 (0..15 for -8..7), with one scale for every `group` weights of
+# a row. The weight `2j` of row `o` is `lo - 8` and the weight `2j + 1` is `hi - 8`, so a
+# kernel given the even entries of `x` (`x_even`) and the odd ones (`x_odd`) multiplies byte
+# `j` with `x_even[j]` and `x_odd[j]`. Two details make it fast:
 #
 # - It splits the byte in float32, not with `b & 15` and `b >> 4`. numba does integer
 #   arithmetic in 64-bit integers (Python's `int` semantics), so an integer split works on
 #   lanes of 8 per vector instead of 16 float32 ones, and converts 64-bit integers to
-#   floats; `b = T(byte)`, `high = floor(b / 16)`, `low = b - 16 high` are exact in float32
-#   and stay in float32 lanes. That made the kernel about 1.4x faster here (a `(4864, 896)`
-#   product, one thread).
-# - Every stored half is the value plus 8, and the 8 comes off once per group, not once
-#   per value: `sum_j x_j (q_j - 8) = sum_j x_j q_j - 8 sum_j x_j`, where the group sums of
-#   `x` (`x_sums`, one per input row and group) cost nothing next to the weights. On the
-#   Qwen2.5-0.5B-shaped checkpoint of `benchmarks/decode.py` (int4, groups of 128, two
-#   threads, median of 24 decode steps), that took the step from 62-65 ms to 53-54 ms.
+#   floats; `b = float32(byte)`, `high = floor(b / 16)`, `low = b - 16 high` are exact in
+#   float32 and stay in float32 lanes. That made the kernel about 1.4x faster here (a
+#   `(4864, 896)` product, one thread). `int4_halves(byte)`, given below, does this split;
+#   numba compiles it into the loop that calls it.
+# - The 8 comes off once per group, not once per value: `sum_j x_j (q_j - 8) = sum_j x_j
+#   q_j - 8 sum_j x_j`. So the loop sums the stored halves as they are (0..15), and takes
+#   `8 * x_sums[r, g]` off each group's sum, where `x_sums[r, g]` is the sum of input row
+#   `r`'s entries in group `g` (the `Function` computes them; they cost nothing next to the
+#   weights). On the Qwen2.5-0.5B-shaped checkpoint of `benchmarks/decode.py` (int4, groups
+#   of 128, two threads, median of 24 decode steps), that took the step from 62-65 ms to
+#   53-54 ms.
 #
-# It reads one weight row at a time. Reading four rows from four blocks, as your int8
-# kernel does, made it faster too (measured in `benchmarks/README.md`), but written here it
-# would hand you the answer to the exercise above; once your kernel passes, try it.
-# `QuantizedMatMul` is module 15's operation; `QuantizedMatMulCompiled` is its
-# kernel-table twin, with module 15's derivative rule (the gradient to `x`, `grad @
-# deq(W)`, is rare: quantized layers are for inference). Inputs that are not float32 go
-# to module 15's forward.
+# Write `int4_matmul_rows(x_even, x_odd, x_sums, packed, scales, out, parts)`: `packed` is
+# `(M, K / 2)` uint8, `scales` is `(M, groups)`, each group is `size = K / 2 / groups`
+# bytes, and for input row `r` and weight row `o`
+#
+# `out[r, o] = sum over groups g of scales[o, g] * (sum over the group's bytes j of
+# (x_even[r, j] low_j + x_odd[r, j] high_j) - 8 x_sums[r, g])`.
+#
+# Read the weight rows as your int8 kernel does: four rows from the four blocks of each
+# piece together (for each group, one loop over its bytes that keeps four sums), then the
+# rows left over one at a time. Four blocks made the int4 step about 1.2x faster than one
+# row at a time in the measurements of `benchmarks/README.md`.
 
-# %% nbgrader={"grade": false, "grade_id": "quantized-compiled", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": false, "grade_id": "int4-halves", "locked": true, "schema_version": 3, "solution": false, "task": false}
 #| export
-SMALL_ROWS = 8  # up to this many rows, the integer kernels; more, float32 tiles and BLAS
-TILE_ELEMENTS = 1 << 16  # weights per dequantized tile: 256 KiB of float32, kept in cache
+@numba.njit(inline="always")
+def int4_halves(byte):
+    """The two 4-bit halves of a byte, (low, high), each 0..15, as float32: split in float32
+    lanes (exact), compiled into the kernel that calls it
+
+    >>> low, high = int4_halves(np.uint8(0x9F))  # 0x9F = 159 = 15 + 16 * 9
+    >>> float(low), float(high)
+    (15.0, 9.0)
+    """
+    b = np.float32(byte)  # 0..255: exact
+    high = np.floor(b * np.float32(1 / 16))  # b >> 4
+    return b - np.float32(16) * high, high
 
 
+# %% nbgrader={"grade": false, "grade_id": "int4-matmul-rows", "locked": false, "schema_version": 3, "solution": true, "task": false}
+#| export
 @compiled
 def int4_matmul_rows(x_even, x_odd, x_sums, packed, scales, out, parts):
-    """out[n, o] = sum over groups g of scales[o, g] * (sum_j (x[2j] lo_j + x[2j+1] hi_j) -
-    8 x_sums[n, g]), lo_j, hi_j the two 4-bit halves (0..15) of byte j, x_sums[n, g] the sum
-    of row n's entries in group g
+    """out[r, o] = sum over groups g of scales[o, g] * (sum_j (x_even[r, j] low_j + x_odd[r, j]
+    high_j) - 8 x_sums[r, g]), j over group g's bytes of row o, low_j and high_j the halves
+    (0..15) of byte j, x_sums[r, g] the sum of row r's entries in group g
 
     >>> x = np.array([[1.0, 2.0]], dtype=np.float32)
     >>> packed = np.array([[0x9F]], dtype=np.uint8)  # low half 15 -> 7, high half 9 -> 1
@@ -3079,22 +3122,61 @@ def int4_matmul_rows(x_even, x_odd, x_sums, packed, scales, out, parts):
     groups = scales.shape[1]
     size = n_bytes // groups  # bytes per group
     T = x_even.dtype.type
-    sixteenth, sixteen, eight = T(1 / 16), T(16), T(8)
+    eight = T(8)
     for p in prange(parts):
-        for o in range(p * n_out // parts, (p + 1) * n_out // parts):
+        lo, hi = p * n_out // parts, (p + 1) * n_out // parts
+        block = (hi - lo) // 4
+        ### BEGIN SOLUTION
+        for i in range(block):  # four weight rows, one from each quarter: four streams
+            o0, o1, o2, o3 = lo + i, lo + block + i, lo + 2 * block + i, lo + 3 * block + i
+            for r in range(n_rows):
+                t0 = t1 = t2 = t3 = T(0)
+                for g in range(groups):
+                    first, last = g * size, (g + 1) * size
+                    xe, xo = x_even[r, first:last], x_odd[r, first:last]
+                    w0, w1 = packed[o0, first:last], packed[o1, first:last]
+                    w2, w3 = packed[o2, first:last], packed[o3, first:last]
+                    a0 = a1 = a2 = a3 = T(0)
+                    for j in range(size):
+                        low0, high0 = int4_halves(w0[j])
+                        low1, high1 = int4_halves(w1[j])
+                        low2, high2 = int4_halves(w2[j])
+                        low3, high3 = int4_halves(w3[j])
+                        a0 += xe[j] * low0 + xo[j] * high0
+                        a1 += xe[j] * low1 + xo[j] * high1
+                        a2 += xe[j] * low2 + xo[j] * high2
+                        a3 += xe[j] * low3 + xo[j] * high3
+                    shift = eight * x_sums[r, g]  # the 8 taken from every value, at once
+                    t0 += (a0 - shift) * scales[o0, g]
+                    t1 += (a1 - shift) * scales[o1, g]
+                    t2 += (a2 - shift) * scales[o2, g]
+                    t3 += (a3 - shift) * scales[o3, g]
+                out[r, o0], out[r, o1], out[r, o2], out[r, o3] = t0, t1, t2, t3
+        for o in range(lo + 4 * block, hi):  # the rows left over, one at a time
             for r in range(n_rows):
                 total = T(0)
                 for g in range(groups):
-                    first = g * size
-                    w = packed[o, first:first + size]
-                    xe, xo = x_even[r, first:first + size], x_odd[r, first:first + size]
+                    first, last = g * size, (g + 1) * size
+                    w, xe, xo = packed[o, first:last], x_even[r, first:last], x_odd[r, first:last]
                     acc = T(0)
                     for j in range(size):
-                        b = T(w[j])  # the byte as a float, 0..255: exact
-                        h = np.floor(b * sixteenth)  # b >> 4, in float32 lanes
-                        acc += xe[j] * (b - sixteen * h) + xo[j] * h
-                    total += (acc - eight * x_sums[r, g]) * scales[o, g]  # the 8s, at once
+                        low, high = int4_halves(w[j])
+                        acc += xe[j] * low + xo[j] * high
+                    total += (acc - eight * x_sums[r, g]) * scales[o, g]
                 out[r, o] = total
+        ### END SOLUTION
+
+
+# %% [markdown]
+# The tiles for many rows and the `Function` are given. `QuantizedMatMul` is module 15's
+# operation; `QuantizedMatMulCompiled` is its kernel-table twin, with module 15's derivative
+# rule (the gradient to `x`, `grad @ deq(W)`, is rare: quantized layers are for inference).
+# Inputs that are not float32 go to module 15's forward.
+
+# %% nbgrader={"grade": false, "grade_id": "quantized-compiled", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#| export
+SMALL_ROWS = 8  # up to this many rows, the integer kernels; more, float32 tiles and BLAS
+TILE_ELEMENTS = 1 << 16  # weights per dequantized tile: 256 KiB of float32, kept in cache
 
 
 @compiled
@@ -3171,7 +3253,16 @@ class QuantizedMatMulCompiled(QuantizedMatMul):
 
 @derivative(QuantizedMatMulCompiled)
 def quantized_matmul_compiled_backward(ctx, grad):
-    """module 15's rule: grad @ deq(W) to x"""
+    """module 15's rule: grad @ deq(W) to x
+
+    >>> from tinytorch.core.tensor import Tensor
+    >>> q, scale = np.array([[10, -5]], np.int8), np.array([0.1], np.float32)  # W = [1, -0.5]
+    >>> x = Tensor(np.ones((1, 2), np.float32), requires_grad=True)
+    >>> with fast_kernels():
+    ...     QuantizedMatMul.apply(x, qweight=q, scale=scale, bits=8, group_size=None).sum().backward()
+    >>> x.grad
+    Tensor([[ 1. , -0.5]])
+    """
     return quantized_matmul_backward(ctx, grad)
 
 
@@ -3272,7 +3363,7 @@ def test_unit_int8_matmul_rows():
         f"int8_matmul_rows differs from x @ deq(W).T by {np.abs(got - want).max():.3g}: "
         "out[r, o] = scale[o] * sum_k x[r, k] * T(q[o, k]), for every input row r and weight "
         "row o of the piece")
-    for bits, args in ((8, (q8, s8, 8, None)),):  # int4: tests/test_compiled_kernels.py
+    for bits, args in ((8, (q8, s8, 8, None)),):  # int4: test_unit_int4_matmul_rows
         for n in (1, 3, 40):  # the integer kernel, and the tiles for 40 rows
             xs = Tensor(f32(n, 128, seed=122 + n))
             plain = QuantizedMatMul.apply(xs, qweight=args[0], scale=args[1], bits=bits,
@@ -3363,6 +3454,75 @@ def test_unit_int8_matmul_rows():
 
 test_unit_int8_matmul_rows()
 
+
+# %% nbgrader={"grade": true, "grade_id": "test_unit_int4_matmul_rows", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
+def test_unit_int4_matmul_rows():
+    """The int4 kernel equals module 15's dequantize-and-multiply, every row of every piece."""
+
+    def run(x, packed, scales, group, parts):
+        """int4_matmul_rows on x (N, K), its output starting as NaN"""
+        out = np.full((x.shape[0], packed.shape[0]), np.nan, np.float32)
+        sums = x.reshape(x.shape[0], -1, group).sum(axis=2)  # (N, groups)
+        int4_matmul_rows(np.ascontiguousarray(x[:, 0::2]), np.ascontiguousarray(x[:, 1::2]),
+                         sums, packed, scales, out, parts)
+        return out
+
+    def check_kernel(rows, n_in, n_out, group, parts, seed):
+        """int4_matmul_rows with `parts` pieces of weight rows, against float64."""
+        packed, scales = quantize_int4(f32(n_out, n_in, seed=seed), group)
+        x = f32(rows, n_in, seed=seed + 1)
+        got = run(x, packed, scales, group, parts)
+        want = x.astype(np.float64) @ dequantize_int4(packed, scales, group).astype(np.float64).T
+        unwritten = np.flatnonzero(np.isnan(got).any(axis=0))
+        assert not unwritten.size, (
+            f"{rows} rows of {n_in} times {n_out} int4 weight rows (groups of {group}) in "
+            f"{parts} pieces: the outputs of weight rows {unwritten.tolist()[:8]} were never "
+            "written (out was filled with NaN): every row lo .. hi of each piece needs its "
+            "output, the rows left over after the four blocks too")
+        assert np.allclose(got, want, rtol=1e-5, atol=1e-5 * math.sqrt(n_in)), (
+            f"{rows} rows of {n_in} times {n_out} int4 weight rows (groups of {group}) in "
+            f"{parts} pieces: differs from x @ deq(W).T by {np.abs(got - want).max():.3g}: "
+            "each group's sum of x_even low + x_odd high, minus 8 x_sums[r, g], times "
+            "scales[o, g], summed over every group g")
+
+    w = f32(96, 128, seed=170)
+    x = f32(3, 128, seed=171)
+    packed, scales = quantize_int4(w, 32)
+    got = run(x, packed, scales, 32, 1)
+    want = x @ dequantize_int4(packed, scales, 32).T
+    assert np.allclose(got, want, rtol=1e-5, atol=1e-4), (
+        f"int4_matmul_rows differs from x @ deq(W).T by {np.nanmax(np.abs(got - want)):.3g}: "
+        "out[r, o] = sum over groups g of scales[o, g] * (sum over the group's bytes j of "
+        "(x_even[r, j] low_j + x_odd[r, j] high_j) - 8 x_sums[r, g])")
+    for n in (1, 3, 40):  # the integer kernel, and the tiles for 40 rows
+        xs = Tensor(f32(n, 128, seed=172 + n))
+        plain = QuantizedMatMul.apply(xs, qweight=packed, scale=scales, bits=4,
+                                      group_size=32).data
+        fast = with_rule(KERNELS, QuantizedMatMul, QuantizedMatMulCompiled,
+                         lambda: QuantizedMatMul.apply(xs, qweight=packed, scale=scales, bits=4,
+                                                       group_size=32)).data
+        assert fast.dtype == np.float32 and np.allclose(fast, plain, rtol=1e-5, atol=1e-4), (
+            f"int4, {n} rows: the compiled product differs from module 15's by "
+            f"{np.abs(fast - plain).max():.3g}")
+    check_kernel(1, 64, 19, 16, 1, 176)  # four blocks of four rows and three rows left over
+    check_kernel(3, 128, 45, 64, 2, 178)  # two pieces, rows left over in each
+    ### BEGIN HIDDEN TESTS
+    from tinytorch.testing import hidden_cases
+
+    hidden_cases(check_kernel, {
+        "one group per row": (2, 64, 12, 64, 1, 180),
+        "many small groups": (2, 256, 10, 16, 1, 182),
+        "weight rows split into pieces": (4, 128, 20, 32, 3, 184),
+        "more pieces than weight rows": (1, 32, 2, 16, 4, 186),
+        "one weight row": (5, 64, 1, 32, 1, 188),
+        "four blocks and three rows left over": (2, 64, 23, 32, 1, 190),
+        "as many rows as the integer kernel takes": (SMALL_ROWS, 64, 24, 32, 2, 192),
+    })
+    ### END HIDDEN TESTS
+
+
+test_unit_int4_matmul_rows()
+
 # %% [markdown]
 # ### Kernels for one token: RMSNorm, rotary embeddings, SiLU and SwiGLU
 #
@@ -3409,7 +3569,15 @@ def rms_norm_rows(x, weight, eps, out, rstd, parts):
 
 @compiled
 def rms_norm_rows_backward(grad, x, weight, rstd, dx, dweight, parts):
-    """dx = rstd (g_hat - x_hat mean(g_hat x_hat)), g_hat = grad * weight; dweight (parts, C)"""
+    """dx = rstd (g_hat - x_hat mean(g_hat x_hat)), g_hat = grad * weight; dweight (parts, C)
+
+    >>> x = np.array([[3.0, 4.0]], dtype=np.float32)  # mean of squares 12.5
+    >>> dx, dw = np.empty_like(x), np.zeros((1, 2), np.float32)
+    >>> rstd = np.array([1 / np.sqrt(12.5)], np.float32)
+    >>> rms_norm_rows_backward(x.copy(), x, np.ones(2, np.float32), rstd, dx, dw, 1)
+    >>> dx, dw.round(4)  # scaling x leaves the output unchanged: a gradient along x gives 0
+    (array([[0., 0.]], dtype=float32), array([[2.5456, 4.5255]], dtype=float32))
+    """
     n, c = x.shape
     T = x.dtype.type
     inv_c = T(1.0 / c)
@@ -3518,7 +3686,16 @@ def _rotary(x, cos, sin, backward):
 
 
 class RotaryCompiled(RotaryFunction):
-    """Module 11's RoPE as one compiled pass per row (tables (T, d) or (1, d))."""
+    """Module 11's RoPE as one compiled pass per row (tables (T, d) or (1, d)).
+
+    >>> from tinytorch.core.embeddings import apply_rotary
+    >>> from tinytorch.core.tensor import Tensor
+    >>> cos, sin = np.zeros((1, 2), np.float32), np.ones((1, 2), np.float32)  # 90 degrees
+    >>> with fast_kernels():
+    ...     y = apply_rotary(Tensor(np.array([[[1.0, 0.0]]], np.float32)), cos, sin)
+    >>> y  # (1, 0) turned a quarter: (0, 1)
+    Tensor([[[0., 1.]]])
+    """
 
     @staticmethod
     def forward(x, cos, sin):
@@ -3529,7 +3706,18 @@ class RotaryCompiled(RotaryFunction):
 
 @derivative(RotaryCompiled)
 def rotary_compiled_backward(ctx, grad):
-    """module 11's rule, grad cos - rotate_half(grad sin), in one pass"""
+    """module 11's rule, grad cos - rotate_half(grad sin), in one pass
+
+    >>> from tinytorch.core.embeddings import apply_rotary
+    >>> from tinytorch.core.tensor import Tensor
+    >>> x = Tensor(np.array([[[1.0, 0.0]]], np.float32), requires_grad=True)
+    >>> cos, sin = np.zeros((1, 2), np.float32), np.ones((1, 2), np.float32)  # 90 degrees
+    >>> with fast_kernels():
+    ...     y = apply_rotary(x, cos, sin)
+    ...     (y * Tensor(np.array([[[0.0, 1.0]]], np.float32))).sum().backward()
+    >>> y._ctx.fn.__name__, x.grad  # the second output is the first input
+    ('RotaryCompiled', Tensor([[[1., 0.]]]))
+    """
     x, cos, sin = ctx.inputs[0], ctx.params["cos"], ctx.params["sin"]
     if not _rotary_fits(x, cos):
         return rotary_backward(ctx, grad)

@@ -2,7 +2,7 @@
 # Do not edit: change the lesson and export again.
 """Module 17 (Acceleration): Vectorization, memory layout, BLAS threads, allocation reuse and fused kernels, plugged into your framework through its kernel table and measured."""
 
-__all__ = ['set_blas_threads', 'blas_threads', 'keep_freed_memory', 'gelu_backward_inplace', 'cross_entropy_record', 'cross_entropy_backward_inplace', 'row_sums', 'attention_probs_fast', 'AttentionKeepFunction', 'attention_keep_backward', 'FusedAdamW', 'GELUTanhKernel', 'gelu_tanh_kernel_backward', 'LayerNormKernel', 'layer_norm_kernel_backward', 'add_backward_bias_blas', 'FASTMATH', 'PARALLEL_MIN', 'tbb_library', 'start_kernel_threads', 'kernel_threads', 'compiled', 'Kernel', 'chunks', 'set_threads', 'layer_norm_rows', 'layer_norm_rows_backward', 'LayerNormCompiled', 'layer_norm_compiled_backward', 'fast_exp', 'exp_rows', 'softmax_rows', 'softmax_rows_backward', 'AttentionCompiled', 'attention_compiled_backward', 'gelu_tanh_rows', 'gelu_tanh_rows_backward', 'GELUCompiled', 'gelu_compiled_backward', 'cross_entropy_rows', 'cross_entropy_rows_backward', 'CrossEntropyCompiled', 'cross_entropy_compiled_backward', 'adamw_rows', 'CompiledAdamW', 'int8_matmul_rows', 'SMALL_ROWS', 'TILE_ELEMENTS', 'int4_matmul_rows', 'dequantize_rows', 'QuantizedMatMulCompiled', 'quantized_matmul_compiled_backward', 'MatMulRowsCompiled', 'matmul_rows_compiled_backward', 'rms_norm_rows', 'rms_norm_rows_backward', 'RMSNormCompiled', 'rms_norm_compiled_backward', 'rotary_rows', 'RotaryCompiled', 'rotary_compiled_backward', 'silu_rows', 'silu_rows_backward', 'SiLUCompiled', 'silu_compiled_backward', 'swiglu_rows', 'FAST_KERNELS', 'COMPILED_KERNELS', 'ALL_KERNELS', 'kernel_set', 'active_kernels', 'use_fast_kernels', 'fast_kernels']
+__all__ = ['set_blas_threads', 'blas_threads', 'keep_freed_memory', 'gelu_backward_inplace', 'cross_entropy_record', 'cross_entropy_backward_inplace', 'row_sums', 'attention_probs_fast', 'AttentionKeepFunction', 'attention_keep_backward', 'FusedAdamW', 'GELUTanhKernel', 'gelu_tanh_kernel_backward', 'LayerNormKernel', 'layer_norm_kernel_backward', 'add_backward_bias_blas', 'FASTMATH', 'PARALLEL_MIN', 'tbb_library', 'start_kernel_threads', 'kernel_threads', 'compiled', 'Kernel', 'chunks', 'set_threads', 'layer_norm_rows', 'layer_norm_rows_backward', 'LayerNormCompiled', 'layer_norm_compiled_backward', 'fast_exp', 'exp_rows', 'softmax_rows', 'softmax_rows_backward', 'AttentionCompiled', 'attention_compiled_backward', 'gelu_tanh_rows', 'gelu_tanh_rows_backward', 'GELUCompiled', 'gelu_compiled_backward', 'cross_entropy_rows', 'cross_entropy_rows_backward', 'CrossEntropyCompiled', 'cross_entropy_compiled_backward', 'adamw_rows', 'CompiledAdamW', 'int8_matmul_rows', 'int4_halves', 'int4_matmul_rows', 'SMALL_ROWS', 'TILE_ELEMENTS', 'dequantize_rows', 'QuantizedMatMulCompiled', 'quantized_matmul_compiled_backward', 'MatMulRowsCompiled', 'matmul_rows_compiled_backward', 'rms_norm_rows', 'rms_norm_rows_backward', 'RMSNormCompiled', 'rms_norm_compiled_backward', 'rotary_rows', 'RotaryCompiled', 'rotary_compiled_backward', 'silu_rows', 'silu_rows_backward', 'SiLUCompiled', 'silu_compiled_backward', 'swiglu_rows', 'FAST_KERNELS', 'COMPILED_KERNELS', 'ALL_KERNELS', 'kernel_set', 'active_kernels', 'use_fast_kernels', 'fast_kernels']
 
 import contextlib
 import ctypes
@@ -672,7 +672,18 @@ def layer_norm_rows(x, weight, bias, eps, out, mean, rstd, parts):
 
 @compiled
 def layer_norm_rows_backward(grad, x, weight, mean, rstd, dx, dweight, dbias, parts):
-    """dx (N, C) of layer_norm_rows; dweight, dbias (parts, C): one partial sum per piece"""
+    """dx (N, C) of layer_norm_rows; dweight, dbias (parts, C): one partial sum per piece
+
+    >>> x = np.array([[3.0, 4.0, 5.0]], dtype=np.float32)  # mean 4, variance 2 / 3
+    >>> mean, rstd = np.array([4.0], np.float32), np.array([np.sqrt(1.5)], np.float32)
+    >>> grad, ones = np.ones_like(x), np.ones(3, np.float32)
+    >>> dx, dw, db = np.empty_like(x), np.zeros((1, 3), np.float32), np.zeros((1, 3), np.float32)
+    >>> layer_norm_rows_backward(grad, x, ones, mean, rstd, dx, dw, db, 1)
+    >>> dx  # a shift of the whole row does not move the output
+    array([[0., 0., 0.]], dtype=float32)
+    >>> dw.round(4), db  # grad * x_hat and grad, summed over the piece's rows
+    (array([[-1.2247,  0.    ,  1.2247]], dtype=float32), array([[1., 1., 1.]], dtype=float32))
+    """
     n, c = x.shape
     T = x.dtype.type
     inv_c = T(1.0 / c)
@@ -873,7 +884,14 @@ def softmax_rows(scores, keep, scale, parts):
 
 @compiled
 def softmax_rows_backward(probs, d_probs, scale, parts):
-    """In place: d_probs (R, T, S) becomes scale * P * (dP - rowsum(P * dP)), row by row"""
+    """In place: d_probs (R, T, S) becomes scale * P * (dP - rowsum(P * dP)), row by row
+
+    >>> probs = np.array([[[0.5, 0.5]]], np.float32)
+    >>> d_probs = np.array([[[1.0, 0.0]]], np.float32)  # rowsum(P * dP) = 0.5
+    >>> softmax_rows_backward(probs, d_probs, np.float32(1.0), 1)
+    >>> d_probs  # 0.5 * (1 - 0.5), 0.5 * (0 - 0.5)
+    array([[[ 0.25, -0.25]]], dtype=float32)
+    """
     n_r, n_t, n_s = probs.shape
     rows = n_r * n_t
     T = probs.dtype.type
@@ -1261,15 +1279,25 @@ def int8_matmul_rows(x, q, scale, out, parts):
                 out[r, o] = total * scale[o]
 
 
-SMALL_ROWS = 8  # up to this many rows, the integer kernels; more, float32 tiles and BLAS
-TILE_ELEMENTS = 1 << 16  # weights per dequantized tile: 256 KiB of float32, kept in cache
+@numba.njit(inline="always")
+def int4_halves(byte):
+    """The two 4-bit halves of a byte, (low, high), each 0..15, as float32: split in float32
+    lanes (exact), compiled into the kernel that calls it
+
+    >>> low, high = int4_halves(np.uint8(0x9F))  # 0x9F = 159 = 15 + 16 * 9
+    >>> float(low), float(high)
+    (15.0, 9.0)
+    """
+    b = np.float32(byte)  # 0..255: exact
+    high = np.floor(b * np.float32(1 / 16))  # b >> 4
+    return b - np.float32(16) * high, high
 
 
 @compiled
 def int4_matmul_rows(x_even, x_odd, x_sums, packed, scales, out, parts):
-    """out[n, o] = sum over groups g of scales[o, g] * (sum_j (x[2j] lo_j + x[2j+1] hi_j) -
-    8 x_sums[n, g]), lo_j, hi_j the two 4-bit halves (0..15) of byte j, x_sums[n, g] the sum
-    of row n's entries in group g
+    """out[r, o] = sum over groups g of scales[o, g] * (sum_j (x_even[r, j] low_j + x_odd[r, j]
+    high_j) - 8 x_sums[r, g]), j over group g's bytes of row o, low_j and high_j the halves
+    (0..15) of byte j, x_sums[r, g] the sum of row r's entries in group g
 
     >>> x = np.array([[1.0, 2.0]], dtype=np.float32)
     >>> packed = np.array([[0x9F]], dtype=np.uint8)  # low half 15 -> 7, high half 9 -> 1
@@ -1284,22 +1312,51 @@ def int4_matmul_rows(x_even, x_odd, x_sums, packed, scales, out, parts):
     groups = scales.shape[1]
     size = n_bytes // groups  # bytes per group
     T = x_even.dtype.type
-    sixteenth, sixteen, eight = T(1 / 16), T(16), T(8)
+    eight = T(8)
     for p in prange(parts):
-        for o in range(p * n_out // parts, (p + 1) * n_out // parts):
+        lo, hi = p * n_out // parts, (p + 1) * n_out // parts
+        block = (hi - lo) // 4
+        for i in range(block):  # four weight rows, one from each quarter: four streams
+            o0, o1, o2, o3 = lo + i, lo + block + i, lo + 2 * block + i, lo + 3 * block + i
+            for r in range(n_rows):
+                t0 = t1 = t2 = t3 = T(0)
+                for g in range(groups):
+                    first, last = g * size, (g + 1) * size
+                    xe, xo = x_even[r, first:last], x_odd[r, first:last]
+                    w0, w1 = packed[o0, first:last], packed[o1, first:last]
+                    w2, w3 = packed[o2, first:last], packed[o3, first:last]
+                    a0 = a1 = a2 = a3 = T(0)
+                    for j in range(size):
+                        low0, high0 = int4_halves(w0[j])
+                        low1, high1 = int4_halves(w1[j])
+                        low2, high2 = int4_halves(w2[j])
+                        low3, high3 = int4_halves(w3[j])
+                        a0 += xe[j] * low0 + xo[j] * high0
+                        a1 += xe[j] * low1 + xo[j] * high1
+                        a2 += xe[j] * low2 + xo[j] * high2
+                        a3 += xe[j] * low3 + xo[j] * high3
+                    shift = eight * x_sums[r, g]  # the 8 taken from every value, at once
+                    t0 += (a0 - shift) * scales[o0, g]
+                    t1 += (a1 - shift) * scales[o1, g]
+                    t2 += (a2 - shift) * scales[o2, g]
+                    t3 += (a3 - shift) * scales[o3, g]
+                out[r, o0], out[r, o1], out[r, o2], out[r, o3] = t0, t1, t2, t3
+        for o in range(lo + 4 * block, hi):  # the rows left over, one at a time
             for r in range(n_rows):
                 total = T(0)
                 for g in range(groups):
-                    first = g * size
-                    w = packed[o, first:first + size]
-                    xe, xo = x_even[r, first:first + size], x_odd[r, first:first + size]
+                    first, last = g * size, (g + 1) * size
+                    w, xe, xo = packed[o, first:last], x_even[r, first:last], x_odd[r, first:last]
                     acc = T(0)
                     for j in range(size):
-                        b = T(w[j])  # the byte as a float, 0..255: exact
-                        h = np.floor(b * sixteenth)  # b >> 4, in float32 lanes
-                        acc += xe[j] * (b - sixteen * h) + xo[j] * h
-                    total += (acc - eight * x_sums[r, g]) * scales[o, g]  # the 8s, at once
+                        low, high = int4_halves(w[j])
+                        acc += xe[j] * low + xo[j] * high
+                    total += (acc - eight * x_sums[r, g]) * scales[o, g]
                 out[r, o] = total
+
+
+SMALL_ROWS = 8  # up to this many rows, the integer kernels; more, float32 tiles and BLAS
+TILE_ELEMENTS = 1 << 16  # weights per dequantized tile: 256 KiB of float32, kept in cache
 
 
 @compiled
@@ -1376,7 +1433,16 @@ class QuantizedMatMulCompiled(QuantizedMatMul):
 
 @derivative(QuantizedMatMulCompiled)
 def quantized_matmul_compiled_backward(ctx, grad):
-    """module 15's rule: grad @ deq(W) to x"""
+    """module 15's rule: grad @ deq(W) to x
+
+    >>> from tinytorch.core.tensor import Tensor
+    >>> q, scale = np.array([[10, -5]], np.int8), np.array([0.1], np.float32)  # W = [1, -0.5]
+    >>> x = Tensor(np.ones((1, 2), np.float32), requires_grad=True)
+    >>> with fast_kernels():
+    ...     QuantizedMatMul.apply(x, qweight=q, scale=scale, bits=8, group_size=None).sum().backward()
+    >>> x.grad
+    Tensor([[ 1. , -0.5]])
+    """
     return quantized_matmul_backward(ctx, grad)
 
 
@@ -1458,7 +1524,15 @@ def rms_norm_rows(x, weight, eps, out, rstd, parts):
 
 @compiled
 def rms_norm_rows_backward(grad, x, weight, rstd, dx, dweight, parts):
-    """dx = rstd (g_hat - x_hat mean(g_hat x_hat)), g_hat = grad * weight; dweight (parts, C)"""
+    """dx = rstd (g_hat - x_hat mean(g_hat x_hat)), g_hat = grad * weight; dweight (parts, C)
+
+    >>> x = np.array([[3.0, 4.0]], dtype=np.float32)  # mean of squares 12.5
+    >>> dx, dw = np.empty_like(x), np.zeros((1, 2), np.float32)
+    >>> rstd = np.array([1 / np.sqrt(12.5)], np.float32)
+    >>> rms_norm_rows_backward(x.copy(), x, np.ones(2, np.float32), rstd, dx, dw, 1)
+    >>> dx, dw.round(4)  # scaling x leaves the output unchanged: a gradient along x gives 0
+    (array([[0., 0.]], dtype=float32), array([[2.5456, 4.5255]], dtype=float32))
+    """
     n, c = x.shape
     T = x.dtype.type
     inv_c = T(1.0 / c)
@@ -1567,7 +1641,16 @@ def _rotary(x, cos, sin, backward):
 
 
 class RotaryCompiled(RotaryFunction):
-    """Module 11's RoPE as one compiled pass per row (tables (T, d) or (1, d))."""
+    """Module 11's RoPE as one compiled pass per row (tables (T, d) or (1, d)).
+
+    >>> from tinytorch.core.embeddings import apply_rotary
+    >>> from tinytorch.core.tensor import Tensor
+    >>> cos, sin = np.zeros((1, 2), np.float32), np.ones((1, 2), np.float32)  # 90 degrees
+    >>> with fast_kernels():
+    ...     y = apply_rotary(Tensor(np.array([[[1.0, 0.0]]], np.float32)), cos, sin)
+    >>> y  # (1, 0) turned a quarter: (0, 1)
+    Tensor([[[0., 1.]]])
+    """
 
     @staticmethod
     def forward(x, cos, sin):
@@ -1578,7 +1661,18 @@ class RotaryCompiled(RotaryFunction):
 
 @derivative(RotaryCompiled)
 def rotary_compiled_backward(ctx, grad):
-    """module 11's rule, grad cos - rotate_half(grad sin), in one pass"""
+    """module 11's rule, grad cos - rotate_half(grad sin), in one pass
+
+    >>> from tinytorch.core.embeddings import apply_rotary
+    >>> from tinytorch.core.tensor import Tensor
+    >>> x = Tensor(np.array([[[1.0, 0.0]]], np.float32), requires_grad=True)
+    >>> cos, sin = np.zeros((1, 2), np.float32), np.ones((1, 2), np.float32)  # 90 degrees
+    >>> with fast_kernels():
+    ...     y = apply_rotary(x, cos, sin)
+    ...     (y * Tensor(np.array([[[0.0, 1.0]]], np.float32))).sum().backward()
+    >>> y._ctx.fn.__name__, x.grad  # the second output is the first input
+    ('RotaryCompiled', Tensor([[[1., 0.]]]))
+    """
     x, cos, sin = ctx.inputs[0], ctx.params["cos"], ctx.params["sin"]
     if not _rotary_fits(x, cos):
         return rotary_backward(ctx, grad)
