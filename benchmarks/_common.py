@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +27,26 @@ def set_threads(threads):
     if threads:
         for name in THREAD_VARIABLES:
             os.environ[name] = str(threads)
+
+
+def cpu_description():
+    """The CPU's model name and its widest vector instructions (from /proc/cpuinfo), e.g.
+    "AMD EPYC, avx2": figures move with both, so every benchmark prints them."""
+    name, flags = None, set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and name is None:
+                    name = value.strip()
+                elif key.strip() in ("flags", "Features") and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    widest = next((v for v in ("avx512f", "avx2", "avx", "sve", "asimd") if v in flags), None)
+    vnni = " with VNNI" if {"avx512_vnni", "avx_vnni"} & flags else ""
+    return ", ".join(filter(None, (name or platform.machine() or "unknown CPU",
+                                   widest and widest + vnni)))
 
 
 def child_env(**extra):

@@ -56,6 +56,8 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMB
 
 import numpy as np  # noqa: E402
 
+from _common import cpu_description  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 
 QWEN_05B = dict(model_type="qwen2", vocab_size=151936, hidden_size=896, num_hidden_layers=24,
@@ -381,7 +383,8 @@ def main():
     print(f"checkpoint: {folder} ({'quick' if args.quick else 'Qwen2.5-0.5B'} shape, random "
           f"float32); prompt {args.prompt_len} tokens, {new_tokens} new tokens, greedy; "
           f"{args.threads} thread(s) per process (BLAS, numba, torch); TinyTorch's kernels: "
-          f"{args.kernels}; {os.cpu_count()} CPUs, shared with other jobs (load average "
+          f"{args.kernels}; {os.cpu_count()} CPUs ({cpu_description()}), shared with other "
+          f"jobs (load average "
           f"{os.getloadavg()[0]:.1f})")
     if torch_int8_note:
         print(torch_int8_note)

@@ -382,7 +382,8 @@ def main(argv=None):
           f"({tokens} tokens per step)")
     print(f"threads: {args.threads or 'library default (all cores)'}; malloc: {args.malloc} "
           f"(pytorch{' and tinytorch+17' if fast else ''}; plain tinytorch: glibc default); "
-          f"clock: {args.clock}; numpy {np_version}, torch {torch.__version__}")
+          f"clock: {args.clock}; numpy {np_version}, torch {torch.__version__}; "
+          f"CPU: {_common.cpu_description()}")
     if not fast:
         print("module 17 (acceleration): " + ("left out (--plain)" if args.plain else
               "not in this package: only the plain framework runs (tito module complete 17)"))

@@ -1406,6 +1406,13 @@ bytes_report()
 # rather than by its half a byte: it reads only 4.1 GB/s, and is slower than int8 although
 # it reads half the bytes.
 #
+# The int4 figures above are for a kernel that reads one weight row at a time. Module 17's
+# int4 exercise reads four rows from four far-apart blocks at once, as its int8 kernel does.
+# The same command on a slower day (2026-12-07; float32 BLAS took 43.8 ms on the head,
+# against 32.4 above: the machine shares its memory with its neighbours) gave the head in
+# 16.0 ms as int4 (2.7x faster than float32, against 1.8x one row at a time) and 10.9 ms
+# as int8 (4.0x).
+#
 # The bytes read per token are what decoding speed depends on (module 18).
 #
 # **On a trained TinyGPT** (the checkpoint of `tito milestone run tinygpt`), the benchmark

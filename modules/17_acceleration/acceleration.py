@@ -3082,8 +3082,9 @@ def int8_matmul_rows(x, q, scale, out, parts):
 #
 # Read the weight rows as your int8 kernel does: four rows from the four blocks of each
 # piece together (for each group, one loop over its bytes that keeps four sums), then the
-# rows left over one at a time. Four blocks made the int4 step about 1.2x faster than one
-# row at a time in the measurements of `benchmarks/README.md`.
+# rows left over one at a time. On the checkpoint above, four blocks took the int4 decode
+# step from 81-83 ms to 59-62 ms, one row at a time against four blocks in alternate runs
+# on a busy day (about 1.35x; `benchmarks/README.md` has the runs).
 
 # %% nbgrader={"grade": false, "grade_id": "int4-halves", "locked": true, "schema_version": 3, "solution": false, "task": false}
 #| export

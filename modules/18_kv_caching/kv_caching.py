@@ -3227,6 +3227,15 @@ batching_throughput()
 # `transformers` decoded 9.84 tokens/s instead of 11.88, and int8 was 3.34x it.
 # `benchmarks/README.md` has all the runs.
 #
+# The machine matters more than any of that. On another one (an AMD EPYC with AVX2, no
+# AVX-512, 2026-12-07), with module 17's int4 exercise reading four weight rows at a time,
+# two runs of the same benchmark printed every target met: float32 2.42x and 1.94x
+# `transformers` float32, int8 4.44x and 4.64x (1.43x and 1.54x PyTorch's int8), int4
+# 3.99x and 3.80x. But `transformers`' float32 decoded 3.9 tokens/s there, against 12.4
+# on the first machine, so those ratios belong to the machine as much as to the kernels.
+# The figure that carries over is int4 against TinyTorch's own float32: 1.65x and 1.96x,
+# against 1.30x when the int4 kernel read one row at a time.
+#
 # Continuous batching in the last run: 8 requests of 16 tokens each, served together,
 # gave 30.00 tokens/s in all against 10.43 one after another (2.88x; 4 requests: 2.27x),
 # with the same tokens, in a 9 MiB pool. The KV cache was 6.5x faster than recomputing the
