@@ -70,11 +70,13 @@
 # - `FusedAdamW`: AdamW's update with no temporaries, state for state the same optimizer.
 # - Compiled: `layer_norm_rows` and `layer_norm_rows_backward` (layer norm, one pass per
 #   row), `softmax_rows` and `softmax_rows_backward` (attention's masked softmax and its
-#   gradient), `int8_matmul_rows` (int8 weights times a few rows, read as bytes).
+#   gradient), `int8_matmul_rows` and `int4_matmul_rows` (int8 and packed int4 weights
+#   times a few rows, read as bytes, four weight rows at a time).
 # - Given: `set_blas_threads(n)`, `blas_threads()`, `keep_freed_memory()`; three more NumPy
 #   kernels to read, `GELUTanhKernel`, `LayerNormKernel` and `add_backward_bias_blas`;
-#   `compiled`, `chunks`, `set_threads` and `fast_exp`; the compiled GELU, cross-entropy,
-#   `CompiledAdamW`, int4, RMSNorm, rotary and SiLU kernels and the `Function` around each;
+#   `compiled`, `chunks`, `set_threads`, `fast_exp` and `int4_halves`; the compiled GELU,
+#   cross-entropy, `CompiledAdamW`, RMSNorm, rotary and SiLU kernels and the `Function`
+#   around each;
 #   `MatMulRowsCompiled` (a few float32 rows through your int8 kernel); the tables
 #   `FAST_KERNELS` and `COMPILED_KERNELS`, `use_fast_kernels(on, compiled)`,
 #   `fast_kernels(on, compiled)` and `active_kernels()`.
