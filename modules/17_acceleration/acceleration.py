@@ -3262,7 +3262,8 @@ def quantized_matmul_compiled_backward(ctx, grad):
     >>> q, scale = np.array([[10, -5]], np.int8), np.array([0.1], np.float32)  # W = [1, -0.5]
     >>> x = Tensor(np.ones((1, 2), np.float32), requires_grad=True)
     >>> with fast_kernels():
-    ...     QuantizedMatMul.apply(x, qweight=q, scale=scale, bits=8, group_size=None).sum().backward()
+    ...     y = QuantizedMatMul.apply(x, qweight=q, scale=scale, bits=8, group_size=None)
+    ...     y.sum().backward()
     >>> x.grad
     Tensor([[ 1. , -0.5]])
     """

@@ -44,6 +44,18 @@ from .plan import plan_cells
 DEFAULT_TIMEOUT = 120.0
 
 
+def _dump_after(timeout: float) -> float:
+    """When the driver writes the running cell's stack, to name the line of a cell that
+    will be stopped at `timeout`: 2-5 s before it (a quarter of it between), so that a
+    loaded machine still writes the stack before the stop; never before half of it.
+
+    >>> _dump_after(8), _dump_after(120), _dump_after(2)
+    (6.0, 115.0, 1.0)
+    """
+    margin = min(5.0, max(2.0, 0.25 * timeout))
+    return max(timeout - margin, 0.5 * timeout)
+
+
 def run_cells(plan: list[Cell], package_root: Path, cwd: Path, timeout: float = DEFAULT_TIMEOUT,
               on_result=None, forbidden: list[str] | None = None) -> RunReport:
     """Execute ``plan`` in a fresh driver process; ``on_result(CellResult)`` as each ends."""
@@ -53,7 +65,7 @@ def run_cells(plan: list[Cell], package_root: Path, cwd: Path, timeout: float = 
         stderr_path = Path(tmp) / "stderr.txt"
         spec = driver_spec(plan, Path(package_root).resolve(), secrets.token_bytes(32),
                            forbidden=forbidden or [], stack_path=str(stack_path),
-                           dump_after=max(timeout - 1.0, timeout * 0.75))
+                           dump_after=_dump_after(timeout))
         env = scrub_environment(dict(os.environ, MPLBACKEND="Agg"))
         env.setdefault(DATA_ENV, str(DATA_DIR))  # the course's data, for lessons that read it
         proc, found, records = start_driver([sys.executable, "-I", "-B", str(DRIVER)], spec,
