@@ -45,9 +45,10 @@ DEFAULT_TIMEOUT = 120.0
 
 
 def _dump_after(timeout: float) -> float:
-    """When the driver writes the running cell's stack, to name the line of a cell that
-    will be stopped at `timeout`: 2-5 s before it (a quarter of it between), so that a
-    loaded machine still writes the stack before the stop; never before half of it.
+    """When the driver writes its stack, to name the line that was running if the run is
+    stopped at `timeout` (the whole run's limit): 2-5 s before it (a quarter of it
+    between), so that a loaded machine still writes the stack before the stop; never
+    before half of it.
 
     >>> _dump_after(8), _dump_after(120), _dump_after(2)
     (6.0, 115.0, 1.0)
