@@ -1379,12 +1379,12 @@ def dequantize_rows(q, scales, first, out, parts):
                 for k in range(n_k):
                     row[k] = T(q[o, k]) * scales[o]
             else:  # int4: two values per byte, one scale per group
-                group = n_k // scales.shape[1]
+                group, eight = n_k // scales.shape[1], np.float32(8)
                 for k in range(n_k // 2):
-                    b = np.int32(q[o, k])
+                    low, high = int4_halves(q[o, k])
                     s = scales[o, (2 * k) // group]
-                    row[2 * k] = T((b & 15) - 8) * s
-                    row[2 * k + 1] = T((b >> 4) - 8) * s
+                    row[2 * k] = T(low - eight) * s
+                    row[2 * k + 1] = T(high - eight) * s
 
 
 class QuantizedMatMulCompiled(QuantizedMatMul):
