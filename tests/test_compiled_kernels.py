@@ -217,6 +217,62 @@ def test_chunks_one_piece_below_the_threshold_one_per_thread_above():
     assert big == min(acc.numba.get_num_threads(), 1024)
 
 
+BLAS_SPIN = """
+import json, os, time
+import numpy as np
+
+a = np.ones((512, 512), np.float32)
+
+
+def cpu_while_asleep():  # ms of CPU the process uses in a 200 ms sleep after a product
+    a @ a
+    start = time.process_time()
+    time.sleep(0.2)
+    return (time.process_time() - start) * 1e3
+
+
+before = max(cpu_while_asleep() for _ in range(3))
+from tinytorch.perf import acceleration  # noqa: E402  (quiets OpenBLAS as it loads)
+
+after = max(cpu_while_asleep() for _ in range(3))
+print(json.dumps([before, after, os.environ.get("OPENBLAS_THREAD_TIMEOUT")]))
+"""
+
+
+def test_loading_the_module_puts_openblas_idle_threads_to_sleep(repo):
+    """OpenBLAS as it ships keeps a thread spinning after each product (a core's worth of CPU
+    while the process sleeps); once module 17 is loaded the process sleeps with it."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    env["OPENBLAS_NUM_THREADS"] = "2"
+    done = subprocess.run([sys.executable, "-c", BLAS_SPIN], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    before, after, setting = json.loads(done.stdout.strip().splitlines()[-1])
+    assert before > 15, (f"OpenBLAS used only {before:.1f} ms of CPU in a 200 ms sleep after "
+                         "a product: it no longer spins, so this test cannot see the change")
+    assert after < 5, f"{after:.1f} ms of CPU in a 200 ms sleep: OpenBLAS's threads still spin"
+    assert setting == str(acc.QUIET_TIMEOUT)
+
+
+def test_an_openblas_thread_timeout_you_set_is_kept(repo):
+    import os
+    import subprocess
+    import sys
+
+    script = ("import os; from tinytorch.perf import acceleration as acc; "
+              "print(acc.quiet_blas_threads(), os.environ['OPENBLAS_THREAD_TIMEOUT'])")
+    env = {**os.environ, "OPENBLAS_THREAD_TIMEOUT": "20"}
+    done = subprocess.run([sys.executable, "-c", script], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "20"]
+
+
 def test_set_threads_sets_both_pools():
     before_numba, before_blas = acc.numba.get_num_threads(), acc.blas_threads()
     try:

@@ -72,8 +72,9 @@
 #   row), `softmax_rows` and `softmax_rows_backward` (attention's masked softmax and its
 #   gradient), `int8_matmul_rows` and `int4_matmul_rows` (int8 and packed int4 weights
 #   times a few rows, read as bytes, four weight rows at a time).
-# - Given: `set_blas_threads(n)`, `blas_threads()`, `keep_freed_memory()`; three more NumPy
-#   kernels to read, `GELUTanhKernel`, `LayerNormKernel` and `add_backward_bias_blas`;
+# - Given: `set_blas_threads(n)`, `blas_threads()`, `quiet_blas_threads()`,
+#   `keep_freed_memory()`; three more NumPy kernels to read, `GELUTanhKernel`,
+#   `LayerNormKernel` and `add_backward_bias_blas`;
 #   `compiled`, `chunks`, `set_threads`, `fast_exp` and `int4_halves`; the compiled GELU,
 #   cross-entropy, `CompiledAdamW`, RMSNorm, rotary and SiLU kernels and the `Function`
 #   around each;
@@ -278,6 +279,32 @@ def blas_threads():
     return int(getter())
 
 
+QUIET_TIMEOUT = 4  # OPENBLAS_THREAD_TIMEOUT: idle threads spin 2^4 clock cycles, then sleep
+
+
+def quiet_blas_threads():
+    """Make NumPy's OpenBLAS put its idle threads to sleep at once, instead of letting them
+    spin for about 0.1 s (2^28 clock cycles, its default) after each product. True if its
+    threads now sleep at once; False if no OpenBLAS was found, or if you set
+    OPENBLAS_THREAD_TIMEOUT yourself (yours is kept: OpenBLAS read it as it loaded).
+
+    >>> quiet_blas_threads()  # NumPy's wheels bundle OpenBLAS
+    True
+    >>> os.environ["OPENBLAS_THREAD_TIMEOUT"]  # children inherit it, and read it on loading
+    '4'
+    """
+    if "OPENBLAS_THREAD_TIMEOUT" in os.environ:  # set before OpenBLAS loaded: it has it
+        return os.environ["OPENBLAS_THREAD_TIMEOUT"] == str(QUIET_TIMEOUT)
+    read_env = _openblas_function(("openblas_read_env",))
+    shutdown = _openblas_function(("blas_thread_shutdown_",))
+    if read_env is None or shutdown is None:
+        return False
+    os.environ["OPENBLAS_THREAD_TIMEOUT"] = str(QUIET_TIMEOUT)
+    read_env()  # OpenBLAS reads its environment variables again, this one among them
+    shutdown()  # and stops its threads: the next product starts them with the short wait
+    return True
+
+
 # %% nbgrader={"grade": false, "grade_id": "demo-threads", "locked": false, "schema_version": 3, "solution": false, "task": false}
 def threads_report():
     before = blas_threads()
@@ -301,6 +328,53 @@ def threads_report():
 
 
 threads_report()
+
+# %% [markdown]
+# ### BLAS's threads do not go to sleep
+#
+# After a product, OpenBLAS's threads do not sleep: each spins, asking "more work?", for
+# about 0.1 s (2^28 clock cycles), to start the next product a few microseconds sooner. With
+# NumPy alone the other cores are idle anyway, so it costs nothing. It costs a great deal
+# once a second pool runs between the products, as module 17's compiled kernels will: on
+# a two-core machine the spinning thread holds the core the kernel's second thread needs.
+# The cell below shows the spin: the process sleeps 50 ms right after a product and
+# counts the CPU time it used meanwhile, before and after `quiet_blas_threads()`.
+#
+# OpenBLAS reads how long to spin, `OPENBLAS_THREAD_TIMEOUT` (2^n cycles, n from 4 to 30),
+# when it loads, which is when NumPy is imported. `quiet_blas_threads()` (given above, and
+# called when this module's package loads) sets it to 4, asks OpenBLAS to read its
+# environment again, and stops its threads; the next product starts them anew, and they
+# sleep as soon as their work is done. The cost is waking them for each product. The
+# benefit, measured on the course's two-core machine (an AMD EPYC with AVX2) in TinyGPT's
+# training step with every compiled kernel of this module: 89.3 ms a step with OpenBLAS's
+# spin as it ships (`OPENBLAS_THREAD_TIMEOUT=28` set before starting) against 80.4 ms with
+# `quiet_blas_threads()` (medians of four processes each, alternated). Inside that step
+# the compiled GELU took 3.1 ms a step on two threads, as long as on one (3.3 ms), until
+# the spin was gone (2.0 ms). An `OPENBLAS_THREAD_TIMEOUT` you set yourself is kept.
+
+# %% nbgrader={"grade": false, "grade_id": "demo-blas-spin", "locked": false, "schema_version": 3, "solution": false, "task": false}
+def spin_report():
+    if blas_threads() is None or blas_threads() < 2:
+        print("one BLAS thread here (or not OpenBLAS): no thread is left spinning")
+        return
+    a = f32(512, 512)
+
+    def cpu_while_asleep():  # ms of CPU this process uses in a 50 ms sleep after a product
+        a @ a
+        start = time.process_time()
+        time.sleep(0.05)
+        return (time.process_time() - start) * 1e3
+
+    def setting():
+        return f"OPENBLAS_THREAD_TIMEOUT={os.environ.get('OPENBLAS_THREAD_TIMEOUT', 'unset')}"
+
+    print(f"CPU time in a 50 ms sleep right after a product, {setting()}: "
+          f"{cpu_while_asleep():.1f} ms")
+    quiet_blas_threads()
+    print(f"after quiet_blas_threads(), {setting()}: {cpu_while_asleep():.1f} ms")
+
+
+spin_report()
 
 # %% [markdown]
 # ### Why the element-wise work stays on one core
@@ -1638,7 +1712,9 @@ with one_blas_thread():
 #     decode step of a 24-layer model, a few hundred kernel calls, 85 ms.
 #   - Intel's TBB (`tbb`): a work-stealing scheduler whose idle threads back off and sleep
 #     on their own, and which no other library here shares: 2-5 microseconds a call, 41.6
-#     ms a training step of the milestone, 35 ms an int8 decode step.
+#     ms a training step of the milestone, 35 ms an int8 decode step. OpenBLAS's own
+#     threads still spin after each product, whatever the layer: Part 3's
+#     `quiet_blas_threads()` stops that, and this module calls it as it loads.
 #
 #   So the course installs TBB's wheel with numba (on x86-64 Linux and Windows, where PyPI
 #   has it), and `start_kernel_threads()` (given, run as the package loads) starts numba's
@@ -1731,6 +1807,7 @@ def kernel_threads():
 
 
 start_kernel_threads()
+quiet_blas_threads()  # two pools share the cores: BLAS's idle threads must not hold one
 
 
 def compiled(fn=None, *, fastmath=FASTMATH):

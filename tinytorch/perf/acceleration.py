@@ -2,7 +2,7 @@
 # Do not edit: change the lesson and export again.
 """Module 17 (Acceleration): Vectorization, memory layout, BLAS threads, allocation reuse and fused kernels, plugged into your framework through its kernel table and measured."""
 
-__all__ = ['set_blas_threads', 'blas_threads', 'keep_freed_memory', 'gelu_backward_inplace', 'cross_entropy_record', 'cross_entropy_backward_inplace', 'row_sums', 'attention_probs_fast', 'AttentionKeepFunction', 'attention_keep_backward', 'FusedAdamW', 'GELUTanhKernel', 'gelu_tanh_kernel_backward', 'LayerNormKernel', 'layer_norm_kernel_backward', 'add_backward_bias_blas', 'FASTMATH', 'PARALLEL_MIN', 'tbb_library', 'start_kernel_threads', 'kernel_threads', 'compiled', 'Kernel', 'chunks', 'set_threads', 'layer_norm_rows', 'layer_norm_rows_backward', 'LayerNormCompiled', 'layer_norm_compiled_backward', 'fast_exp', 'exp_rows', 'softmax_rows', 'softmax_rows_backward', 'AttentionCompiled', 'attention_compiled_backward', 'gelu_tanh_rows', 'gelu_tanh_rows_backward', 'GELUCompiled', 'gelu_compiled_backward', 'cross_entropy_rows', 'cross_entropy_rows_backward', 'CrossEntropyCompiled', 'cross_entropy_compiled_backward', 'adamw_rows', 'CompiledAdamW', 'int8_matmul_rows', 'int4_halves', 'int4_matmul_rows', 'SMALL_ROWS', 'TILE_ELEMENTS', 'dequantize_rows', 'QuantizedMatMulCompiled', 'quantized_matmul_compiled_backward', 'MatMulRowsCompiled', 'matmul_rows_compiled_backward', 'rms_norm_rows', 'rms_norm_rows_backward', 'RMSNormCompiled', 'rms_norm_compiled_backward', 'rotary_rows', 'RotaryCompiled', 'rotary_compiled_backward', 'silu_rows', 'silu_rows_backward', 'SiLUCompiled', 'silu_compiled_backward', 'swiglu_rows', 'FAST_KERNELS', 'COMPILED_KERNELS', 'ALL_KERNELS', 'kernel_set', 'active_kernels', 'use_fast_kernels', 'fast_kernels']
+__all__ = ['set_blas_threads', 'blas_threads', 'QUIET_TIMEOUT', 'quiet_blas_threads', 'keep_freed_memory', 'gelu_backward_inplace', 'cross_entropy_record', 'cross_entropy_backward_inplace', 'row_sums', 'attention_probs_fast', 'AttentionKeepFunction', 'attention_keep_backward', 'FusedAdamW', 'GELUTanhKernel', 'gelu_tanh_kernel_backward', 'LayerNormKernel', 'layer_norm_kernel_backward', 'add_backward_bias_blas', 'FASTMATH', 'PARALLEL_MIN', 'tbb_library', 'start_kernel_threads', 'kernel_threads', 'compiled', 'Kernel', 'chunks', 'set_threads', 'layer_norm_rows', 'layer_norm_rows_backward', 'LayerNormCompiled', 'layer_norm_compiled_backward', 'fast_exp', 'exp_rows', 'softmax_rows', 'softmax_rows_backward', 'AttentionCompiled', 'attention_compiled_backward', 'gelu_tanh_rows', 'gelu_tanh_rows_backward', 'GELUCompiled', 'gelu_compiled_backward', 'cross_entropy_rows', 'cross_entropy_rows_backward', 'CrossEntropyCompiled', 'cross_entropy_compiled_backward', 'adamw_rows', 'CompiledAdamW', 'int8_matmul_rows', 'int4_halves', 'int4_matmul_rows', 'SMALL_ROWS', 'TILE_ELEMENTS', 'dequantize_rows', 'QuantizedMatMulCompiled', 'quantized_matmul_compiled_backward', 'MatMulRowsCompiled', 'matmul_rows_compiled_backward', 'rms_norm_rows', 'rms_norm_rows_backward', 'RMSNormCompiled', 'rms_norm_compiled_backward', 'rotary_rows', 'RotaryCompiled', 'rotary_compiled_backward', 'silu_rows', 'silu_rows_backward', 'SiLUCompiled', 'silu_compiled_backward', 'swiglu_rows', 'FAST_KERNELS', 'COMPILED_KERNELS', 'ALL_KERNELS', 'kernel_set', 'active_kernels', 'use_fast_kernels', 'fast_kernels']
 
 import contextlib
 import ctypes
@@ -81,6 +81,32 @@ def blas_threads():
         return None
     getter.restype = ctypes.c_int
     return int(getter())
+
+
+QUIET_TIMEOUT = 4  # OPENBLAS_THREAD_TIMEOUT: idle threads spin 2^4 clock cycles, then sleep
+
+
+def quiet_blas_threads():
+    """Make NumPy's OpenBLAS put its idle threads to sleep at once, instead of letting them
+    spin for about 0.1 s (2^28 clock cycles, its default) after each product. True if its
+    threads now sleep at once; False if no OpenBLAS was found, or if you set
+    OPENBLAS_THREAD_TIMEOUT yourself (yours is kept: OpenBLAS read it as it loaded).
+
+    >>> quiet_blas_threads()  # NumPy's wheels bundle OpenBLAS
+    True
+    >>> os.environ["OPENBLAS_THREAD_TIMEOUT"]  # children inherit it, and read it on loading
+    '4'
+    """
+    if "OPENBLAS_THREAD_TIMEOUT" in os.environ:  # set before OpenBLAS loaded: it has it
+        return os.environ["OPENBLAS_THREAD_TIMEOUT"] == str(QUIET_TIMEOUT)
+    read_env = _openblas_function(("openblas_read_env",))
+    shutdown = _openblas_function(("blas_thread_shutdown_",))
+    if read_env is None or shutdown is None:
+        return False
+    os.environ["OPENBLAS_THREAD_TIMEOUT"] = str(QUIET_TIMEOUT)
+    read_env()  # OpenBLAS reads its environment variables again, this one among them
+    shutdown()  # and stops its threads: the next product starts them with the short wait
+    return True
 
 
 def keep_freed_memory():
@@ -545,6 +571,7 @@ def kernel_threads():
 
 
 start_kernel_threads()
+quiet_blas_threads()  # two pools share the cores: BLAS's idle threads must not hold one
 
 
 def compiled(fn=None, *, fastmath=FASTMATH):
