@@ -2,11 +2,9 @@
 
 Three contestants, unless told otherwise: TinyTorch with module 17 (acceleration: its
 compiled kernels switched on through the kernel tables, CompiledAdamW, glibc keeping freed
-memory, OpenBLAS's idle threads asleep at once: quiet_blas_threads), the plain TinyTorch of
-modules 01-13 (no module 17: the lessons' own code, glibc's default malloc, OpenBLAS's
-threads spinning after each product as it ships them), and PyTorch eager. `--plain` leaves
-the accelerated one out; without module 17 in the package it is left out and the script
-says so. `--numpy-kernels` adds a fourth:
+memory), the plain TinyTorch of modules 01-13 (no module 17: the lessons' own code, glibc's
+default malloc), and PyTorch eager. `--plain` leaves the accelerated one out; without module
+17 in the package it is left out and the script says so. `--numpy-kernels` adds a fourth:
 module 17 with its NumPy kernels only (`use_fast_kernels(True, compiled=False)`, FusedAdamW),
 to show what compiling adds.
 
@@ -47,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 
@@ -62,10 +59,6 @@ from _common import (
     summary,
 )
 from tito.course.packages import acceleration  # imports no NumPy: thread settings first
-
-# Yours, if set before this script started; module 17 sets it in any process that loads it
-BLAS_TIMEOUT = os.environ.get("OPENBLAS_THREAD_TIMEOUT")
-OPENBLAS_DEFAULT_TIMEOUT = 28  # 2^28 clock cycles of spinning after a product (OpenBLAS's)
 
 
 def parse_args(argv=None):
@@ -304,17 +297,13 @@ def run_child(args, framework):
                "--n-embd", args.n_embd, "--block-size", args.block_size,
                "--batch-size", args.batch_size] + (["--threads", args.threads] if args.threads
                                                    else [])
-    extra = {}
-    if framework == "plain":  # OpenBLAS's threads spin after a product as it ships them:
-        # module 17's quiet_blas_threads() keeps a value that is set, and this one is its own
-        extra["OPENBLAS_THREAD_TIMEOUT"] = BLAS_TIMEOUT or str(OPENBLAS_DEFAULT_TIMEOUT)
     if args.cold and framework == "tinytorch":
         import tempfile
 
         with tempfile.TemporaryDirectory() as cache:  # numba compiles every kernel afresh
             return _common.run_child(__file__, framework, options,
-                                     child_env(NUMBA_CACHE_DIR=cache, **extra))
-    return _common.run_child(__file__, framework, options, child_env(**extra))
+                                     child_env(NUMBA_CACHE_DIR=cache))
+    return _common.run_child(__file__, framework, options)
 
 
 # ---- the comparison --------------------------------------------------------------------

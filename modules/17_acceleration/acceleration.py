@@ -341,16 +341,23 @@ threads_report()
 # counts the CPU time it used meanwhile, before and after `quiet_blas_threads()`.
 #
 # OpenBLAS reads how long to spin, `OPENBLAS_THREAD_TIMEOUT` (2^n cycles, n from 4 to 30),
-# when it loads, which is when NumPy is imported. `quiet_blas_threads()` (given above, and
-# called when this module's package loads) sets it to 4, asks OpenBLAS to read its
-# environment again, and stops its threads; the next product starts them anew, and they
-# sleep as soon as their work is done. The cost is waking them for each product. The
-# benefit, measured on the course's two-core machine (an AMD EPYC with AVX2) in TinyGPT's
-# training step with every compiled kernel of this module: 89.3 ms a step with OpenBLAS's
-# spin as it ships (`OPENBLAS_THREAD_TIMEOUT=28` set before starting) against 80.4 ms with
-# `quiet_blas_threads()` (medians of four processes each, alternated). Inside that step
-# the compiled GELU took 3.1 ms a step on two threads, as long as on one (3.3 ms), until
-# the spin was gone (2.0 ms). An `OPENBLAS_THREAD_TIMEOUT` you set yourself is kept.
+# when it loads, which is when NumPy is imported. `quiet_blas_threads()` (given above) sets
+# it to 4, asks OpenBLAS to read its environment again, and stops its threads; the next
+# product starts them anew, and they sleep as soon as their work is done. The price is
+# waking them for every product. Which wins depends on the machine, so measure before you
+# choose. On the course's two-core virtual machine (an AMD EPYC with AVX2), in TinyGPT's
+# training step with every compiled kernel of this module, two threads:
+#
+# - the spin does starve the kernels: inside the step, the compiled GELU took 3.1 ms a
+#   step on two threads, as long as on one (3.3 ms), and 2.0 ms with the threads quiet;
+# - but the whole step went both ways. Medians of alternated processes, OpenBLAS's spin
+#   (`OPENBLAS_THREAD_TIMEOUT=28`) against quiet threads: 89.3 against 80.4 ms (four each),
+#   96.2 against 117.2 ms (six each; quiet processes at 117-197 ms), 91.4 against 87.2 ms
+#   (six each). The quiet processes were either faster than any spinning one or much
+#   slower: on a virtual machine a virtual CPU that sleeps can be slow to wake.
+#
+# So the module does not call it for you. `OPENBLAS_THREAD_TIMEOUT=4` set before starting
+# Python does the same for a whole run, and a value you set yourself is kept.
 
 # %% nbgrader={"grade": false, "grade_id": "demo-blas-spin", "locked": false, "schema_version": 3, "solution": false, "task": false}
 def spin_report():
@@ -371,7 +378,8 @@ def spin_report():
     print(f"CPU time in a 50 ms sleep right after a product, {setting()}: "
           f"{cpu_while_asleep():.1f} ms")
     quiet_blas_threads()
-    print(f"after quiet_blas_threads(), {setting()}: {cpu_while_asleep():.1f} ms")
+    print(f"after quiet_blas_threads(), {setting()}: {cpu_while_asleep():.1f} ms (this "
+          "notebook's BLAS threads now sleep at once, to its end)")
 
 
 spin_report()
@@ -1713,8 +1721,8 @@ with one_blas_thread():
 #   - Intel's TBB (`tbb`): a work-stealing scheduler whose idle threads back off and sleep
 #     on their own, and which no other library here shares: 2-5 microseconds a call, 41.6
 #     ms a training step of the milestone, 35 ms an int8 decode step. OpenBLAS's own
-#     threads still spin after each product, whatever the layer: Part 3's
-#     `quiet_blas_threads()` stops that, and this module calls it as it loads.
+#     threads still spin after each product, whatever the layer: Part 3 measures what
+#     putting them to sleep (`quiet_blas_threads()`) does.
 #
 #   So the course installs TBB's wheel with numba (on x86-64 Linux and Windows, where PyPI
 #   has it), and `start_kernel_threads()` (given, run as the package loads) starts numba's
@@ -1807,7 +1815,6 @@ def kernel_threads():
 
 
 start_kernel_threads()
-quiet_blas_threads()  # two pools share the cores: BLAS's idle threads must not hold one
 
 
 def compiled(fn=None, *, fastmath=FASTMATH):

@@ -571,7 +571,6 @@ def kernel_threads():
 
 
 start_kernel_threads()
-quiet_blas_threads()  # two pools share the cores: BLAS's idle threads must not hold one
 
 
 def compiled(fn=None, *, fastmath=FASTMATH):
