@@ -351,10 +351,11 @@ threads_report()
 # - the spin does starve the kernels: inside the step, the compiled GELU took 3.1 ms a
 #   step on two threads, as long as on one (3.3 ms), and 2.0 ms with the threads quiet;
 # - but the whole step went both ways. Medians of alternated processes, OpenBLAS's spin
-#   (`OPENBLAS_THREAD_TIMEOUT=28`) against quiet threads: 89.3 against 80.4 ms (four each),
-#   96.2 against 117.2 ms (six each; quiet processes at 117-197 ms), 91.4 against 87.2 ms
-#   (six each). The quiet processes were either faster than any spinning one or much
-#   slower: on a virtual machine a virtual CPU that sleeps can be slow to wake.
+#   (`OPENBLAS_THREAD_TIMEOUT=28`) against quiet threads: 86.3 against 78.6 ms and 89.3
+#   against 80.4 (four each), 96.2 against 117.2 and 91.4 against 87.2 (six each). The
+#   spinning processes took 81-120 ms; the quiet ones fell in two groups, 12 of 20 at
+#   75-89 ms and 7 at 110-197 ms (one at 93), perhaps because on a virtual machine a
+#   virtual CPU that sleeps can be slow to wake (not measured).
 #
 # So the module does not call it for you. `OPENBLAS_THREAD_TIMEOUT=4` set before starting
 # Python does the same for a whole run, and a value you set yourself is kept.
