@@ -39,11 +39,13 @@ arrays only) is printed too.
     .venv/bin/python benchmarks/gpt_step.py --threads 1 --clock cpu   # steadier when loaded
     .venv/bin/python benchmarks/gpt_step.py --plain    # plain TinyTorch against PyTorch only
     .venv/bin/python benchmarks/gpt_step.py --cold     # and the kernels' compile time from scratch
+    .venv/bin/python benchmarks/gpt_step.py --breakdown  # and where each ms goes, both sides
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -80,8 +82,12 @@ def parse_args(argv=None):
     p.add_argument("--batch-size", type=int, default=12)
     p.add_argument("--profile", action="store_true",
                    help="then cProfile TinyTorch's steps in this process: where the time goes")
+    p.add_argument("--breakdown", action="store_true",
+                   help="then one more process per framework with every operation timed: "
+                        "where each millisecond goes, TinyTorch's against PyTorch's")
     p.add_argument("--child", choices=("tinytorch", "numpy17", "plain", "torch"),
                    help=argparse.SUPPRESS)
+    p.add_argument("--child-breakdown", action="store_true", help=argparse.SUPPRESS)
     return parse_step_arguments(p, argv)
 
 
@@ -152,20 +158,22 @@ def tinytorch_setup(config_kwargs, seed=0, fast=False, compiled=True):
     for p in model.parameters():
         assert p.dtype == np.float32, f"a TinyTorch parameter is {p.dtype}"
 
-    def step(x, y, times=None):
-        t0 = clock()
-        _, loss = model(x, y)
-        t1 = clock()
-        for opt in optimizers:
-            opt.zero_grad()
-        loss.backward()
-        t2 = clock()
+    def step(x, y, times=None, around=contextlib.nullcontext):
+        with around():  # --breakdown: timers on every operation of these two phases
+            t0 = clock()
+            _, loss = model(x, y)
+            t1 = clock()
+            for opt in optimizers:
+                opt.zero_grad()
+            loss.backward()
+            t2 = clock()
+        t2_out = clock()  # after `around` closes: its teardown is in no phase
         clip_grad_norm_(model.parameters(), 1.0)
         for opt in optimizers:
             opt.step()
         t3 = clock()
         if times is not None:
-            times.append((t1 - t0, t2 - t1, t3 - t2))
+            times.append((t1 - t0, t2 - t1, t3 - t2_out))
         else:  # untimed steps: check that nothing drifted to float64
             check_float32(loss, model)
         return loss.item()
@@ -203,22 +211,24 @@ def torch_setup(config_kwargs, weights, threads=None):
         groups.append({"params": no_decay, "weight_decay": 0.0})
     opt = torch.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.99))
 
-    def step(x, y, times=None, lr=None):
+    def step(x, y, times=None, lr=None, around=contextlib.nullcontext):
         if lr is not None:  # a schedule's value for this step (tinygpt_loss.py)
             for group in opt.param_groups:
                 group["lr"] = lr
         xt, yt = torch.from_numpy(x), torch.from_numpy(y)
-        t0 = clock()
-        _, loss = model(xt, yt)
-        t1 = clock()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        t2 = clock()
+        with around():  # --breakdown: torch.profiler over these two phases
+            t0 = clock()
+            _, loss = model(xt, yt)
+            t1 = clock()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            t2 = clock()
+        t2_out = clock()  # after `around` closes: its teardown is in no phase
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         t3 = clock()
         if times is not None:
-            times.append((t1 - t0, t2 - t1, t3 - t2))
+            times.append((t1 - t0, t2 - t1, t3 - t2_out))
         return loss.item()
 
     return model, step
@@ -275,6 +285,20 @@ def child(args):
             f.write("5")  # reset the peak (VmHWM) to the current RSS
     except OSError:
         pass
+    if args.child_breakdown:  # wall clock: the operations' timers and torch.profiler's are
+        import _breakdown
+
+        global clock
+        clock = time.perf_counter
+
+        warm, timed = data[:args.warmup], data[args.warmup:]
+        for x, y in warm:
+            step(x, y)
+        breakdown = (_breakdown.torch_breakdown if args.child == "torch"
+                     else _breakdown.tinytorch_breakdown)
+        rows, times = breakdown(step, timed)
+        report({"rows": rows, "times": times, "kernels": list(kernels)})
+        return
     base = _proc_status("VmRSS")
     times = []
     for i, (x, y) in enumerate(data):
@@ -291,12 +315,14 @@ def child(args):
     report(result)
 
 
-def run_child(args, framework):
+def run_child(args, framework, breakdown=False):
     options = ["--steps", args.steps, "--warmup", args.warmup, "--malloc", args.malloc,
                "--clock", args.clock, "--n-layer", args.n_layer, "--n-head", args.n_head,
                "--n-embd", args.n_embd, "--block-size", args.block_size,
                "--batch-size", args.batch_size] + (["--threads", args.threads] if args.threads
                                                    else [])
+    if breakdown:
+        options.append("--child-breakdown")
     if args.cold and framework == "tinytorch":
         import tempfile
 
@@ -357,6 +383,31 @@ def profile_tinytorch(args):
     which = f"with module 17 ({', '.join(kernels)})" if kernels else "plain"
     print(f"\nTinyTorch profile, {which}, of {args.steps} steps (top 25 by own time):")
     pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+
+
+def print_breakdown(args, main_tt, plain_ms):
+    """Run one instrumented process per framework (_breakdown.py) and print where each
+    millisecond of a step goes, side by side; returns {framework: {row: ms}}."""
+    import _breakdown
+
+    runs = {name: run_child(args, name, breakdown=True) for name in (main_tt, "torch")}
+    rows = {name: run["rows"] for name, run in runs.items()}
+    steps = {name: len(run["times"]) for name, run in runs.items()}
+    print(f"\nwhere the milliseconds go: mean ms a step over {steps[main_tt]} steps (wall "
+          "clock), one process per framework with every operation timed (TinyTorch: each "
+          "forward and derivative rule; PyTorch: torch.profiler's self time of each ATen "
+          "operation)")
+    name_tt = LABELS[main_tt]
+    print(f"{'':52s}{name_tt:>14s}{'pytorch':>10s}{'difference':>12s}")
+    for row in _breakdown.ROWS:
+        a, b = rows[main_tt][row], rows["torch"][row]
+        print(f"{row:52s}{a:14.1f}{b:10.1f}{a - b:+12.1f}")
+    total = {name: sum(r.values()) for name, r in rows.items()}
+    print(f"{'step, with the timers on':52s}{total[main_tt]:14.1f}{total['torch']:10.1f}"
+          f"{total[main_tt] - total['torch']:+12.1f}")
+    print(f"{'step in the timed rounds above (median)':52s}{plain_ms[main_tt]:14.1f}"
+          f"{plain_ms['torch']:10.1f}{plain_ms[main_tt] - plain_ms['torch']:+12.1f}")
+    return rows
 
 
 LABELS = {"tinytorch": "tinytorch+17", "numpy17": "+17 numpy", "plain": "tinytorch",
@@ -461,6 +512,7 @@ def main(argv=None):
     print(f"  weights: {n_params * 4 / 2**20:.1f} MiB float32")
     if args.profile:
         profile_tinytorch(args)
+    rows = print_breakdown(args, main_tt, results) if args.breakdown else None
     result = {"tinytorch_ms": results[main_tt], "torch_ms": results["torch"],
               "ratio": ratios[main_tt], "per_round": per_round[main_tt],
               "ci": intervals[main_tt], "verdict": verdicts[main_tt],
@@ -471,7 +523,8 @@ def main(argv=None):
               "first_step_s": {name: [run["first_step_s"] for run in runs[name]]
                                for name in order},
               "memory_bytes": {("tinytorch" if name == main_tt else name): memory[name]
-                               for name in order}}
+                               for name in order},
+              "breakdown": rows}
     print("RESULT " + json.dumps(result))
     return 0
 

@@ -3,6 +3,7 @@ what this test asserts: a timed unit test on a shared machine would prove nothin
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -15,8 +16,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_quick_benchmark_prints_both_frameworks_on_the_same_model(repo):
-    done = subprocess.run([sys.executable, str(repo / "benchmarks" / "gpt_step.py"), "--quick"],
-                          cwd=repo, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, str(repo / "benchmarks" / "gpt_step.py"), "--quick",
+                           "--breakdown"], cwd=repo, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     first = re.search(r"first-step loss: tinytorch ([\d.]+), torch ([\d.]+)", done.stdout)
     assert first and first.group(1) == first.group(2), "the two models must start identical"
@@ -26,6 +27,45 @@ def test_quick_benchmark_prints_both_frameworks_on_the_same_model(repo):
     assert result["tinytorch_ms"] > 0 and result["torch_ms"] > 0
     assert result["ratio"] == pytest.approx(result["tinytorch_ms"] / result["torch_ms"])
     assert all(v > 0 for v in result["memory_bytes"].values())
+    # --breakdown: the same rows for both frameworks, each measured, and printed as a table
+    FRAMEWORK, ROWS = breakdown_module(repo).FRAMEWORK, breakdown_module(repo).ROWS
+    rows = result["breakdown"]
+    assert set(rows) == {"tinytorch", "torch"}
+    for framework, ms in rows.items():
+        assert list(ms) == list(ROWS), framework
+        assert all(ms[row] > 0 for row in ROWS[:4]), (framework, ms)  # products ... layer norm
+        assert ms[FRAMEWORK] > 0, (framework, ms)  # the phases took more than their operations
+        # and most of the step is in timed operations (about 90% here): were the derivative
+        # rules or the backward's ATen operations not timed, the rest would be over half
+        assert ms[FRAMEWORK] < 0.35 * sum(ms.values()), (framework, ms)
+    table = done.stdout.split("where the milliseconds go", 1)[1]
+    products = re.search(r"matrix products \(Linear, LM head\) +([\d.]+) +([\d.]+) +([-+][\d.]+)",
+                         table)
+    assert products, table
+    assert float(products.group(1)) == pytest.approx(rows["tinytorch"][ROWS[0]], abs=0.06)
+
+
+def breakdown_module(repo):
+    spec = importlib.util.spec_from_file_location("_breakdown",
+                                                  repo / "benchmarks" / "_breakdown.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name, row", [
+    ("MatMulRowsCompiled", 0), ("MatMulBackward", 0), ("aten::addmm", 0), ("aten::mm", 0),
+    ("aten::bmm", 0), ("AttentionCompiledBackward", 1),
+    ("aten::_scaled_dot_product_flash_attention_for_cpu_backward", 1),
+    ("GELUCompiled", 2), ("aten::gelu_backward", 2), ("LayerNormCompiledBackward", 3),
+    ("aten::native_layer_norm", 3), ("CrossEntropyCompiled", 4), ("aten::_log_softmax", 4),
+    ("aten::nll_loss_forward", 4), ("EmbeddingFunctionBackward", 5),
+    ("aten::embedding_dense_backward", 5), ("Add", 6), ("aten::add_", 6), ("aten::mul", 6),
+    ("Permute", 6), ("aten::copy_", 6), ("aten::mean", 6)])
+def test_breakdown_puts_each_operation_in_its_row(repo, name, row):
+    """`aten::mul` and `aten::mean` hold "mm"-like letters but are not products."""
+    module = breakdown_module(repo)
+    assert module.category(name) == module.ROWS[row]
 
 
 def test_quick_loss_comparison_pairs_the_frameworks(repo):
