@@ -4251,11 +4251,18 @@ with one_blas_thread():
 #   other work, load 4-5): plain 148.5 ms, NumPy kernels 122.3 ms, compiled 104.2 ms,
 #   PyTorch 91.9 ms a step, so compiling took the step from 1.33x to 1.13x PyTorch's and
 #   made it 1.43x faster than plain; peak training memory 48.8 MiB against PyTorch's 48.0.
-#   Where the rest goes, profiled on both sides: the matrix products cost the same in both
-#   frameworks (about 60% of the step); the compiled GELU costs less than PyTorch's own,
-#   layer norm and AdamW about the same, attention (many small BLAS products) somewhat more;
-#   what remains is Python: each of the step's ~100 operations
-#   and ~100 derivative rules costs microseconds of bookkeeping that PyTorch does in C++.
+#   Where the rest goes: `--breakdown` times every operation on both sides and prints the
+#   same rows for each framework. Two runs on another machine (a 2-core AMD EPYC with AVX2,
+#   two threads, idle): the step was 1.18-1.22x PyTorch's. The matrix products cost about
+#   the same in both frameworks, 46-50 ms against 45 ms, half the step. Attention cost more,
+#   15.4 ms against 9-10 ms: NumPy runs the 48 small products of a batched product one after
+#   another on one core, while PyTorch's fused attention spreads the heads over both. Layer
+#   norm cost a little more (3.4-3.7 ms against about 2). The compiled GELU (7.2-7.4 ms
+#   against 9.9-10.7) and AdamW (2.5-2.9 against 7.6-8.1) cost less. The Python bookkeeping
+#   of Function.apply and backward (8.2-8.6 ms) was close to what PyTorch's dispatcher and
+#   autograd engine took (7.3-8.2, under its profiler). So a step at 0.8x PyTorch's is out
+#   of reach there: 0.8x of PyTorch's step (59-67 ms in these runs) minus the products
+#   leaves 10-21 ms for everything else, which took PyTorch itself 29-39 ms.
 #   On two threads, a machine busy with other work makes every parallel loop wait for its
 #   slowest thread, for both frameworks: measure that on idle cores.
 
