@@ -195,6 +195,63 @@ def test_start_refuses_to_overwrite_and_force_keeps_a_backup(ws):
     assert "my precious work" not in notebook.read_text()
 
 
+def _as_if_handed_out_from_an_older_release(ws, number, notebook):
+    """Change one given code cell in the workspace's stored release and in the student's
+    notebook alike: the notebook then looks handed out from a release the course has since
+    changed. Returns the cell's nbgrader id."""
+    module = get_module(number)
+    stored = ws / ".tito" / "release" / f"{module.dirname}.ipynb"
+    release = nbformat.read(stored, as_version=4)
+    given = next(c for c in release.cells if c.cell_type == "code"
+                 and c.metadata.get("nbgrader", {}).get("locked")
+                 and not c.metadata["nbgrader"].get("solution"))
+    grade_id = given.metadata["nbgrader"]["grade_id"]
+    for path, nb in ((stored, release), (notebook, nbformat.read(notebook, as_version=4))):
+        for c in nb.cells:
+            if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id:
+                c.source += "\n# an older release's line"
+        nbformat.write(nb, path)
+    return grade_id
+
+
+def test_init_force_gives_handed_out_notebooks_the_new_given_cells_and_keeps_solutions(ws):
+    run_tito("module", "start", "01", cwd=ws)
+    write_like_a_student(ws, 1, mark="# my precious work")
+    assert run_tito("module", "complete", "01", cwd=ws).returncode == 0
+    tensor = ws / "modules/01_tensor/tensor.ipynb"
+    _as_if_handed_out_from_an_older_release(ws, 1, tensor)
+    before = digest(tensor)
+    # module 02: the student added a cell of their own, so it must be left as it is
+    run_tito("module", "start", "02", cwd=ws)
+    activations = ws / get_module(2).notebook_relpath
+    nb = nbformat.read(activations, as_version=4)
+    nb.cells.insert(1, nbformat.v4.new_code_cell("print('my own scratch cell')"))
+    nbformat.write(nb, activations)
+    _as_if_handed_out_from_an_older_release(ws, 2, activations)
+    kept = digest(activations)
+
+    done = run_tito("init", ".", "--force", cwd=ws)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = " ".join(done.stdout.split())
+    assert "modules/01_tensor/tensor.ipynb: the new release's lesson text" in out, out
+    assert "run `tito module complete 01` again" in out, out
+    assert f"{get_module(2).notebook_relpath}: module 02's release changed, but your notebook " \
+           "was left as it is" in out, out
+    assert "outside your solution cells" in out and "tito module reset 02" in out, out
+
+    text = tensor.read_text()
+    assert "an older release's line" not in text and "my precious work" in text
+    backups = list(tensor.parent.glob("tensor.ipynb.bak-*"))
+    assert len(backups) == 1 and digest(backups[0]) == before
+    assert digest(activations) == kept and not list(activations.parent.glob("*.bak-*"))
+    # the refreshed notebook matches the release: no note blames the student for an edit
+    done = run_tito("module", "test", "01", cwd=ws)
+    assert done.returncode == 0 and "was edited in your notebook" not in done.stdout, done.stdout
+    # and a second --force finds nothing to change
+    done = run_tito("init", ".", "--force", cwd=ws)
+    assert done.returncode == 0 and "tensor.ipynb" not in done.stdout, done.stdout
+
+
 def test_reset_never_prompts_without_a_terminal(ws):
     run_tito("module", "start", "01", cwd=ws)
     done = run_tito("module", "reset", "01", cwd=ws)  # stdin is not a terminal

@@ -43,7 +43,7 @@ def verify_release(notebook, label: str) -> None:
             raise ReleaseIntegrityError(
                 f"{label} was changed: its locked cell '{meta.get('grade_id', i)}' does not match "
                 "the checksum nbgrader recorded. Restore it with `tito init . --force` (your "
-                "notebooks, package and progress are kept)."
+                "solution cells, package and progress are kept)."
             )
     if not graded:
         raise ReleaseIntegrityError(f"{label} has no graded test cells. "
@@ -90,5 +90,6 @@ def compare_with_authority(release_cells: list[Cell], authority: dict, label: st
     if differ:
         raise ReleaseIntegrityError(
             f"{label} does not match the course's release (cells {', '.join(differ[:5])}). "
-            "Restore it with `tito init . --force` (your notebooks, package and progress are kept)."
+            "Restore it with `tito init . --force` (your solution cells, package and progress "
+            "are kept)."
         )
