@@ -238,6 +238,7 @@ def test_init_force_gives_handed_out_notebooks_the_new_given_cells_and_keeps_sol
     assert f"{get_module(2).notebook_relpath}: module 02's release changed, but your notebook " \
            "was left as it is" in out, out
     assert "outside your solution cells" in out and "tito module reset 02" in out, out
+    assert "Next: `cd .` then `tito module status`" in out, out  # not "start 01" again
 
     text = tensor.read_text()
     assert "an older release's line" not in text and "my precious work" in text

@@ -99,6 +99,11 @@ def init(directory, force):
                        "fix that, then run `tito system kernel` in the workspace")
     console.print(f"[green]✓[/] workspace ready in {root}")
     console.print(f"  {kernel_note}")
+    if earlier or ws.completed():  # --force in a workspace already in use
+        console.print(f"  {len(releases)} notebooks released again (solutions removed by "
+                      "nbgrader); your package and progress are as they were")
+        console.print(f"Next: `cd {directory}` then `tito module status`")
+        return
     console.print(f"  {len(releases)} notebooks released (solutions removed by nbgrader), "
                   "tinytorch/ waiting for your code, progress in .tito/progress.json")
     console.print(f"Next: `cd {directory}` then `tito module start 01`")
