@@ -10,8 +10,9 @@ framework's own work: Python and autograd bookkeeping on TinyTorch's side, the d
 autograd engine and Python on PyTorch's. The optimizer (gradient clipping and AdamW) is
 timed as a whole on both sides.
 
-Both sides run slower under their timers than in the plain timed rounds (PyTorch's profiler
-more so); the script prints each side's instrumented step beside its plain one.
+The timers slow their process (PyTorch's profiler more than TinyTorch's wrappers), and one
+process differs from the next by as much on a noisy machine; the script prints each side's
+instrumented step beside the median of its timed rounds.
 """
 
 from __future__ import annotations
