@@ -253,6 +253,16 @@ def test_init_force_gives_handed_out_notebooks_the_new_given_cells_and_keeps_sol
     assert done.returncode == 0 and "tensor.ipynb" not in done.stdout, done.stdout
 
 
+def test_init_force_with_a_damaged_progress_file_refreshes_and_leaves_the_file(ws):
+    progress = ws / ".tito/progress.json"
+    progress.write_text("{ truncated")
+    done = run_tito("init", ".", "--force", cwd=ws)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert progress.read_text() == "{ truncated"  # `tito system repair-progress` mends it
+    done = run_tito("module", "status", cwd=ws)
+    assert done.returncode == 2 and "tito system repair-progress" in done.stderr
+
+
 def test_reset_never_prompts_without_a_terminal(ws):
     run_tito("module", "start", "01", cwd=ws)
     done = run_tito("module", "reset", "01", cwd=ws)  # stdin is not a terminal

@@ -6,6 +6,7 @@ from pathlib import Path
 import click
 
 from ..course.registry import written_modules
+from ..errors import WorkspaceError
 from ..files import atomic_write
 from ..grading.release import release_notebooks
 from ..student.kernel import install_kernel, kernel_name
@@ -28,6 +29,15 @@ def _earlier_releases(ws: Workspace, modules) -> dict:
                 console.print(f"[yellow]{path.relative_to(ws.root)} could not be read[/]: "
                               f"module {m.key}'s notebook is left as it is")
     return found
+
+
+def _completed(ws: Workspace) -> set[int]:
+    """The completed modules, or none if the progress file is damaged: `init --force` then
+    still refreshes the notebooks (`tito system repair-progress` mends the file)."""
+    try:
+        return ws.completed()
+    except WorkspaceError:
+        return set()
 
 
 def _refresh(ws: Workspace, m, old, new) -> None:
@@ -57,7 +67,7 @@ def _refresh(ws: Workspace, m, old, new) -> None:
         console.print(f"[green]✓[/] {rel}: the new release's lesson text, given code and tests, "
                       f"with your solution cells kept (your previous notebook is "
                       f"{backup.relative_to(ws.root)})")
-    if m.number in ws.completed() and code_changed(old, new):
+    if m.number in _completed(ws) and code_changed(old, new):
         console.print(f"  module {m.key} was completed with the earlier given code: run "
                       f"`tito module complete {m.key}` again to rebuild your package with it")
 
@@ -99,7 +109,7 @@ def init(directory, force):
                        "fix that, then run `tito system kernel` in the workspace")
     console.print(f"[green]✓[/] workspace ready in {root}")
     console.print(f"  {kernel_note}")
-    if earlier or ws.completed():  # --force in a workspace already in use
+    if earlier or _completed(ws):  # --force in a workspace already in use
         console.print(f"  {len(releases)} notebooks released again (solutions removed by "
                       "nbgrader); your package and progress are as they were")
         console.print(f"Next: `cd {directory}` then `tito module status`")
