@@ -285,7 +285,7 @@ def child(args):
             f.write("5")  # reset the peak (VmHWM) to the current RSS
     except OSError:
         pass
-    if args.child_breakdown:  # wall clock: the operations' timers and torch.profiler's are
+    if args.child_breakdown:  # the phases on the wall clock, as the operations' timers
         import _breakdown
 
         global clock
@@ -385,7 +385,7 @@ def profile_tinytorch(args):
     pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
 
 
-def print_breakdown(args, main_tt, plain_ms):
+def print_breakdown(args, main_tt, timed_ms):
     """Run one instrumented process per framework (_breakdown.py) and print where each
     millisecond of a step goes, side by side; returns {framework: {row: ms}}."""
     import _breakdown
@@ -405,8 +405,8 @@ def print_breakdown(args, main_tt, plain_ms):
     total = {name: sum(r.values()) for name, r in rows.items()}
     print(f"{'step, with the timers on':52s}{total[main_tt]:14.1f}{total['torch']:10.1f}"
           f"{total[main_tt] - total['torch']:+12.1f}")
-    print(f"{'step in the timed rounds above (median)':52s}{plain_ms[main_tt]:14.1f}"
-          f"{plain_ms['torch']:10.1f}{plain_ms[main_tt] - plain_ms['torch']:+12.1f}")
+    print(f"{'step in the timed rounds above (median)':52s}{timed_ms[main_tt]:14.1f}"
+          f"{timed_ms['torch']:10.1f}{timed_ms[main_tt] - timed_ms['torch']:+12.1f}")
     return rows
 
 
